@@ -1,0 +1,71 @@
+"""The one error tree of Governor.
+
+Everything Governor raises derives from ``GovernorError``, so one ``except`` catches it all::
+
+    GovernorError
+      InvalidInputError(GovernorError, ValueError)   bad event, field, file line or CLI argument
+        LateEventError                                event time older than the allowed lateness
+      ConfigError                                     settings that cannot work together
+      StaleVersionError                               compare-and-set refused a policy write
+      BackendUnavailableError                         Kafka or Redis unreachable or timed out
+
+Errors keep their inputs as attributes and their message names the field, the value and where
+it came from. Expected outcomes (a fit without enough data, a clamped decision, an offset already
+applied) are return values, never exceptions.
+"""
+
+from __future__ import annotations
+
+
+class GovernorError(Exception):
+    """Root of every error Governor raises."""
+
+
+class InvalidInputError(GovernorError, ValueError):
+    """A bad event, field, file line or argument.
+
+    Attributes:
+        field: dotted path of the offending field, or None when the whole input is bad.
+        value: the offending value, when there is one.
+        source: where the input came from (``line 17``, ``event_id=...``), or None.
+    """
+
+    def __init__(
+        self, message: str, *, field: str | None = None, value: object = None, source: str | None = None
+    ) -> None:
+        super().__init__(message)
+        self.field = field
+        self.value = value
+        self.source = source
+
+
+class LateEventError(InvalidInputError):
+    """An event whose event time lies further behind the watermark than the allowed lateness."""
+
+    def __init__(self, message: str, *, ts: float, watermark_s: float, allowed_lateness_s: float) -> None:
+        super().__init__(message, field="ts", value=ts)
+        self.ts = ts
+        self.watermark_s = watermark_s
+        self.allowed_lateness_s = allowed_lateness_s
+
+
+class ConfigError(GovernorError):
+    """Settings that cannot work together."""
+
+
+class StaleVersionError(GovernorError):
+    """A compare-and-set refused a policy write because a newer or equal version is stored."""
+
+    def __init__(self, message: str, *, key: str, offered_version: int, stored_version: int) -> None:
+        super().__init__(message)
+        self.key = key
+        self.offered_version = offered_version
+        self.stored_version = stored_version
+
+
+class BackendUnavailableError(GovernorError):
+    """Kafka or Redis could not be reached or timed out."""
+
+    def __init__(self, message: str, *, backend: str) -> None:
+        super().__init__(message)
+        self.backend = backend
