@@ -15,7 +15,7 @@ ALLOWED: dict[str, set[str]] = {
     "policies": {"schemas", "estimators", "policies"},
     "services": {"schemas", "estimators", "policies", "services"},
 }
-FORBIDDEN_IN_PURE = {"faust", "redis", "kafka", "aiokafka", "asyncio", "structlog", "mode", "time", "random"}
+FORBIDDEN_IN_PURE = {"faust", "redis", "kafka", "aiokafka", "asyncio", "structlog", "mode", "time", "datetime"}
 
 
 def _modules(package: str) -> list[Path]:
