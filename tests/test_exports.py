@@ -9,9 +9,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIRS = sorted(
-    p.parent
-    for top in ("schemas", "estimators", "policies", "services")
-    for p in (ROOT / top).rglob("__init__.py")
+    p.parent for top in ("schemas", "estimators", "policies", "services") for p in (ROOT / top).rglob("__init__.py")
 )
 PACKAGES = [".".join(p.relative_to(ROOT).parts) for p in PACKAGE_DIRS]
 
