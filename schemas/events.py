@@ -1,0 +1,98 @@
+"""The telemetry event union, discriminated on ``event_type``, and the one way to parse it.
+
+``parse_event`` is the edge: it validates once and turns pydantic's errors into an
+``InvalidInputError`` whose message names the field path and the reason (and the source, when
+given). Past it, code trusts the type.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Annotated
+
+from pydantic import Field, TypeAdapter, ValidationError
+
+from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
+from schemas.errors import InvalidInputError
+from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
+from schemas.steps import RankStepReport, StepReport
+
+MAX_EVENT_BYTES = 64 * 1024
+
+Event = Annotated[
+    RequestArrived
+    | RequestAdmitted
+    | RequestFirstToken
+    | RequestFinished
+    | RequestPreempted
+    | StepReport
+    | RankStepReport
+    | EngineRegistered
+    | Heartbeat
+    | PolicyApplied,
+    Field(discriminator="event_type"),
+]
+
+EVENT_TYPES: tuple[type[Event], ...] = (
+    RequestArrived,
+    RequestAdmitted,
+    RequestFirstToken,
+    RequestFinished,
+    RequestPreempted,
+    StepReport,
+    RankStepReport,
+    EngineRegistered,
+    Heartbeat,
+    PolicyApplied,
+)
+
+EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)
+_TAGS = frozenset(cls.model_fields["event_type"].default for cls in EVENT_TYPES)
+
+
+def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
+    """Return (field path, reason) of the first error pydantic reported."""
+    first = exc.errors(include_url=False)[0]
+    if first["type"] in {"union_tag_invalid", "union_tag_not_found"}:
+        return "event_type", first["msg"]
+    loc = list(first["loc"])
+    if loc and loc[0] in _TAGS:
+        loc = loc[1:]
+    path = ".".join(str(part) for part in loc) or "<event>"
+    return path, first["msg"]
+
+
+def parse_event(raw: bytes | str, *, source: str | None = None) -> Event:
+    """Validate one JSON-encoded event.
+
+    Args:
+        raw: the JSON text of one event.
+        source: where it came from (``line 17``, ``gov.telemetry[0]@42``), for the message.
+
+    Returns:
+        The typed event.
+
+    Raises:
+        InvalidInputError: the text is not JSON, is too large, or fails the contract; the message
+            names the field path and the reason.
+    """
+    where = f" ({source})" if source else ""
+    if len(raw) > MAX_EVENT_BYTES:
+        msg = f"event is {len(raw)} bytes, more than {MAX_EVENT_BYTES}{where}"
+        raise InvalidInputError(msg, source=source)
+    try:
+        return EVENT_ADAPTER.validate_json(raw)
+    except ValidationError as exc:
+        path, reason = describe_validation_error(exc)
+        msg = f"{path}: {reason}{where}"
+        raise InvalidInputError(msg, field=path, source=source) from exc
+
+
+def encode_event(event: Event) -> bytes:
+    """Return the canonical JSON bytes of ``event`` (what producers put on the wire)."""
+    return event.model_dump_json(exclude_none=True).encode()
+
+
+def event_json_schema() -> str:
+    """Return the JSON Schema of the event union, as stable, indented text."""
+    return json.dumps(EVENT_ADAPTER.json_schema(), indent=2, sort_keys=True) + "\n"

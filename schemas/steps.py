@@ -1,0 +1,82 @@
+"""Per-step telemetry: one engine iteration and, for DP engines, one report per rank and step.
+
+Per-step names follow the forward-pass-metrics schema that Dynamo, SGLang and vLLM converge on
+(``num_prefill_requests``, ``sum_prefill_tokens``, ``num_decode_requests``,
+``sum_decode_kv_tokens``; specs/anchors.md section 4).
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, model_validator
+
+from schemas.envelope import Envelope, Seconds, Tokens
+
+
+class BatchKind(StrEnum):
+    """What a step's batch held: prompt tokens only, decodes only, or both."""
+
+    PREFILL = "prefill"
+    DECODE = "decode"
+    MIXED = "mixed"
+
+
+class StepReport(Envelope):
+    """One engine iteration: its duration, its batch and the engine's queue and KV state after it."""
+
+    event_type: Literal["step"] = "step"
+    step_id: int = Field(ge=0)
+    duration_s: float = Field(gt=0.0, le=3600.0, allow_inf_nan=False)
+    batch_kind: Literal["prefill", "decode", "mixed"]
+    num_prefill_requests: int = Field(ge=0, le=1_000_000)
+    sum_prefill_tokens: Tokens
+    num_decode_requests: int = Field(ge=0, le=1_000_000)
+    sum_decode_kv_tokens: Tokens = Field(description="summed context of the decoding requests")
+    num_running: int = Field(ge=0, le=1_000_000)
+    num_waiting: int = Field(ge=0, le=10_000_000)
+    kv_blocks_used: int = Field(ge=0)
+    kv_blocks_total: int = Field(ge=1)
+    block_size_tokens: int = Field(default=16, ge=1, le=4096)
+    num_preempted: int = Field(default=0, ge=0)
+    scheduler_mode: str | None = Field(default=None, max_length=32, description="mb, eb, slai, ... in effect")
+
+    @model_validator(mode="after")
+    def _check_batch(self) -> StepReport:
+        if self.kv_blocks_used > self.kv_blocks_total:
+            msg = f"kv_blocks_used ({self.kv_blocks_used}) must not exceed kv_blocks_total ({self.kv_blocks_total})"
+            raise ValueError(msg)
+        has_prefill = self.sum_prefill_tokens > 0
+        has_decode = self.num_decode_requests > 0
+        expected = {(True, False): "prefill", (False, True): "decode", (True, True): "mixed"}.get(
+            (has_prefill, has_decode)
+        )
+        if expected is not None and expected != self.batch_kind:
+            msg = f"batch_kind is {self.batch_kind!r} but the batch holds a {expected} batch"
+            raise ValueError(msg)
+        if expected is None:
+            msg = "a step must hold prefill tokens or decode requests"
+            raise ValueError(msg)
+        return self
+
+
+class RankStepReport(Envelope):
+    """One DP rank's share of one synchronised decode step (``dp_rank`` is required)."""
+
+    event_type: Literal["rank.step"] = "rank.step"
+    step_id: int = Field(ge=0)
+    load_tokens: Tokens = Field(description="L_g: summed context (prompt + generated) of the rank's active requests")
+    num_running: int = Field(ge=0, le=1_000_000)
+    free_slots: int = Field(ge=0, le=1_000_000)
+    local_compute_s: Seconds
+    barrier_wait_s: Seconds
+    admitted: int = Field(default=0, ge=0)
+    completed: int = Field(default=0, ge=0)
+
+    @model_validator(mode="after")
+    def _check_rank(self) -> RankStepReport:
+        if self.dp_rank is None:
+            msg = "a rank.step event needs dp_rank"
+            raise ValueError(msg)
+        return self

