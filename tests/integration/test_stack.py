@@ -71,10 +71,12 @@ def test_up_twice_reports_the_running_stack_and_down_stops_only_what_it_started(
     second = stack_up(tmp_path, settings.redis_url, None)
     assert second == first
     status = stack_status(tmp_path)
-    assert status.kafka_ok and status.redis_ok
+    assert status.kafka_ok
+    assert status.redis_ok
     assert set(status.topic_offsets) == {t.name for t in TOPICS}
     assert [len(v) for v in status.topic_offsets.values()] == [t.partitions for t in TOPICS]
-    assert first.broker_pid is not None and pid_alive(first.broker_pid)
+    assert first.broker_pid is not None
+    assert pid_alive(first.broker_pid)
     stack_down(tmp_path)
     assert read_state(tmp_path) is None
     assert not pid_alive(first.broker_pid)

@@ -45,7 +45,7 @@ class TestInvalidEvents:
 
     def test_kv_used_above_total_is_refused(self) -> None:
         data = _as_dict(SAMPLES[5]) | {"kv_blocks_used": 1001}
-        with pytest.raises(InvalidInputError, match="kv_blocks_used .* must not exceed kv_blocks_total"):
+        with pytest.raises(InvalidInputError, match=r"kv_blocks_used .* must not exceed kv_blocks_total"):
             parse_event(json.dumps(data))
 
     def test_batch_kind_must_match_the_batch(self) -> None:
