@@ -57,8 +57,8 @@ def run(args: argparse.Namespace) -> int:
     key = estimate_key(settings.deployment, "fleet", f"demo-arrivals-{run_id}")
     folded = 0
     for message in consumer:
-        event = parse_event(message.value)
-        if event.event_id.startswith(f"demo-{run_id}-"):
+        received = parse_event(message.value)
+        if received.event_id.startswith(f"demo-{run_id}-"):
             client.incr(key)
             folded += 1
             if folded == args.events:
