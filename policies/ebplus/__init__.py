@@ -9,6 +9,18 @@ from policies.ebplus.memory_safe_batch import NStarMethod, n_star, n_star_clt, n
 from policies.ebplus.mode_selection import CrossoverSignal, ModeChoice, crossover_signal, select_mode, surge_triggered
 from policies.ebplus.online_update import ThresholdUpdate, update_threshold
 from policies.ebplus.params import EbplusParams, RhsThreshold
+from policies.ebplus.phase_machine import (
+    EngineView,
+    Phase,
+    PhaseAction,
+    PhaseState,
+    PhaseStep,
+    StepKind,
+    kv_gate_fraction,
+    kv_gate_passes,
+    live_payload,
+    step,
+)
 
 __all__ = [
     "BaseThreshold",
@@ -18,15 +30,24 @@ __all__ = [
     "CrossoverSignal",
     "EbplusInputs",
     "EbplusParams",
+    "EngineView",
     "ModeChoice",
     "NStarMethod",
+    "Phase",
+    "PhaseAction",
+    "PhaseState",
+    "PhaseStep",
     "RhsThreshold",
+    "StepKind",
     "ThresholdUpdate",
     "base_threshold",
     "calibration_profile",
     "crossover_signal",
     "decide",
     "delta_theta",
+    "kv_gate_fraction",
+    "kv_gate_passes",
+    "live_payload",
     "n_star",
     "n_star_clt",
     "n_star_eq6",
@@ -34,6 +55,7 @@ __all__ = [
     "select_mode",
     "slot_tokens_at_decode_start",
     "solve_theta0",
+    "step",
     "surge_triggered",
     "update_threshold",
 ]
