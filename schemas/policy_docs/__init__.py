@@ -2,17 +2,39 @@
 
 from schemas.policy_docs.admission import AdmissionPayload, AdmissionPolicy, AdmissionState
 from schemas.policy_docs.base import ClampRecord, ContractModel, InputsDigest, PolicyDocument, SourceOffset
+from schemas.policy_docs.ebplus import (
+    BetaMbInput,
+    CostModelInput,
+    EbplusFallback,
+    EbplusMode,
+    EbplusParamsInput,
+    EbplusPayload,
+    EbplusPolicy,
+    EbplusState,
+    EbplusWhatIfInput,
+    KvGate,
+)
 
-POLICY_DOCUMENTS: tuple[type[PolicyDocument], ...] = (AdmissionPolicy,)
+POLICY_DOCUMENTS: tuple[type[PolicyDocument], ...] = (AdmissionPolicy, EbplusPolicy)
 
 __all__ = [
     "POLICY_DOCUMENTS",
     "AdmissionPayload",
     "AdmissionPolicy",
     "AdmissionState",
+    "BetaMbInput",
     "ClampRecord",
     "ContractModel",
+    "CostModelInput",
+    "EbplusFallback",
+    "EbplusMode",
+    "EbplusParamsInput",
+    "EbplusPayload",
+    "EbplusPolicy",
+    "EbplusState",
+    "EbplusWhatIfInput",
     "InputsDigest",
+    "KvGate",
     "PolicyDocument",
     "SourceOffset",
 ]
