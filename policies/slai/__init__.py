@@ -1,5 +1,6 @@
 """SLAI: SLO-aware decode deferral and prefill ordering (seed 000; specs/seed-000-slai.md)."""
 
+from policies.slai.adaptive import AdaptiveStep, adapt_delta_lo, tuning_signal
 from policies.slai.batch_builder import (
     BatchEntry,
     BatchPlan,
@@ -24,10 +25,13 @@ from policies.slai.calibration import (
     plot1_batch_times,
 )
 from policies.slai.deadline import deferral_window_s, is_critical, last_schedulable_time, safety_floor_delta
+from policies.slai.decide import decide, offset_rule_of
+from policies.slai.inputs import SlaiInputs, TierObservation
 from policies.slai.offset_rule import OffsetRule, offset_for_kv_use
 from policies.slai.params import OffsetMode, PrefillOrder, SlaiParams, TierSlo
 
 __all__ = [
+    "AdaptiveStep",
     "AffineFit",
     "BatchEntry",
     "BatchPlan",
@@ -42,19 +46,25 @@ __all__ = [
     "RequestView",
     "SchedulerKind",
     "SchedulerQueues",
+    "SlaiInputs",
     "SlaiParams",
     "SlaiTimingProfile",
+    "TierObservation",
     "TierSlo",
+    "adapt_delta_lo",
     "build_batch",
     "build_sarathi_batch",
     "build_slai_batch",
     "build_vllm_batch",
+    "decide",
     "deferral_window_s",
     "fit_affine_batch_time",
     "is_critical",
     "last_schedulable_time",
     "offset_for_kv_use",
+    "offset_rule_of",
     "order_waiting",
     "plot1_batch_times",
     "safety_floor_delta",
+    "tuning_signal",
 ]

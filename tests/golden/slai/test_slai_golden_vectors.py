@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.slai.batch_builder import BuilderParams, KvView, RequestView, SchedulerQueues, build_slai_batch
-from policies.slai.deadline import deferral_window_s, last_schedulable_time
+from policies.slai.deadline import deferral_window_s, last_schedulable_time, safety_floor_delta
 from policies.slai.offset_rule import OffsetRule, offset_for_kv_use
 from policies.slai.params import PrefillOrder, SlaiParams
 
@@ -48,3 +48,12 @@ def test_g4_admission_of_an_8141_token_prompt_needs_656_free_blocks(free_blocks:
     kv = KvView(free_blocks=free_blocks, total_blocks=14733)
     plan = build_slai_batch(1.0, queues, kv, BuilderParams(prefill_order=PrefillOrder.FCFS))
     assert (plan.admitted == ("big",)) is admitted
+
+
+@pytest.mark.paper(seed="000", ref="spec §3.4 safety")
+@pytest.mark.parametrize(("delta", "margin"), [(5.0, 2.5), (10.0, 5.0)])
+def test_safety_floor_is_two_batches_so_paper_deltas_give_2_5x_and_5x_margin(delta: float, margin: float) -> None:
+    """Spec §3.4: "The deadline holds if delta >= 2*T_B,max/tbar. delta = 5 and 10 give 2.5x to 5x margin"."""
+    delta_min = safety_floor_delta(step_time_p99_s=0.05, tbar_s=0.05)
+    assert delta_min == pytest.approx(2.0)
+    assert delta / delta_min == pytest.approx(margin)
