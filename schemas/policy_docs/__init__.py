@@ -14,8 +14,20 @@ from schemas.policy_docs.ebplus import (
     EbplusWhatIfInput,
     KvGate,
 )
+from schemas.policy_docs.slai import (
+    SlaiParamsOverride,
+    SlaiPayload,
+    SlaiPolicy,
+    SlaiState,
+    SlaiTierEstimate,
+    SlaiWhatIfInput,
+)
 
-POLICY_DOCUMENTS: tuple[type[PolicyDocument], ...] = (AdmissionPolicy, EbplusPolicy)
+POLICY_DOCUMENTS: tuple[type[PolicyDocument], ...] = (
+    AdmissionPolicy,
+    EbplusPolicy,
+    SlaiPolicy,
+)
 
 __all__ = [
     "POLICY_DOCUMENTS",
@@ -36,5 +48,11 @@ __all__ = [
     "InputsDigest",
     "KvGate",
     "PolicyDocument",
+    "SlaiParamsOverride",
+    "SlaiPayload",
+    "SlaiPolicy",
+    "SlaiState",
+    "SlaiTierEstimate",
+    "SlaiWhatIfInput",
     "SourceOffset",
 ]

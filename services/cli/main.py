@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import demo, policy_ebplus, schema, stack
+from services.cli import demo, policy_ebplus, policy_slai, schema, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -28,6 +28,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy = commands.add_parser("policy", help="what-if: print a policy decision for an estimate snapshot")
     policy_commands = policy.add_subparsers(dest="policy", metavar="POLICY", required=True)
     policy_ebplus.register(policy_commands)
+    policy_slai.register(policy_commands)
     return parser
 
 
