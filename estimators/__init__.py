@@ -4,7 +4,6 @@ See docs/estimators.md for each estimator, its parameters and defaults, and the 
 """
 
 from estimators.cost_model import (
-    BatchKind,
     BatchTimeFit,
     BatchTimeModel,
     LinearCostFit,
@@ -41,7 +40,6 @@ from estimators.window import CountWindowMean, SlotRing
 __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exports.py checks)
     "AsymmetricEma",
     "BUCKET_EDGES_TOKENS",
-    "BatchKind",
     "BatchTimeFit",
     "BatchTimeModel",
     "CountWindowMean",

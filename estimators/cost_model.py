@@ -21,7 +21,6 @@ bins only guard identifiability (the fit needs steps in at least 3 of the ``n_ra
 
 from __future__ import annotations
 
-import enum
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -29,17 +28,10 @@ from typing import Any
 from estimators._input import check_format, require_count, require_nonnegative
 from estimators.least_squares import LeastSquares, LeastSquaresFit, NotEnoughData
 from schemas.errors import InvalidInputError
+from schemas.steps import BatchKind
 
 DEFAULT_MIN_SAMPLES = 10
 MIN_RATIO_BINS = 3  # a quadratic in r needs at least three distinct r values
-
-
-class BatchKind(enum.StrEnum):
-    """Kind of an engine step (DESIGN.md section 5: batch_kind prefill|decode|mixed)."""
-
-    PREFILL = "prefill"
-    DECODE = "decode"
-    MIXED = "mixed"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from estimators.cost_model import (
-    BatchKind,
     BatchTimeModel,
     LinearCostFit,
     LinearCostModel,
@@ -17,6 +16,7 @@ from estimators.cost_model import (
 )
 from estimators.least_squares import NotEnoughData
 from schemas.errors import InvalidInputError
+from schemas.steps import BatchKind
 
 
 class TestLinearCostModel:
