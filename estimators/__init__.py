@@ -37,9 +37,10 @@ from estimators.survival import (
 )
 from estimators.window import CountWindowMean, SlotRing
 
-__all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exports.py checks)
-    "AsymmetricEma",
+__all__ = [
     "BUCKET_EDGES_TOKENS",
+    "FLEETOPT_BREAKPOINTS_TOKENS",
+    "AsymmetricEma",
     "BatchTimeFit",
     "BatchTimeModel",
     "CountWindowMean",
@@ -48,7 +49,6 @@ __all__ = [  # noqa: RUF022 (plain sorted order, as tests/test_exports.py checks
     "Ema",
     "EmaSnapshot",
     "EventRate",
-    "FLEETOPT_BREAKPOINTS_TOKENS",
     "HazardTable",
     "LeastSquares",
     "LeastSquaresFit",

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 from schemas.policy_docs.base import SourceOffset
@@ -31,7 +32,7 @@ class TestFolder:
         folder = Folder("dep", default_registry())
         times = [s.ts for s in _fold_all(folder, events) if s.trigger.startswith("admission:")]
         assert len(times) >= 3
-        assert all(later - earlier >= 5.0 for earlier, later in zip(times, times[1:], strict=False))
+        assert all(later - earlier >= 5.0 for earlier, later in itertools.pairwise(times))
 
     def test_snapshots_carry_the_triggering_position_and_a_content_hash(self) -> None:
         events = synthetic_stream(engines=2, requests=300)
