@@ -150,7 +150,6 @@ class FleetoptWhatIfInput(ContractModel):
     cdf_file: str | None = Field(default=None, min_length=1)
     p_c: float = Field(default=1.0, ge=0.0, le=1.0, description="effective compressibility of borderline traffic")
     input_frac: float = Field(default=0.8, ge=0.5, le=0.99, description="E[l_in / L_total]")
-    b_short_tokens: list[int] | None = Field(default=None, min_length=1, description="fix the B_short sweep")
     params: FleetoptParamsOverrides = Field(default_factory=FleetoptParamsOverrides)
 
     @model_validator(mode="after")
