@@ -243,9 +243,11 @@ class ExactCalibrator:
                 self._prefill(self._l_in[: b_tokens + 1]),
             )
             # A compressed request keeps its output and its prompt is cut to B - l_out (Eq. 15).
-            comp_out = self._l_out.copy()
+            # Only lengths up to the widest band, floor(max(gammas) * B), can be compressed.
+            top = min(self._weights.size - 1, int(max(self._params.gammas) * b_tokens)) + 1
+            comp_out = self._l_out[:top]
             comp_in = np.maximum(1, b_tokens - comp_out)
-            compressed = _Table(self._weights, self._service(comp_in, comp_out, n_short), self._prefill(comp_in))
+            compressed = _Table(self._weights[:top], self._service(comp_in, comp_out, n_short), self._prefill(comp_in))
             self._short[b_tokens] = (native, compressed)
         return self._short[b_tokens]
 
