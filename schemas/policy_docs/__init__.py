@@ -14,6 +14,21 @@ from schemas.policy_docs.ebplus import (
     EbplusWhatIfInput,
     KvGate,
 )
+from schemas.policy_docs.fleetopt import (
+    FleetoptCost,
+    FleetoptFleet,
+    FleetoptParamsOverrides,
+    FleetoptPayload,
+    FleetoptPlanInputs,
+    FleetoptPolicy,
+    FleetoptPoolHold,
+    FleetoptPoolPrediction,
+    FleetoptPoolSpec,
+    FleetoptPredictions,
+    FleetoptRouting,
+    FleetoptState,
+    FleetoptWhatIfInput,
+)
 from schemas.policy_docs.slai import (
     SlaiParamsOverride,
     SlaiPayload,
@@ -27,6 +42,7 @@ POLICY_DOCUMENTS: tuple[type[PolicyDocument], ...] = (
     AdmissionPolicy,
     EbplusPolicy,
     SlaiPolicy,
+    FleetoptPolicy,
 )
 
 __all__ = [
@@ -45,6 +61,19 @@ __all__ = [
     "EbplusPolicy",
     "EbplusState",
     "EbplusWhatIfInput",
+    "FleetoptCost",
+    "FleetoptFleet",
+    "FleetoptParamsOverrides",
+    "FleetoptPayload",
+    "FleetoptPlanInputs",
+    "FleetoptPolicy",
+    "FleetoptPoolHold",
+    "FleetoptPoolPrediction",
+    "FleetoptPoolSpec",
+    "FleetoptPredictions",
+    "FleetoptRouting",
+    "FleetoptState",
+    "FleetoptWhatIfInput",
     "InputsDigest",
     "KvGate",
     "PolicyDocument",

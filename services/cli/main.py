@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import demo, policy_ebplus, policy_slai, schema, stack
+from services.cli import demo, policy_ebplus, policy_fleetopt, policy_slai, schema, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -29,6 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
     policy_commands = policy.add_subparsers(dest="policy", metavar="POLICY", required=True)
     policy_ebplus.register(policy_commands)
     policy_slai.register(policy_commands)
+    policy_fleetopt.register(policy_commands)
     return parser
 
 
