@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import demo, policy_ebplus, policy_fleetopt, policy_slai, schema, stack
+from services.cli import demo, policy_ebplus, policy_fleetopt, policy_slai, run, schema, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,6 +23,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.register(commands)
+    run.register(commands)
     schema.register(commands)
     stack.register(commands)
     policy = commands.add_parser("policy", help="what-if: print a policy decision for an estimate snapshot")

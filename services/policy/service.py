@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from schemas.errors import GovernorError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import EstimateSnapshot
+from services.health import ServiceMetrics
 from services.policy.decisions import DecisionMaker
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
@@ -50,8 +51,10 @@ class PolicyService:
         registry: PolicyRegistry,
         group_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self._deployment = deployment
+        self._metrics = metrics
         self._decider = DecisionMaker(registry, store)
         self._clock = clock
         self.counters = PolicyCounters()
@@ -83,6 +86,8 @@ class PolicyService:
         while not self._stopped:
             batch = self._consumer.poll(timeout_ms=100)
             records = [record for part in batch.values() for record in part]
+            if self._metrics is not None:
+                self._metrics.progressed()
             if not records:
                 if idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
                     break
@@ -116,6 +121,9 @@ class PolicyService:
         self._producer.send(DECISIONS_TOPIC, key=key, value=record.model_dump_json().encode())
         if record.accepted:
             self.counters.decisions += 1
+            if self._metrics is not None:
+                self._metrics.decisions.labels(kind=record.kind).inc()
+                self._metrics.loop_latency.observe(self._clock() - started)
             log.info("policy_decided", kind=record.kind, scope=record.scope, version=record.version)
         else:
             self.counters.refused += 1

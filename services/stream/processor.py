@@ -34,6 +34,7 @@ from schemas.events import Event, parse_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
+from services.health import ServiceMetrics
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 from services.stream.fold import Folder
@@ -51,6 +52,7 @@ class StreamCounters:
     folded: int = 0
     dead_lettered: int = 0
     skipped: int = 0
+    foreign: int = 0
     snapshots: int = 0
     batches: int = 0
     commits_refused: int = 0
@@ -75,8 +77,10 @@ class StreamProcessor:
         group_id: str | None = None,
         max_poll_records: int = 2000,
         clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self._deployment = deployment
+        self._metrics = metrics
         self._store = store
         self._folder = Folder(deployment, registry)
         self._clock = clock
@@ -96,6 +100,8 @@ class StreamProcessor:
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=_Rebalance(self))
         self._stopped = False
+        self._metrics_folded = 0
+        self._metrics_dead = 0
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to its applied offset + 1."""
@@ -131,6 +137,8 @@ class StreamProcessor:
             batch = self._consumer.poll(timeout_ms=200)
             records = [record for part in batch.values() for record in part]
             if not records:
+                if self._metrics is not None:
+                    self._metrics.progressed()
                 if idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
                     break
                 continue
@@ -156,6 +164,9 @@ class StreamProcessor:
             except InvalidInputError as exc:
                 self._dead_letter(record, exc, position)
                 continue
+            if event.deployment != self._deployment:
+                self.counters.foreign += 1
+                continue
             self._ensure_loaded(event, tp)
             snapshots.extend(self._folder.fold(event, position))
             touched.add(event.engine_id)
@@ -179,7 +190,24 @@ class StreamProcessor:
         self.counters.snapshots += len(snapshots)
         self.counters.batches += 1
         self.counters.last_batch_latency_s = self._clock() - started
+        self._observe(len(snapshots), started)
         log.debug("batch_committed", events=len(records), snapshots=len(snapshots), engines=len(touched))
+
+    def _observe(self, snapshots: int, started: float) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
+        self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
+        self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
+        self._metrics.snapshots.inc(snapshots)
+        self._metrics.loop_latency.observe(self._clock() - started)
+        lag = 0
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self._consumer.position(tp))
+        self._metrics.lag.set(lag)
+        self._metrics.progressed()
 
     def _ensure_loaded(self, event: Event, tp: str) -> None:
         engine = event.engine_id
