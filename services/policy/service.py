@@ -89,7 +89,9 @@ class PolicyService:
             if self._metrics is not None:
                 self._metrics.progressed()
             if not records:
-                if idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
+                if not self._consumer.assignment():
+                    idle_since = self._clock()
+                elif idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
                     break
                 continue
             idle_since = self._clock()

@@ -131,7 +131,7 @@ class StreamProcessor:
         self._producer.close(timeout=5)
 
     def run(self, *, idle_exit_s: float | None = None) -> StreamCounters:
-        """Process batches until ``stop`` (or ``idle_exit_s`` without records) and return the counters."""
+        """Process batches until ``stop`` (or ``idle_exit_s`` without records while assigned); return the counters."""
         idle_since = self._clock()
         while not self._stopped:
             batch = self._consumer.poll(timeout_ms=200)
@@ -139,7 +139,9 @@ class StreamProcessor:
             if not records:
                 if self._metrics is not None:
                     self._metrics.progressed()
-                if idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
+                if not self._consumer.assignment():
+                    idle_since = self._clock()
+                elif idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
                     break
                 continue
             idle_since = self._clock()
