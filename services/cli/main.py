@@ -12,6 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
+from services.cli import bfio_assign, policy_bfio
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,7 +24,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     policy = commands.add_parser("policy", help="what-if: print a policy decision for an estimate snapshot")
     policy_commands = policy.add_subparsers(dest="policy", metavar="POLICY", required=True)
-    del policy_commands
+    policy_bfio.register(policy_commands)
+    bfio_assign.register(commands)
     return parser
 
 
