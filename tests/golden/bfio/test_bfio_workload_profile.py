@@ -42,5 +42,5 @@ def test_constant_work_profile_with_zero_drift() -> None:
 
 @pytest.mark.paper(seed="003", ref="Eq. 2")
 def test_imbalance_is_the_idle_work_at_the_barrier() -> None:
-    """Eq. 2: Imbalance = sum_g (L_g* - L_g) = G max L - sum L; loads (6, 4, 5) leave (0 + 2 + 1) = 3 tokens idle, exact."""
+    """Eq. 2: Imbalance = G max L - sum L; loads (6, 4, 5) leave (0 + 2 + 1) = 3 tokens idle, exact."""
     assert imbalance_tokens(np.array([6.0, 4.0, 5.0])) == 3.0
