@@ -69,8 +69,8 @@ class SurvivalCurve:
         only steps at integer edges), an order of magnitude faster than a binary search per element.
         """
         if self._dense is not None:
-            index = np.minimum(n_tokens, self._dense.shape[0] - 1).astype(np.int64)
-            values: FloatArray = self._dense[np.maximum(index, 0)]
+            index = np.clip(n_tokens, 0, self._dense.shape[0] - 1).astype(np.int64)
+            values: FloatArray = self._dense[index]
             return values
         return self._search(n_tokens)
 
@@ -101,10 +101,13 @@ def conditional_survival(
     if curve is None:
         q = np.ones_like(future_age)
     else:
-        now = curve.at(age_tokens)[:, None]
-        later = curve.at(future_age)
-        q = np.divide(later, now, out=np.ones_like(later), where=now > 0)
-    return np.where(future_age >= max_tokens[:, None], 0.0, q)
+        now = curve.at(age_tokens)
+        exhausted = now <= 0
+        q = curve.at(future_age) / np.where(exhausted, 1.0, now)[:, None]
+        if exhausted.any():
+            q[exhausted] = 1.0
+    q *= future_age < max_tokens[:, None]
+    return q
 
 
 def active_contributions(
@@ -122,7 +125,7 @@ def active_contributions(
     the current context s_i + a_i.
     """
     q = conditional_survival(curve, generated_tokens, max_tokens, offsets_steps, drift)
-    q = np.where(offsets_steps[None, :] == 0, 1.0, q)
+    q[:, offsets_steps == 0] = 1.0
     context = prompt_tokens[:, None] + generated_tokens[:, None] + drift * offsets_steps[None, :]
     return context * q
 
@@ -161,7 +164,7 @@ def rank_base_loads(contributions: FloatArray, rank_index: IntArray, num_ranks: 
         rank_index: shape (M,), the rank each active request runs on, in [0, G).
         num_ranks: G.
     """
-    loads = np.zeros((num_ranks, contributions.shape[1]))
-    for k in range(contributions.shape[1]):
-        loads[:, k] = np.bincount(rank_index, weights=contributions[:, k], minlength=num_ranks)
-    return loads
+    num_offsets = contributions.shape[1]
+    cells = (rank_index[:, None] * num_offsets + np.arange(num_offsets)[None, :]).ravel()
+    sums = np.bincount(cells, weights=contributions.ravel(), minlength=num_ranks * num_offsets)
+    return sums.reshape(num_ranks, num_offsets).astype(np.float64)

@@ -230,7 +230,7 @@ class BfioRouter:
         weights = np.asarray(payload.horizon_weights, dtype=np.float64)
         drift = payload.drift_tokens_per_step
         contributions_active = np.zeros((active.rank.shape[0], offsets.shape[0]))
-        for cid in np.unique(active.class_id):
+        for cid in _classes(active.class_id):
             rows = active.class_id == cid
             contributions_active[rows] = active_contributions(
                 self._curve(int(cid)),
@@ -265,7 +265,7 @@ class BfioRouter:
         candidates = np.union1d(window, free_rows[overdue[free_rows]])
         model = NewRequestModel(payload.new_request_model)
         contributions_new = np.zeros((candidates.shape[0], offsets.shape[0]))
-        for cid in np.unique(waiting.class_id[candidates]):
+        for cid in _classes(waiting.class_id[candidates]):
             rows = waiting.class_id[candidates] == cid
             picked = candidates[rows]
             contributions_new[rows] = new_request_contributions(
@@ -279,7 +279,7 @@ class BfioRouter:
         placed = rank_of >= 0
         if np.any(placed):
             pushed_contrib = np.zeros((int(placed.sum()), offsets.shape[0]))
-            for cid in np.unique(waiting.class_id[placed]):
+            for cid in _classes(waiting.class_id[placed]):
                 rows = waiting.class_id[placed] == cid
                 picked = np.flatnonzero(placed)[rows]
                 pushed_contrib[rows] = new_request_contributions(
@@ -346,6 +346,15 @@ class BfioRouter:
         )
         free_slots = np.asarray([rank.free_slots for rank in ranks], dtype=np.int64)
         return waiting_arrays, active_arrays, free_slots
+
+
+def _classes(class_id: IntArray) -> list[int]:
+    """Distinct class ids; the common single-class case skips the sort of np.unique."""
+    if class_id.size == 0:
+        return []
+    if bool((class_id == class_id[0]).all()):
+        return [int(class_id[0])]
+    return [int(c) for c in np.unique(class_id)]
 
 
 def _caps(max_tokens: list[int | None]) -> FloatArray:
