@@ -18,6 +18,8 @@ Ties go to the lowest rank index.
 
 from __future__ import annotations
 
+import heapq
+
 import numpy as np
 import numpy.typing as npt
 
@@ -86,15 +88,18 @@ def jsq_load(prompt_tokens: FloatArray, free_slots: IntArray, rank_loads_tokens:
         free_slots: shape (G,).
         rank_loads_tokens: shape (G,), current L_g.
     """
-    cap = free_slots.astype(np.int64, copy=True)
-    loads = rank_loads_tokens.astype(np.float64, copy=True)
+    # A heap over Python floats: this is the router's fallback, so it must stay cheap when time has run out.
+    cap = [int(c) for c in free_slots]
+    heap = [(float(load), g) for g, load in enumerate(rank_loads_tokens.tolist()) if cap[g] > 0]
+    heapq.heapify(heap)
+    prompts = prompt_tokens.tolist()
     rank_of = np.full(prompt_tokens.shape[0], -1, dtype=np.int64)
     for r in range(fillable_slots(prompt_tokens.shape[0], free_slots)):
-        open_ranks = np.flatnonzero(cap > 0)
-        g = int(open_ranks[np.argmin(loads[open_ranks])])
+        load, g = heapq.heappop(heap)
         rank_of[r] = g
         cap[g] -= 1
-        loads[g] += prompt_tokens[r]
+        if cap[g] > 0:
+            heapq.heappush(heap, (load + prompts[r], g))
     return rank_of
 
 
