@@ -6,12 +6,22 @@ import itertools
 
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from policies.bfio.decide import build_payload
 from policies.bfio.params import BfioMode, BfioParams
 from policies.bfio.router import ActiveBatch, BfioRouter, WaitingBatch
 from schemas.policy_docs.base import InputsDigest
-from schemas.policy_docs.bfio import ActiveRequestDoc, BfioAssignment, BfioPolicy, BfioState, RankDoc, WaitingRequestDoc
+from schemas.policy_docs.bfio import (
+    ActiveRequestDoc,
+    BfioAssignment,
+    BfioPolicy,
+    BfioState,
+    RankDoc,
+    SurvivalTableDoc,
+    WaitingRequestDoc,
+)
 
 
 def _policy(version: int = 1, valid_until: float = 100.0, **params: object) -> BfioPolicy:
@@ -162,3 +172,64 @@ class TestStarvationGuard:
         delay_s = self._admission_delay_s(aging_deadline_s=0.5, steps=150)
         assert delay_s is not None
         assert 0.5 - 1e-9 <= delay_s <= 0.5 + self.STEP_S
+
+
+class TestRouterProperties:
+    @settings(max_examples=40)
+    @given(
+        st.lists(st.integers(1, 5000), min_size=0, max_size=12),
+        st.lists(st.tuples(st.integers(0, 3), st.lists(st.integers(1, 5000), max_size=4)), min_size=1, max_size=4),
+        st.lists(st.integers(0, 5), max_size=4),
+    )
+    def test_never_overfills_a_rank_or_assigns_a_request_twice(
+        self, prompts: list[int], ranks: list[tuple[int, list[int]]], pushed_ranks: list[int]
+    ) -> None:
+        router = BfioRouter(clock=_frozen, policy=_policy(aging_deadline_s=1.0))
+        waiting = [
+            WaitingRequestDoc(request_id=f"r{i}", prompt_tokens=p, arrival_s=float(i % 3))
+            for i, p in enumerate(prompts)
+        ]
+        rank_docs = [
+            RankDoc(free_slots=free, active=[ActiveRequestDoc(prompt_tokens=p, generated_tokens=3) for p in active])
+            for free, active in ranks
+        ]
+        pushed = {
+            f"r{i}": BfioAssignment(
+                request_id=f"r{i}", rank=g, computed_at_step=0, valid_until_step=1, plan_objective_j_tokens=0.0
+            )
+            for i, g in enumerate(pushed_ranks)
+        }
+        batch, active, free = router.batches(waiting, rank_docs)
+        routing = router.route(waiting=batch, active=active, free_slots=free, now_s=2.5, step_index=1, pushed=pushed)
+        ids = [request_id for request_id, _ in routing.assignments]
+        assert len(ids) == len(set(ids)) == min(len(prompts), int(free.sum()))
+        per_rank = np.bincount([g for _, g in routing.assignments], minlength=len(rank_docs))
+        assert np.all(per_rank <= free)
+
+
+class TestSurvivalClasses:
+    @pytest.mark.parametrize(("default_class", "expected_j"), [("chat", 71.0), (None, 40.0)])
+    def test_a_class_without_a_table_uses_the_default_class_table(
+        self, default_class: str | None, expected_j: float
+    ) -> None:
+        """Chat table: S(0) = 1, S(n >= 1) = 0; H = 1, weights (1, 1); ranks hold classes x and y.
+
+        With the chat table as default, rank 0's (100, age 0) request is gone at h = 1 and rank 1's (60, age 5)
+        is past the table (predicted alive): J(w -> rank 1) = (2*105 - 205) + (2*66 - 66) = 71. Without a
+        default, both actives are alive: J(w -> rank 1) = 5 + (2*101 - 167) = 40. The new chat request
+        finishes after this step either way.
+        """
+        table = SurvivalTableDoc(
+            traffic_class="chat", edges_tokens=[1.0], survival_frac=[0.0], n_samples=100, n_censored=0
+        )
+        payload = build_payload(BfioParams(), horizon_steps=1, tables=(table,), default_class=default_class)
+        router = BfioRouter(clock=_frozen, policy=_policy().model_copy(update={"payload": payload}))
+        ranks = [
+            RankDoc(free_slots=1, active=[ActiveRequestDoc(prompt_tokens=100, generated_tokens=0, traffic_class="x")]),
+            RankDoc(free_slots=1, active=[ActiveRequestDoc(prompt_tokens=60, generated_tokens=5, traffic_class="y")]),
+        ]
+        waiting = [WaitingRequestDoc(request_id="w", prompt_tokens=40, arrival_s=0.0, traffic_class="chat")]
+        batch, active, free = router.batches(waiting, ranks)
+        routing = router.route(waiting=batch, active=active, free_slots=free, now_s=0.0, step_index=0)
+        assert routing.assignments == (("w", 1),)
+        assert routing.objective_j_tokens == expected_j
