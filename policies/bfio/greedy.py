@@ -133,7 +133,7 @@ def solve_fast(
             cap[g] -= 1
             scores[r] = -np.inf
             assigned += 1
-            if np.any(loads[g] > envelope):
+            if (loads[g] > envelope).any():
                 raised = True
                 break
             changed.append(int(g))
