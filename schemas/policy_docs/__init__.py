@@ -2,6 +2,21 @@
 
 from schemas.policy_docs.admission import AdmissionPayload, AdmissionPolicy, AdmissionState
 from schemas.policy_docs.base import ClampRecord, ContractModel, InputsDigest, PolicyDocument, SourceOffset
+from schemas.policy_docs.bfio import (
+    ActiveRequestDoc,
+    BfioAssignment,
+    BfioParamsOverride,
+    BfioPayload,
+    BfioPolicy,
+    BfioState,
+    BfioStepInput,
+    BfioWhatIfInput,
+    RankDoc,
+    StepModelDoc,
+    SurvivalTableDoc,
+    SurvivalTableInput,
+    WaitingRequestDoc,
+)
 from schemas.policy_docs.ebplus import (
     BetaMbInput,
     CostModelInput,
@@ -42,15 +57,24 @@ POLICY_DOCUMENTS: tuple[type[PolicyDocument], ...] = (
     AdmissionPolicy,
     EbplusPolicy,
     SlaiPolicy,
+    BfioPolicy,
     FleetoptPolicy,
 )
 
 __all__ = [
     "POLICY_DOCUMENTS",
+    "ActiveRequestDoc",
     "AdmissionPayload",
     "AdmissionPolicy",
     "AdmissionState",
     "BetaMbInput",
+    "BfioAssignment",
+    "BfioParamsOverride",
+    "BfioPayload",
+    "BfioPolicy",
+    "BfioState",
+    "BfioStepInput",
+    "BfioWhatIfInput",
     "ClampRecord",
     "ContractModel",
     "CostModelInput",
@@ -77,6 +101,7 @@ __all__ = [
     "InputsDigest",
     "KvGate",
     "PolicyDocument",
+    "RankDoc",
     "SlaiParamsOverride",
     "SlaiPayload",
     "SlaiPolicy",
@@ -84,4 +109,8 @@ __all__ = [
     "SlaiTierEstimate",
     "SlaiWhatIfInput",
     "SourceOffset",
+    "StepModelDoc",
+    "SurvivalTableDoc",
+    "SurvivalTableInput",
+    "WaitingRequestDoc",
 ]

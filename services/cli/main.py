@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import demo, policy_ebplus, policy_fleetopt, policy_slai, run, schema, stack
+from services.cli import bfio_assign, demo, policy_bfio, policy_ebplus, policy_fleetopt, policy_slai, run, schema, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -31,6 +31,8 @@ def build_parser() -> argparse.ArgumentParser:
     policy_ebplus.register(policy_commands)
     policy_slai.register(policy_commands)
     policy_fleetopt.register(policy_commands)
+    policy_bfio.register(policy_commands)
+    bfio_assign.register(commands)
     return parser
 
 
