@@ -28,7 +28,7 @@ WARN_EVERY_S = 5.0
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PublisherStats:
-    """Counters of a publisher: handed over, sent, dropped (queue full or broker away)."""
+    """Counters of a publisher: handed over, delivered (acknowledged by the broker), dropped, still queued."""
 
     published: int
     sent: int
@@ -106,19 +106,45 @@ class TelemetryPublisher:
         if warn:
             log.warning("telemetry_dropped", reason=reason, dropped_total=dropped)
 
+    def _delivered(self, metadata: object) -> None:
+        with self._lock:
+            self._sent += 1
+
+    def _failed(self, exc: BaseException) -> None:
+        self._drop(1, reason="delivery_failed")
+
     def _connect(self) -> KafkaProducer | None:
+        # Records the broker cannot take expire after the delivery timeout (their futures fail and
+        # are counted as dropped), so a flush or close waiting longer than that always completes.
+        timeout_ms = int(self._send_timeout_s * 1000)
         try:
             return KafkaProducer(
                 bootstrap_servers=self._bootstrap,
                 linger_ms=self._linger_ms,
                 acks=1,
-                request_timeout_ms=int(self._send_timeout_s * 1000),
-                max_block_ms=int(self._send_timeout_s * 1000),
+                request_timeout_ms=timeout_ms,
+                max_block_ms=timeout_ms,
+                delivery_timeout_ms=timeout_ms + self._linger_ms,
                 retries=2,
+                reconnect_backoff_max_ms=1000,
             )
         except KafkaError as exc:
             log.warning("broker_connection_lost", error=str(exc))
             return None
+
+    def _release(self, producer: KafkaProducer) -> None:
+        """Close ``producer``, waiting out the delivery timeout so its pending records resolve."""
+        try:
+            producer.close(timeout=2 * self._send_timeout_s + 1.0)
+        except KafkaError as exc:
+            log.warning("producer_close_failed", error=str(exc))
+
+    def _send(self, producer: KafkaProducer, event: Event) -> None:
+        future = producer.send(self._topic, key=event.engine_id.encode(), value=encode_event(event))
+        future.add_callback(self._delivered)
+        future.add_errback(self._failed)
+        if self._queue.empty():
+            producer.flush(timeout=2 * self._send_timeout_s + 1.0)
 
     def _run(self) -> None:
         producer: KafkaProducer | None = None
@@ -128,29 +154,22 @@ class TelemetryPublisher:
             if event is None:
                 self._queue.task_done()
                 break
-            if producer is None and time.monotonic() >= retry_at:
-                producer = self._connect()
-                if producer is None:
-                    retry_at = time.monotonic() + 1.0
-            if producer is None:
-                self._drop(1, reason="broker_unavailable")
-                self._queue.task_done()
-                continue
             try:
-                producer.send(self._topic, key=event.engine_id.encode(), value=encode_event(event))
-                if self._queue.empty():
-                    producer.flush(timeout=self._send_timeout_s)
-                with self._lock:
-                    self._sent += 1
+                if producer is None and time.monotonic() >= retry_at:
+                    producer = self._connect()
+                    retry_at = time.monotonic() + 1.0
+                if producer is None:
+                    self._drop(1, reason="broker_unavailable")
+                    continue
+                self._send(producer, event)
             except KafkaError as exc:
                 log.warning("broker_connection_lost", error=str(exc))
                 self._drop(1, reason="broker_unavailable")
-                producer.close(timeout=0)
-                producer = None
-                retry_at = time.monotonic() + 1.0
+            except Exception:
+                # The publisher's thread is the engine's lifeline to the log: it never dies.
+                log.exception("publisher_failed")
+                self._drop(1, reason="publisher_error")
             finally:
                 self._queue.task_done()
         if producer is not None:
-            with contextlib.suppress(KafkaError):
-                producer.flush(timeout=self._send_timeout_s)
-            producer.close(timeout=self._send_timeout_s)
+            self._release(producer)

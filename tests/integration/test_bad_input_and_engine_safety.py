@@ -1,0 +1,143 @@
+"""Bad input loses nothing and is dead-lettered with a reason; engines are safe when backends go away."""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from kafka import KafkaConsumer, KafkaProducer
+
+from schemas.events import encode_event
+from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC
+from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
+from services.policy.specs import default_registry
+from services.sdk.policy_client import PolicyClient
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.processes import free_port, stop
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = pytest.mark.integration
+
+MUTATIONS = ("drop", "wrong_type", "negative", "nan", "unknown_type", "huge_string", "not_json")
+
+
+def _mutate(raw: bytes, mutation: str, pick: int) -> bytes:
+    data = json.loads(raw)
+    keys = sorted(k for k in data if k not in {"deployment", "event_type", "engine_id"})
+    key = keys[pick % len(keys)]
+    if mutation == "drop":
+        data["event_id"] = None
+    elif mutation == "wrong_type":
+        data["seq"] = "seven"
+    elif mutation == "negative":
+        data["seq"] = -1 - pick
+    elif mutation == "nan":
+        data["ts"] = math.nan
+    elif mutation == "unknown_type":
+        data["event_type"] = f"request.unknown{pick}"
+    elif mutation == "huge_string":
+        data[key] = "x" * 5000
+    else:
+        return b"{not json " + raw[:20]
+    return json.dumps(data, allow_nan=True).encode()
+
+
+@settings(max_examples=1, deadline=None, suppress_health_check=list(HealthCheck))
+@given(picks=st.lists(st.tuples(st.sampled_from(MUTATIONS), st.integers(0, 1000)), min_size=120, max_size=120))
+def test_a_stream_with_ten_percent_malformed_events_loses_no_valid_event(
+    stack: StackState, deployment: str, picks: list[tuple[str, int]]
+) -> None:
+    valid = synthetic_stream(engines=2, requests=360, deployment=deployment, seed=9)
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
+    bad_count = 0
+    for i, event in enumerate(valid):
+        raw = encode_event(event)
+        producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=raw)
+        if i % 9 == 0 and bad_count < len(picks):
+            mutation, pick = picks[bad_count]
+            producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=_mutate(raw, mutation, pick))
+            bad_count += 1
+    producer.flush()
+    producer.close()
+    assert bad_count / (bad_count + len(valid)) >= 0.09
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+    )
+    processor.run(idle_exit_s=4.0)
+    processor.close()
+    assert processor.counters.folded == len(valid)
+    consumer = KafkaConsumer(
+        DEADLETTER_TOPIC,
+        bootstrap_servers=stack.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+    )
+    ours = [json.loads(m.value) for m in consumer if deployment.encode() in m.value]
+    consumer.close()
+    by_offset = {(d["source"]["partition"], d["source"]["offset"]): d for d in ours}
+    assert len(by_offset) == bad_count
+    assert all(d["reason"] and d["source"]["topic"] == TELEMETRY_TOPIC for d in by_offset.values())
+    store.close()
+
+
+def _document(deployment: str, version: int, valid_until: float) -> AdmissionPolicy:
+    return AdmissionPolicy(
+        scope="eng-0",
+        deployment=deployment,
+        version=version,
+        computed_at=0.0,
+        valid_until=valid_until,
+        inputs=InputsDigest(snapshot_id="sha256:x"),
+        payload=AdmissionPayload(pressure=0.2, level="ok", admit_fraction=1.0),
+        state=AdmissionState(smoothed_pressure=0.2, level="ok"),
+    )
+
+
+def test_engine_calls_never_raise_when_redis_or_the_broker_stop(tmp_path: Path) -> None:
+    own = stack_up(tmp_path, "redis://127.0.0.1:1/0", free_port())
+    try:
+        assert own.redis_pid is not None
+        assert own.broker_pid is not None
+        store = RedisStore(redis.Redis.from_url(own.redis_url), "safety")
+        store.put_policy("admission", "eng-0", 1, _document("safety", 1, 100.0).model_dump_json())
+        client = PolicyClient(own.redis_url, "safety", poll_interval_s=0.05, timeout_s=0.2)
+        client.watch("admission", "eng-0")
+        deadline = time.monotonic() + 5.0
+        while client.current("admission", "eng-0", 1.0) is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+        cached = client.current("admission", "eng-0", 1.0)
+        assert cached is not None
+        store.close()
+
+        stop(own.redis_pid)
+        time.sleep(0.3)
+        assert client.current("admission", "eng-0", 50.0) == cached
+        assert client.current("admission", "eng-0", 100.5) is None
+        client.refresh()
+        assert client.stats().backend_errors >= 1
+        client.close()
+
+        publisher = TelemetryPublisher(own.kafka_bootstrap, send_timeout_s=1.0, max_queue=500)
+        events = synthetic_stream(engines=1, requests=10, deployment="safety")
+        for event in events:
+            publisher.publish(event)
+        assert publisher.flush(10.0)
+        stop(own.broker_pid)
+        for _ in range(2000):
+            publisher.publish(events[0])
+        publisher.close(timeout_s=5.0)
+        stats = publisher.stats()
+        assert stats.published == len(events) + 2000
+        assert stats.dropped > 0
+    finally:
+        stack_down(tmp_path)
