@@ -12,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import demo, schema, stack
+from services.cli import demo, schema, sim, stack
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -24,6 +24,7 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.register(commands)
     schema.register(commands)
+    sim.register(commands)
     stack.register(commands)
     policy = commands.add_parser("policy", help="what-if: print a policy decision for an estimate snapshot")
     policy_commands = policy.add_subparsers(dest="policy", metavar="POLICY", required=True)
