@@ -94,8 +94,12 @@ class EbTiming:
     pure steps); with alpha_mb_s = 0 this reproduces the v1 saturation throughput 1 / beta_mb(r).
     Batches of an exclusive (EB) scheduler use alpha_p + beta_p tokens and alpha_d + beta_d n.
 
-    Deviation: decode cost ignores context growth, as the calibration was taken at context 512
-    (spec section 6.5).
+    Deviation: a mixed step never costs less than the exclusive formula of its dominant kind
+    (alpha_d + beta_d n with decodes, else alpha_p + beta_p tokens). beta_mb(r) is an effective cost
+    fitted at saturation, with the fixed overhead amortised; alone, with alpha_mb_s = 0, it would
+    price a lone decode at 0.1 ms instead of the ~9 ms floor. At saturation the mixed term dominates,
+    so the v1 throughput check of section 6.5 is unchanged. Decode cost ignores context growth, as the
+    calibration was taken at context 512 (spec section 6.5).
 
     Raises:
         InvalidInputError: a negative coefficient.
@@ -144,7 +148,12 @@ class EbTiming:
         if shape.exclusive and shape.prefill_tokens == 0:
             return self.alpha_d_s + self.beta_d_s_per_seq * shape.decode_requests
         n_tok = shape.prefill_tokens + shape.decode_requests
-        return self.alpha_mb_s + self.beta_mb_s_per_token(shape.decode_requests / n_tok) * n_tok
+        mixed_s = self.alpha_mb_s + self.beta_mb_s_per_token(shape.decode_requests / n_tok) * n_tok
+        if shape.decode_requests > 0:
+            floor_s = self.alpha_d_s + self.beta_d_s_per_seq * shape.decode_requests
+        else:
+            floor_s = self.alpha_p_s + self.beta_p_s_per_token * shape.prefill_tokens
+        return max(mixed_s, floor_s)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -36,7 +36,13 @@ class TestEbTiming:
 
     def test_pure_batches_of_a_mixed_scheduler_use_the_mixed_formula(self) -> None:
         assert EB.step_time_s(_shape(0, 10)) == pytest.approx(0.002 + 0.007 * 10)
-        assert EB.step_time_s(_shape(10, 0)) == pytest.approx(0.002 + 0.001 * 10)
+        assert EB.step_time_s(_shape(0, 3)) == pytest.approx(0.002 + 0.007 * 3)
+
+    def test_mixed_step_never_undercuts_the_exclusive_floor_of_its_kind(self) -> None:
+        """A lone decode: mixed 0.002 + 0.007 = 9 ms, but alpha_d + beta_d = 7 ms is below; prefill 10 tokens:
+        mixed 12 ms < alpha_p + 10 beta_p = 20 ms, so 20 ms."""
+        assert EB.step_time_s(_shape(0, 1)) == pytest.approx(0.009)
+        assert EB.step_time_s(_shape(10, 0)) == pytest.approx(0.020)
 
     def test_exclusive_batches_use_prefill_and_decode_formulas(self) -> None:
         assert EB.step_time_s(_shape(200, 0, exclusive=True)) == pytest.approx(0.01 + 0.001 * 200)
