@@ -1,3 +1,82 @@
-"""Pure, incremental, serialisable and mergeable estimators (no I/O, no clock)."""
+"""Pure, incremental, serialisable and mergeable estimators (no I/O, no clock).
 
-__all__: list[str] = []
+See docs/estimators.md for each estimator, its parameters and defaults, and the policy that reads it.
+"""
+
+from estimators.cost_model import (
+    BatchTimeFit,
+    BatchTimeModel,
+    LinearCostFit,
+    LinearCostModel,
+    MixedCostFit,
+    MixedCostModel,
+    StepTimeFit,
+    StepTimeModel,
+)
+from estimators.dp_load import DpLoadSummary, DpLoadTracker, RankLoad, rank_load
+from estimators.ema import AsymmetricEma, Ema, EmaSnapshot
+from estimators.hazard import HazardTable, LinearHazardFit, empirical_hazard, fit_linear_hazard
+from estimators.histogram import (
+    BUCKET_EDGES_TOKENS,
+    FLEETOPT_BREAKPOINTS_TOKENS,
+    LengthDistribution,
+    LengthHistogram,
+    bucket_of,
+)
+from estimators.least_squares import LeastSquares, LeastSquaresFit, NotEnoughData
+from estimators.quantiles import QuantileSketch, QuantileSummary, WindowedQuantileSketch
+from estimators.rates import EventRate, RateSnapshot
+from estimators.survival import (
+    OutputLengthSample,
+    OutputLengthWindow,
+    SurvivalCurve,
+    SurvivalTable,
+    kaplan_meier,
+    log_bin_edges_tokens,
+    survival_table,
+)
+from estimators.window import CountWindowMean, SlotRing
+
+__all__ = [
+    "BUCKET_EDGES_TOKENS",
+    "FLEETOPT_BREAKPOINTS_TOKENS",
+    "AsymmetricEma",
+    "BatchTimeFit",
+    "BatchTimeModel",
+    "CountWindowMean",
+    "DpLoadSummary",
+    "DpLoadTracker",
+    "Ema",
+    "EmaSnapshot",
+    "EventRate",
+    "HazardTable",
+    "LeastSquares",
+    "LeastSquaresFit",
+    "LengthDistribution",
+    "LengthHistogram",
+    "LinearCostFit",
+    "LinearCostModel",
+    "LinearHazardFit",
+    "MixedCostFit",
+    "MixedCostModel",
+    "NotEnoughData",
+    "OutputLengthSample",
+    "OutputLengthWindow",
+    "QuantileSketch",
+    "QuantileSummary",
+    "RankLoad",
+    "RateSnapshot",
+    "SlotRing",
+    "StepTimeFit",
+    "StepTimeModel",
+    "SurvivalCurve",
+    "SurvivalTable",
+    "WindowedQuantileSketch",
+    "bucket_of",
+    "empirical_hazard",
+    "fit_linear_hazard",
+    "kaplan_meier",
+    "log_bin_edges_tokens",
+    "rank_load",
+    "survival_table",
+]

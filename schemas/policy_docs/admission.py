@@ -13,12 +13,14 @@ from pydantic import Field
 
 from schemas.policy_docs.base import ContractModel, PolicyDocument
 
+AdmissionLevel = Literal["ok", "busy", "overloaded"]
+
 
 class AdmissionPayload(ContractModel):
     """What a gateway obeys: the pressure level and whether to hold new requests back."""
 
     pressure: float = Field(ge=0.0, le=1.0, description="0 idle .. 1 saturated")
-    level: Literal["ok", "busy", "overloaded"]
+    level: AdmissionLevel
     admit_fraction: float = Field(ge=0.0, le=1.0, description="share of new requests to send to this engine")
 
 
@@ -26,7 +28,7 @@ class AdmissionState(ContractModel):
     """Carried between decisions: the smoothed pressure and the last level, for hysteresis."""
 
     smoothed_pressure: float = Field(ge=0.0, le=1.0)
-    level: Literal["ok", "busy", "overloaded"]
+    level: AdmissionLevel
 
 
 class AdmissionPolicy(PolicyDocument):

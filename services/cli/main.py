@@ -12,7 +12,18 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import demo, schema, sim, stack
+from services.cli import (
+    bfio_assign,
+    demo,
+    policy_bfio,
+    policy_ebplus,
+    policy_fleetopt,
+    policy_slai,
+    run,
+    schema,
+    sim,
+    stack,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -23,12 +34,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.register(commands)
+    run.register(commands)
     schema.register(commands)
     sim.register(commands)
     stack.register(commands)
     policy = commands.add_parser("policy", help="what-if: print a policy decision for an estimate snapshot")
     policy_commands = policy.add_subparsers(dest="policy", metavar="POLICY", required=True)
-    del policy_commands
+    policy_ebplus.register(policy_commands)
+    policy_slai.register(policy_commands)
+    policy_fleetopt.register(policy_commands)
+    policy_bfio.register(policy_commands)
+    bfio_assign.register(commands)
     return parser
 
 

@@ -1,0 +1,192 @@
+"""Least squares from sufficient statistics: mergeable, bounded, with an honest refusal.
+
+DESIGN.md section 4 principle 4: regressions merge through their sufficient statistics. For
+features x (p of them, the intercept included by the caller) and target y with weight w, the state
+is X'WX (p x p), X'Wy (p), y'Wy, the sample count and the weight sum; folding is O(p^2) per
+observation and memory is O(p^2) however long the stream. Merging adds the statistics, so
+merge(a, b) fits exactly as folding both streams would (up to float rounding).
+
+The fit solves the normal equations with ``numpy.linalg.lstsq`` (minimum-norm when the design is
+rank-deficient) and reports its sample count and residual spread. Below ``min_samples`` it returns
+``NotEnoughData``; it never raises for lack of data (STYLE.md section 5).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from estimators._input import check_format, require_count, require_finite, require_nonnegative
+from schemas.errors import InvalidInputError
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class NotEnoughData:
+    """A fit refused for lack of data: what was counted and the minimum it needs.
+
+    Attributes:
+        samples: the amount of data present (observations, or total weight where stated).
+        minimum: the amount the fit needs.
+        reason: which quantity fell short, e.g. ``"samples"`` or ``"total_weight"``.
+    """
+
+    samples: int
+    minimum: int
+    reason: str = "samples"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LeastSquaresFit:
+    """Coefficients of a (weighted) least-squares fit and its quality.
+
+    Attributes:
+        coefficients: one per feature, in the order the features were given.
+        n_samples: observations folded.
+        residual_std: sqrt(weighted RSS / (sum of weights - rank)) in the target's unit; 0 when the fit
+            is exact or there are no spare degrees of freedom.
+        r_squared: 1 - RSS/TSS (weighted, about the weighted mean); None when TSS is 0.
+        rank: numerical rank of the design.
+    """
+
+    coefficients: tuple[float, ...]
+    n_samples: int
+    residual_std: float
+    r_squared: float | None
+    rank: int
+
+    def predict(self, features: Sequence[float]) -> float:
+        """Fitted value at ``features`` (same order and length as the fit's features)."""
+        return math.fsum(c * x for c, x in zip(self.coefficients, features, strict=True))
+
+
+class LeastSquares:
+    """Running sufficient statistics of a weighted linear regression y ~ x . b.
+
+    Bad input: a NaN or infinite feature or target, a negative weight, or a feature vector of the
+    wrong length raises ``InvalidInputError``.
+    """
+
+    __slots__ = ("_n", "_sw", "_swy", "_xtwx", "_xtwy", "_ytwy", "n_features")
+
+    def __init__(self, *, n_features: int) -> None:
+        """Create empty statistics for ``n_features`` features (>= 1)."""
+        self.n_features = require_count("n_features", n_features, minimum=1)
+        self._xtwx: npt.NDArray[np.float64] = np.zeros((n_features, n_features), dtype=np.float64)
+        self._xtwy: npt.NDArray[np.float64] = np.zeros(n_features, dtype=np.float64)
+        self._ytwy = 0.0
+        self._sw = 0.0
+        self._swy = 0.0
+        self._n = 0
+
+    @property
+    def n_samples(self) -> int:
+        """Observations folded so far."""
+        return self._n
+
+    def update(self, features: Sequence[float], target: float, *, weight: float = 1.0) -> None:
+        """Fold one observation.
+
+        Args:
+            features: the feature vector (length ``n_features``; include a 1.0 for an intercept).
+            target: the observed value.
+            weight: its weight (>= 0).
+
+        Raises:
+            InvalidInputError: a non-finite value, a negative weight, or a wrong-length feature vector.
+        """
+        if len(features) != self.n_features:
+            msg = f"features must have length {self.n_features}, got {len(features)}"
+            raise InvalidInputError(msg, field="features", value=len(features))
+        x = np.asarray(features, dtype=np.float64)
+        if not np.isfinite(x).all():
+            msg = f"features must be finite, got {list(features)!r}"
+            raise InvalidInputError(msg, field="features", value=list(features))
+        y = require_finite("target", target)
+        w = require_nonnegative("weight", weight)
+        wx = w * x
+        self._xtwx += np.outer(wx, x)
+        self._xtwy += wx * y
+        self._ytwy += w * y * y
+        self._sw += w
+        self._swy += w * y
+        self._n += 1
+
+    def merge(self, other: LeastSquares) -> LeastSquares:
+        """Statistics of both inputs' observations together.
+
+        Raises:
+            InvalidInputError: the feature counts differ.
+        """
+        if other.n_features != self.n_features:
+            msg = f"cannot merge least squares with {self.n_features} and {other.n_features} features"
+            raise InvalidInputError(msg, field="n_features", value=other.n_features)
+        out = LeastSquares(n_features=self.n_features)
+        out._xtwx = self._xtwx + other._xtwx
+        out._xtwy = self._xtwy + other._xtwy
+        out._ytwy = self._ytwy + other._ytwy
+        out._sw = self._sw + other._sw
+        out._swy = self._swy + other._swy
+        out._n = self._n + other._n
+        return out
+
+    def fit(self, *, min_samples: int | None = None) -> LeastSquaresFit | NotEnoughData:
+        """Solve the normal equations.
+
+        Args:
+            min_samples: the fewest observations to fit from; default ``n_features + 1``.
+
+        Returns:
+            The fit, or ``NotEnoughData`` below ``min_samples`` or with zero total weight.
+        """
+        need = self.n_features + 1 if min_samples is None else min_samples
+        if self._n < need or self._sw <= 0.0:
+            return NotEnoughData(samples=self._n, minimum=need)
+        coef, _, rank, _ = np.linalg.lstsq(self._xtwx, self._xtwy, rcond=None)
+        rss = max(0.0, float(self._ytwy - 2.0 * coef @ self._xtwy + coef @ self._xtwx @ coef))
+        dof = self._sw - int(rank)
+        residual_std = math.sqrt(rss / dof) if dof > 0 else 0.0
+        tss = self._ytwy - self._swy * self._swy / self._sw
+        r_squared = 1.0 - rss / tss if tss > 1e-300 else None
+        return LeastSquaresFit(
+            coefficients=tuple(float(c) for c in coef),
+            n_samples=self._n,
+            residual_std=residual_std,
+            r_squared=r_squared,
+            rank=int(rank),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible state (format 1)."""
+        return {
+            "kind": "least_squares",
+            "format": 1,
+            "n_features": self.n_features,
+            "xtwx": self._xtwx.tolist(),
+            "xtwy": self._xtwy.tolist(),
+            "ytwy": self._ytwy,
+            "sw": self._sw,
+            "swy": self._swy,
+            "n": self._n,
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> LeastSquares:
+        """Rebuild from ``to_dict`` output.
+
+        Raises:
+            InvalidInputError: wrong kind or format version.
+        """
+        d = check_format(data, kind="least_squares", version=1)
+        out = cls(n_features=int(d["n_features"]))
+        out._xtwx = np.asarray(d["xtwx"], dtype=np.float64).reshape(out.n_features, out.n_features)
+        out._xtwy = np.asarray(d["xtwy"], dtype=np.float64).reshape(out.n_features)
+        out._ytwy = float(d["ytwy"])
+        out._sw = float(d["sw"])
+        out._swy = float(d["swy"])
+        out._n = int(d["n"])
+        return out

@@ -1,0 +1,201 @@
+"""BF-IO solver benchmark: router latency p50/p99 at production size, and the fast solver's optimality gap.
+
+Production size (issue 8): G = 32 ranks, B = 72 slots, 100 waiting requests, H = 20 on the dyadic grid,
+survival-based lookahead for every active request. Prompt lengths are lognormal with BurstGPT's mean and
+std (363 and 502 tokens, specs/seed-003-bfio.md section 5.3); free slots per rank are Binomial(B, p).
+Reports wall-clock latency of ``BfioRouter.route`` (predictions + solve) without a budget, the fallback
+rate under the default 1.5 ms budget, the bare ``solve_fast`` latency, and the mean/max optimality gap
+of ``solve_fast`` against ``solve_exact`` on small random instances. Writes JSON to ``--out``.
+
+Usage: python ops/bench/bench_bfio.py [--calls 500] [--free-frac 0.02] [--out out/bench/bench_bfio.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+
+from policies.bfio import (
+    ActiveBatch,
+    BfioParams,
+    BfioRouter,
+    NewRequestModel,
+    SurvivalCurve,
+    WaitingBatch,
+    active_contributions,
+    build_horizon_grid,
+    build_payload,
+    new_request_contributions,
+    rank_base_loads,
+    solve_exact,
+    solve_fast,
+)
+from schemas.policy_docs import BfioPolicy, BfioState, InputsDigest, SurvivalTableDoc
+
+G, B, N = 32, 72, 100
+PROMPT_MEAN, PROMPT_STD = 363.0, 502.0
+
+
+def _lognormal_prompts(rng: np.random.Generator, size: int) -> np.ndarray:
+    sigma2 = np.log(1 + (PROMPT_STD / PROMPT_MEAN) ** 2)
+    return np.maximum(1.0, np.round(rng.lognormal(np.log(PROMPT_MEAN) - sigma2 / 2, np.sqrt(sigma2), size)))
+
+
+def _policy(budget_s: float) -> BfioPolicy:
+    edges = np.unique(np.round(np.geomspace(1, 4096, 40)))
+    table = SurvivalTableDoc(
+        traffic_class="chat",
+        edges_tokens=edges.tolist(),
+        survival_frac=np.exp(-edges / 300.0).tolist(),
+        n_samples=20_000,
+        n_censored=2_000,
+    )
+    params = BfioParams(solver_budget_s=budget_s)
+    payload = build_payload(params, horizon_steps=params.horizon_steps, tables=(table,), default_class="chat")
+    return BfioPolicy(
+        scope="bench",
+        deployment="bench",
+        version=1,
+        computed_at=0.0,
+        valid_until=1e9,
+        inputs=InputsDigest(snapshot_id="bench"),
+        payload=payload,
+        state=BfioState(horizon_steps=payload.horizon_steps),
+    )
+
+
+def _step(rng: np.random.Generator, cid: int, free_frac: float) -> tuple[WaitingBatch, ActiveBatch, np.ndarray]:
+    free = rng.binomial(B, free_frac, G).astype(np.int64)
+    occupied = B - free
+    m = int(occupied.sum())
+    active = ActiveBatch(
+        rank=np.repeat(np.arange(G, dtype=np.int64), occupied),
+        prompt_tokens=_lognormal_prompts(rng, m),
+        generated_tokens=rng.integers(0, 600, m).astype(np.float64),
+        max_tokens=np.full(m, np.inf),
+        class_id=np.full(m, cid, dtype=np.int64),
+    )
+    waiting = WaitingBatch(
+        request_ids=tuple(f"r{i}" for i in range(N)),
+        prompt_tokens=_lognormal_prompts(rng, N),
+        arrival_s=np.zeros(N),
+        max_tokens=np.full(N, np.inf),
+        class_id=np.full(N, cid, dtype=np.int64),
+    )
+    return waiting, active, free
+
+
+def _percentiles_ms(samples: list[float]) -> dict[str, float]:
+    values = np.asarray(samples) * 1e3
+    return {"p50_ms": float(np.percentile(values, 50)), "p99_ms": float(np.percentile(values, 99))}
+
+
+def bench_router(calls: int, free_frac: float, seed: int) -> dict[str, object]:
+    """Time ``BfioRouter.route`` unbounded and with the default budget, and bare ``solve_fast``."""
+    results: dict[str, object] = {}
+    for label, budget_s in (("route_unbounded", 10.0), ("route_default_budget", BfioParams().solver_budget_s)):
+        rng = np.random.default_rng(seed)
+        router = BfioRouter(clock=time.perf_counter, policy=_policy(budget_s))
+        cid = router.class_id("chat")
+        latencies, fallbacks, admitted = [], 0, []
+        for step in range(calls):
+            waiting, active, free = _step(rng, cid, free_frac)
+            start = time.perf_counter()
+            routing = router.route(waiting=waiting, active=active, free_slots=free, now_s=0.0, step_index=step)
+            latencies.append(time.perf_counter() - start)
+            fallbacks += routing.fallback_reason is not None
+            admitted.append(len(routing.assignments))
+        results[label] = {
+            **_percentiles_ms(latencies),
+            "fallback_rate": fallbacks / calls,
+            "mean_admitted": float(np.mean(admitted)),
+        }
+    rng = np.random.default_rng(seed)
+    grid = build_horizon_grid(20, dyadic=True, scheme=BfioParams().weight_scheme, decay_gamma=0.86)
+    edges = np.unique(np.round(np.geomspace(1, 4096, 40)))
+    curve = SurvivalCurve(edges_tokens=edges, survival_frac=np.exp(-edges / 300.0))
+    solve_latencies = []
+    for _ in range(calls):
+        waiting, active, free = _step(rng, 0, free_frac)
+        base = rank_base_loads(
+            active_contributions(
+                curve,
+                prompt_tokens=active.prompt_tokens,
+                generated_tokens=active.generated_tokens,
+                max_tokens=active.max_tokens,
+                offsets_steps=grid.offsets_steps,
+                drift=1.0,
+            ),
+            active.rank,
+            G,
+        )
+        v = new_request_contributions(
+            curve,
+            prompt_tokens=waiting.prompt_tokens,
+            max_tokens=waiting.max_tokens,
+            offsets_steps=grid.offsets_steps,
+            drift=1.0,
+            model=NewRequestModel.S_PLUS_H_SURVIVAL,
+        )
+        start = time.perf_counter()
+        solve_fast(base, free, v, grid.weights)
+        solve_latencies.append(time.perf_counter() - start)
+    results["solve_fast_only"] = _percentiles_ms(solve_latencies)
+    return results
+
+
+def bench_gap(instances: int, seed: int) -> dict[str, float]:
+    """Optimality gap of ``solve_fast`` against ``solve_exact`` on 3 ranks x 6 waiting x 3 offsets."""
+    rng = np.random.default_rng(seed)
+    gaps, optimal = [], 0
+    for _ in range(instances):
+        base = rng.integers(0, 2000, (3, 3)).astype(np.float64)
+        free = rng.integers(0, 3, 3)
+        v = _lognormal_prompts(rng, 6)[:, None] + np.arange(3)[None, :]
+        weights = np.ones(3)
+        _, exact_j = solve_exact(base, free, v, weights)
+        fast_j = solve_fast(base, free, v, weights).objective_j_tokens
+        optimal += fast_j <= exact_j + 1e-9
+        gaps.append((fast_j - exact_j) / max(exact_j, 1.0))
+    return {
+        "instances": float(instances),
+        "optimal_frac": optimal / instances,
+        "mean_rel_gap": float(np.mean(gaps)),
+        "max_rel_gap": float(np.max(gaps)),
+    }
+
+
+def main() -> None:
+    """Run the benchmark, print a table and write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--calls", type=int, default=500)
+    parser.add_argument("--free-frac", type=float, default=0.02, help="p of Binomial(B, p) free slots per rank")
+    parser.add_argument("--gap-instances", type=int, default=200)
+    parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=Path("out/bench/bench_bfio.json"))
+    args = parser.parse_args()
+    router = bench_router(args.calls, args.free_frac, args.seed)
+    gap = bench_gap(args.gap_instances, args.seed)
+    print(f"BF-IO router at G={G}, B={B}, {N} waiting, H=20 dyadic, {args.calls} calls, free p={args.free_frac}")
+    print(f"{'measure':<24} {'p50 ms':>8} {'p99 ms':>8} {'fallback':>9} {'admitted':>9}")
+    for label, row in router.items():
+        assert isinstance(row, dict)
+        fallback = f"{row['fallback_rate']:.3f}" if "fallback_rate" in row else "-"
+        admitted = f"{row['mean_admitted']:.1f}" if "mean_admitted" in row else "-"
+        print(f"{label:<24} {row['p50_ms']:>8.3f} {row['p99_ms']:>8.3f} {fallback:>9} {admitted:>9}")
+    print(
+        f"solve_fast vs solve_exact on {int(gap['instances'])} small instances: optimal {gap['optimal_frac']:.3f}, "
+        f"mean relative gap {gap['mean_rel_gap']:.4f}, max {gap['max_rel_gap']:.4f}"
+    )
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    document = {"G": G, "B": B, "waiting": N, "free_frac": args.free_frac, "router": router, "gap": gap}
+    args.out.write_text(json.dumps(document, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,72 @@
+"""The BF-IO objective: Imbalance (Eq. 2), the horizon sum J of (IO) and the marginal score F.
+
+Imbalance(k) = G max_g L_g(k) - sum_g L_g(k) (paper Eq. 2); J(S(k)) = sum_{h=0..H} omega_h Imbalance(k+h)
+(paper section 4, (IO)); adding request r with predicted workload v_r(h) to rank g changes J by
+Delta J = sum_h omega_h [G (v_r(h) - m_g(h))^+ - v_r(h)] with margin m_g(h) = max_j L_j(h) - L_g(h)
+(specs/seed-003-bfio.md section 2.5), so F_{r,g} = -Delta J is the greedy score.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import numpy.typing as npt
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+
+def imbalance_tokens(loads: FloatArray) -> float:
+    """Imbalance of one step (Eq. 2) for rank loads of shape (G,), in tokens."""
+    return float(loads.shape[0] * loads.max() - loads.sum())
+
+
+def loads_after(base_loads: FloatArray, contributions: FloatArray, rank_of: IntArray) -> FloatArray:
+    """Predicted rank loads L_g(k+h) after assigning waiting request i to ``rank_of[i]`` (-1: not admitted).
+
+    Args:
+        base_loads: shape (G, K), predicted loads of the active requests, b_g(h).
+        contributions: shape (N, K), v_i(h) of each waiting request.
+        rank_of: shape (N,), rank of each request or -1.
+
+    Returns:
+        Shape (G, K).
+    """
+    loads = base_loads.copy()
+    admitted = rank_of >= 0
+    if np.any(admitted):
+        np.add.at(loads, rank_of[admitted], contributions[admitted])
+    return loads
+
+
+def objective_j(loads: FloatArray, weights: FloatArray) -> float:
+    """J = sum_k omega_k (G max_g L_g(h_k) - sum_g L_g(h_k)) for loads of shape (G, K), in tokens."""
+    per_offset = loads.shape[0] * loads.max(axis=0) - loads.sum(axis=0)
+    return float(per_offset @ weights)
+
+
+def marginal_scores(loads: FloatArray, contributions: FloatArray, weights: FloatArray) -> FloatArray:
+    """F_{r,g} = -Delta J of adding each request r to each rank g alone, shape (N, G).
+
+    Args:
+        loads: shape (G, K), current predicted rank loads.
+        contributions: shape (N, K), v_r(h).
+        weights: shape (K,), omega.
+    """
+    margins = loads.max(axis=0)[None, :] - loads
+    excess = np.maximum(contributions[:, None, :] - margins[None, :, :], 0.0)
+    scores: FloatArray = (contributions @ weights)[:, None] - loads.shape[0] * (excess @ weights)
+    return scores
+
+
+def fillable_slots(num_waiting: int, free_slots: IntArray) -> int:
+    """U(k) = min(|R_wait(k)|, sum_g cap[g](k)): how many assignments (IO) must make."""
+    return int(min(num_waiting, int(free_slots.sum())))
+
+
+def is_feasible(rank_of: IntArray, free_slots: IntArray) -> bool:
+    """Whether ``rank_of`` satisfies (IO): each request at most once, per-rank capacity, exactly U assigned."""
+    num_ranks = free_slots.shape[0]
+    if np.any(rank_of < -1) or np.any(rank_of >= num_ranks):
+        return False
+    per_rank = np.bincount(rank_of[rank_of >= 0], minlength=num_ranks)
+    return bool(np.all(per_rank <= free_slots)) and int(per_rank.sum()) == fillable_slots(rank_of.shape[0], free_slots)

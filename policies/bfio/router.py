@@ -1,0 +1,392 @@
+"""The engine-side BF-IO router: one call per decode step assigns waiting requests to DP ranks.
+
+specs/seed-003-bfio.md section 6.2 (tier 0): the router holds the central waiting pool and a shadow of each
+rank's active requests, and at every step solves (IO) with the fast solver under the bundle the control
+plane pushed (section 6.5). It never blocks on the control plane:
+
+- no bundle, or one past ``valid_until``: JSQ-by-load (the documented safe default, DESIGN principle 5);
+- pushed central-pool assignments are used only while valid (step not past ``valid_until_step``, same
+  bundle version, request still waiting, the rank still has a free slot); everything else is solved locally;
+- starvation guard (spec section 8 item 8): a request that has waited ``aging_deadline_s`` or longer is
+  admitted before any younger one, the oldest first. So a request is admitted at the first step at which
+  it has waited at least the deadline and fewer older overdue requests than free slots remain; with
+  non-zero free capacity per step, its admission delay is bounded by the deadline plus the steps needed
+  to drain the overdue requests ahead of it;
+- the solver's budget counts from the start of the call, prediction included; past it the remaining
+  slots are filled by JSQ-by-load.
+
+Elapsed time comes from the ``clock`` the engine passes (time.perf_counter); event time is an argument.
+Classes are mapped to stable integer ids (``class_id``) so the per-step batches are plain arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import numpy.typing as npt
+
+from policies.bfio.baselines import fcfs_index_fill, jsq_load
+from policies.bfio.greedy import SolveBudget, solve_fast
+from policies.bfio.lookahead import SurvivalCurve, active_contributions, new_request_contributions, rank_base_loads
+from policies.bfio.objective import fillable_slots
+from policies.bfio.params import BfioMode, NewRequestModel
+from schemas.errors import InvalidInputError
+from schemas.policy_docs.bfio import BfioAssignment, BfioPolicy, RankDoc, WaitingRequestDoc
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+NO_CLASS = -1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WaitingBatch:
+    """The waiting pool in FIFO (arrival) order, as arrays of length N.
+
+    Attributes:
+        request_ids: the requests' ids.
+        prompt_tokens: s_i.
+        arrival_s: event time each request arrived, seconds.
+        max_tokens: output cap, np.inf when none.
+        class_id: ``BfioRouter.class_id`` of each request's class, ``NO_CLASS`` when unknown.
+    """
+
+    request_ids: tuple[str, ...]
+    prompt_tokens: FloatArray
+    arrival_s: FloatArray
+    max_tokens: FloatArray
+    class_id: IntArray
+
+    def __post_init__(self) -> None:
+        size = len(self.request_ids)
+        for name in ("prompt_tokens", "arrival_s", "max_tokens", "class_id"):
+            if getattr(self, name).shape != (size,):
+                msg = f"waiting.{name} must have shape ({size},), got {getattr(self, name).shape}"
+                raise InvalidInputError(msg, field=f"waiting.{name}", value=getattr(self, name).shape)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ActiveBatch:
+    """Every rank's active requests, as arrays of length M.
+
+    Attributes:
+        rank: rank each request runs on, in [0, G).
+        prompt_tokens: s_i.
+        generated_tokens: a_i, tokens generated so far.
+        max_tokens: output cap, np.inf when none.
+        class_id: ``BfioRouter.class_id`` of each request's class, ``NO_CLASS`` when unknown.
+    """
+
+    rank: IntArray
+    prompt_tokens: FloatArray
+    generated_tokens: FloatArray
+    max_tokens: FloatArray
+    class_id: IntArray
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Routing:
+    """One step's routing decision.
+
+    Attributes:
+        rank_of: shape (N,), rank of each waiting request, -1 when it keeps waiting.
+        assignments: (request_id, rank) of every admitted request, in FIFO order.
+        mode: what decided the step (bfio, jsq_load or fcfs).
+        fallback_reason: why the router fell back to JSQ-by-load (no_bundle, bundle_expired, budget), or None.
+        pushed_used: pushed assignments that were still valid and applied.
+        pushed_rejected: pushed assignments for waiting requests that were no longer valid.
+        forced: requests admitted by the starvation guard.
+        objective_j_tokens: predicted J of the solved allocation, or None when BF-IO did not run.
+    """
+
+    rank_of: IntArray
+    assignments: tuple[tuple[str, int], ...]
+    mode: BfioMode
+    fallback_reason: str | None
+    pushed_used: int
+    pushed_rejected: int
+    forced: int
+    objective_j_tokens: float | None
+
+
+class BfioRouter:
+    """Assigns waiting requests to DP ranks at each decode step under the last pushed BF-IO bundle.
+
+    Args:
+        clock: monotonic seconds for the solver budget (the engine passes time.perf_counter).
+        policy: the bundle in force, or None until the first one arrives.
+    """
+
+    def __init__(self, *, clock: Callable[[], float], policy: BfioPolicy | None = None) -> None:
+        self._clock = clock
+        self._class_ids: dict[str, int] = {}
+        self._policy: BfioPolicy | None = None
+        self._curves: dict[int, SurvivalCurve] = {}
+        self._default_curve: SurvivalCurve | None = None
+        if policy is not None:
+            self.reload(policy)
+
+    @property
+    def policy(self) -> BfioPolicy | None:
+        """The bundle in force."""
+        return self._policy
+
+    def class_id(self, traffic_class: str | None) -> int:
+        """Stable integer id of a traffic class for the batches (ids never change for this router)."""
+        if traffic_class is None:
+            return NO_CLASS
+        return self._class_ids.setdefault(traffic_class, len(self._class_ids))
+
+    def reload(self, policy: BfioPolicy) -> None:
+        """Adopt a newer bundle (hot reload); an older or equal version is ignored."""
+        if self._policy is not None and policy.version <= self._policy.version:
+            return
+        curves = {
+            self.class_id(t.traffic_class): SurvivalCurve(
+                edges_tokens=np.asarray(t.edges_tokens, dtype=np.float64),
+                survival_frac=np.asarray(t.survival_frac, dtype=np.float64),
+            )
+            for t in policy.payload.survival_tables
+        }
+        default = policy.payload.default_class
+        self._curves = curves
+        self._default_curve = None if default is None else curves[self.class_id(default)]
+        self._policy = policy
+
+    def route(
+        self,
+        *,
+        waiting: WaitingBatch,
+        active: ActiveBatch,
+        free_slots: IntArray,
+        now_s: float,
+        step_index: int,
+        pushed: Mapping[str, BfioAssignment] | None = None,
+    ) -> Routing:
+        """Decide which waiting requests go to which rank at this step.
+
+        Args:
+            waiting: the waiting pool, FIFO order.
+            active: every rank's active requests.
+            free_slots: shape (G,), free slots per rank.
+            now_s: event time of the step, seconds (bundle validity and request age).
+            step_index: decode step number (pushed assignments' validity).
+            pushed: central-pool assignments by request id, if the deployment uses them.
+
+        Returns:
+            At most one rank per request and never more requests on a rank than its free slots; exactly
+            U(k) = min(N, sum free_slots) requests are admitted.
+        """
+        start_s = self._clock()
+        num_waiting = len(waiting.request_ids)
+        cap = free_slots.astype(np.int64, copy=True)
+        num_ranks = cap.shape[0]
+        if np.any(active.rank >= num_ranks) or np.any(active.rank < 0):
+            msg = f"active.rank must be in [0, {num_ranks}), got {active.rank.min()}..{active.rank.max()}"
+            raise InvalidInputError(msg, field="active.rank", value=(int(active.rank.min()), int(active.rank.max())))
+        policy = self._policy
+        reason = None
+        if policy is None:
+            reason = "no_bundle"
+        elif now_s > policy.valid_until:
+            reason = "bundle_expired"
+        if policy is None or reason is not None or fillable_slots(num_waiting, cap) == 0:
+            rank_of = jsq_load(waiting.prompt_tokens, cap, _current_loads(active, num_ranks))
+            return _routing(waiting, rank_of, mode=BfioMode.JSQ_LOAD, reason=reason)
+        payload = policy.payload
+        if payload.mode == BfioMode.FCFS.value:
+            return _routing(waiting, fcfs_index_fill(num_waiting, cap), mode=BfioMode.FCFS, reason=None)
+        if payload.mode == BfioMode.JSQ_LOAD.value:
+            rank_of = jsq_load(waiting.prompt_tokens, cap, _current_loads(active, num_ranks))
+            return _routing(waiting, rank_of, mode=BfioMode.JSQ_LOAD, reason=None)
+        return self._solve(
+            waiting=waiting,
+            active=active,
+            cap=cap,
+            now_s=now_s,
+            step_index=step_index,
+            pushed=pushed or {},
+            policy=policy,
+            start_s=start_s,
+        )
+
+    def _solve(
+        self,
+        *,
+        waiting: WaitingBatch,
+        active: ActiveBatch,
+        cap: IntArray,
+        now_s: float,
+        step_index: int,
+        pushed: Mapping[str, BfioAssignment],
+        policy: BfioPolicy,
+        start_s: float,
+    ) -> Routing:
+        payload = policy.payload
+        num_ranks = cap.shape[0]
+        offsets = np.asarray(payload.horizon_grid_steps, dtype=np.float64)
+        weights = np.asarray(payload.horizon_weights, dtype=np.float64)
+        drift = payload.drift_tokens_per_step
+        contributions_active = np.zeros((active.rank.shape[0], offsets.shape[0]))
+        for cid in _classes(active.class_id):
+            rows = active.class_id == cid
+            contributions_active[rows] = active_contributions(
+                self._curve(int(cid)),
+                prompt_tokens=active.prompt_tokens[rows],
+                generated_tokens=active.generated_tokens[rows],
+                max_tokens=active.max_tokens[rows],
+                offsets_steps=offsets,
+                drift=drift,
+            )
+        base = rank_base_loads(contributions_active, active.rank, num_ranks)
+        rank_of = np.full(len(waiting.request_ids), -1, dtype=np.int64)
+        pushed_used, pushed_rejected = 0, 0
+        for index, request_id in enumerate(waiting.request_ids):
+            plan = pushed.get(request_id)
+            if plan is None:
+                continue
+            valid = (
+                step_index <= plan.valid_until_step
+                and plan.bundle_version in (None, policy.version)
+                and plan.rank < num_ranks
+                and cap[plan.rank] > 0
+            )
+            if valid:
+                rank_of[index] = plan.rank
+                cap[plan.rank] -= 1
+                pushed_used += 1
+            else:
+                pushed_rejected += 1
+        overdue = (now_s - waiting.arrival_s) >= payload.aging_deadline_s
+        free_rows = np.flatnonzero(rank_of < 0)
+        window = free_rows[: payload.candidate_window]
+        candidates = np.union1d(window, free_rows[overdue[free_rows]])
+        model = NewRequestModel(payload.new_request_model)
+        contributions_new = np.zeros((candidates.shape[0], offsets.shape[0]))
+        for cid in _classes(waiting.class_id[candidates]):
+            rows = waiting.class_id[candidates] == cid
+            picked = candidates[rows]
+            contributions_new[rows] = new_request_contributions(
+                self._curve(int(cid)),
+                prompt_tokens=waiting.prompt_tokens[picked],
+                max_tokens=waiting.max_tokens[picked],
+                offsets_steps=offsets,
+                drift=drift,
+                model=model,
+            )
+        placed = rank_of >= 0
+        if np.any(placed):
+            pushed_contrib = np.zeros((int(placed.sum()), offsets.shape[0]))
+            for cid in _classes(waiting.class_id[placed]):
+                rows = waiting.class_id[placed] == cid
+                picked = np.flatnonzero(placed)[rows]
+                pushed_contrib[rows] = new_request_contributions(
+                    self._curve(int(cid)),
+                    prompt_tokens=waiting.prompt_tokens[picked],
+                    max_tokens=waiting.max_tokens[picked],
+                    offsets_steps=offsets,
+                    drift=drift,
+                    model=model,
+                )
+            np.add.at(base, rank_of[placed], pushed_contrib)
+        remaining_s = payload.solver_budget_s - (self._clock() - start_s)
+        solution = solve_fast(
+            base,
+            cap,
+            contributions_new,
+            weights,
+            forced=overdue[candidates],
+            local_search_rounds=payload.local_search_rounds,
+            budget=SolveBudget(clock=self._clock, budget_s=remaining_s),
+        )
+        rank_of[candidates] = solution.rank_of
+        forced = int(np.count_nonzero(overdue[candidates] & (solution.rank_of >= 0)))
+        return _routing(
+            waiting,
+            rank_of,
+            mode=BfioMode.BFIO,
+            reason="budget" if solution.fallback_used else None,
+            pushed_used=pushed_used,
+            pushed_rejected=pushed_rejected,
+            forced=forced,
+            objective=solution.objective_j_tokens,
+        )
+
+    def _curve(self, cid: int) -> SurvivalCurve | None:
+        return self._curves.get(cid, self._default_curve)
+
+    def batches(
+        self, waiting: Sequence[WaitingRequestDoc], ranks: Sequence[RankDoc]
+    ) -> tuple[WaitingBatch, ActiveBatch, IntArray]:
+        """Build the step's arrays from boundary documents (the what-if CLI and tests; engines build arrays).
+
+        Returns:
+            ``(waiting_batch, active_batch, free_slots)``.
+        """
+        active = [(g, a) for g, rank in enumerate(ranks) for a in rank.active]
+        waiting_arrays = WaitingBatch(
+            request_ids=tuple(r.request_id for r in waiting),
+            prompt_tokens=np.asarray([r.prompt_tokens for r in waiting], dtype=np.float64),
+            arrival_s=np.asarray([r.arrival_s for r in waiting], dtype=np.float64),
+            max_tokens=np.asarray(
+                [np.inf if r.max_tokens is None else r.max_tokens for r in waiting], dtype=np.float64
+            ),
+            class_id=np.asarray([self.class_id(r.traffic_class) for r in waiting], dtype=np.int64),
+        )
+        active_arrays = ActiveBatch(
+            rank=np.asarray([g for g, _ in active], dtype=np.int64),
+            prompt_tokens=np.asarray([a.prompt_tokens for _, a in active], dtype=np.float64),
+            generated_tokens=np.asarray([a.generated_tokens for _, a in active], dtype=np.float64),
+            max_tokens=np.asarray(
+                [np.inf if a.max_tokens is None else a.max_tokens for _, a in active], dtype=np.float64
+            ),
+            class_id=np.asarray([self.class_id(a.traffic_class) for _, a in active], dtype=np.int64),
+        )
+        free_slots = np.asarray([rank.free_slots for rank in ranks], dtype=np.int64)
+        return waiting_arrays, active_arrays, free_slots
+
+
+def _classes(class_id: IntArray) -> list[int]:
+    """Distinct class ids; the common single-class case skips the sort of np.unique."""
+    if class_id.size == 0:
+        return []
+    if bool((class_id == class_id[0]).all()):
+        return [int(class_id[0])]
+    return [int(c) for c in np.unique(class_id)]
+
+
+def _caps(max_tokens: list[int | None]) -> FloatArray:
+    """Output caps as floats, np.inf for "no cap"."""
+    return np.asarray([np.inf if m is None else m for m in max_tokens], dtype=np.float64)
+
+
+def _current_loads(active: ActiveBatch, num_ranks: int) -> FloatArray:
+    """L_g(k) = sum of s_i + a_i over each rank's active requests (Eq. 1)."""
+    context = active.prompt_tokens + active.generated_tokens
+    return np.bincount(active.rank, weights=context, minlength=num_ranks).astype(np.float64)
+
+
+def _routing(
+    waiting: WaitingBatch,
+    rank_of: IntArray,
+    *,
+    mode: BfioMode,
+    reason: str | None,
+    pushed_used: int = 0,
+    pushed_rejected: int = 0,
+    forced: int = 0,
+    objective: float | None = None,
+) -> Routing:
+    admitted = np.flatnonzero(rank_of >= 0)
+    return Routing(
+        rank_of=rank_of,
+        assignments=tuple((waiting.request_ids[i], int(rank_of[i])) for i in admitted),
+        mode=mode,
+        fallback_reason=reason,
+        pushed_used=pushed_used,
+        pushed_rejected=pushed_rejected,
+        forced=forced,
+        objective_j_tokens=objective,
+    )

@@ -1,0 +1,61 @@
+"""EB+ (seed 001, threshold-based exclusive batching): theta0, IFR correction, N*, Algorithm 1, Eq. 8, phase machine."""
+
+from policies.ebplus.base_threshold import BaseThreshold, base_threshold, psi, solve_theta0
+from policies.ebplus.calibration import CalibrationProfile, calibration_profile
+from policies.ebplus.decide import decide
+from policies.ebplus.ifr_correction import delta_theta
+from policies.ebplus.inputs import BetaMbQuadratic, CostModel, EbplusInputs
+from policies.ebplus.memory_safe_batch import NStarMethod, n_star, n_star_clt, n_star_eq6, slot_tokens_at_decode_start
+from policies.ebplus.mode_selection import CrossoverSignal, ModeChoice, crossover_signal, select_mode, surge_triggered
+from policies.ebplus.online_update import ThresholdUpdate, update_threshold
+from policies.ebplus.params import EbplusParams, RhsThreshold
+from policies.ebplus.phase_machine import (
+    EngineView,
+    Phase,
+    PhaseAction,
+    PhaseState,
+    PhaseStep,
+    StepKind,
+    kv_gate_fraction,
+    kv_gate_passes,
+    live_payload,
+    step,
+)
+
+__all__ = [
+    "BaseThreshold",
+    "BetaMbQuadratic",
+    "CalibrationProfile",
+    "CostModel",
+    "CrossoverSignal",
+    "EbplusInputs",
+    "EbplusParams",
+    "EngineView",
+    "ModeChoice",
+    "NStarMethod",
+    "Phase",
+    "PhaseAction",
+    "PhaseState",
+    "PhaseStep",
+    "RhsThreshold",
+    "StepKind",
+    "ThresholdUpdate",
+    "base_threshold",
+    "calibration_profile",
+    "crossover_signal",
+    "decide",
+    "delta_theta",
+    "kv_gate_fraction",
+    "kv_gate_passes",
+    "live_payload",
+    "n_star",
+    "n_star_clt",
+    "n_star_eq6",
+    "psi",
+    "select_mode",
+    "slot_tokens_at_decode_start",
+    "solve_theta0",
+    "step",
+    "surge_triggered",
+    "update_threshold",
+]

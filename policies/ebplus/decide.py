@@ -1,0 +1,196 @@
+"""EB+ decision: Algorithm 1 on the T_upd cadence plus the Eq. 8 mode rule, as one pure function.
+
+``decide`` turns one estimate snapshot and the engine's previous EB+ document into the next one
+(specs/seed-001-ebplus.md sections 3-5): it runs Algorithm 1 (online_update.py) when at least T_upd
+completions have arrived since the last update and the hazard window holds W_min samples, evaluates
+Eq. 8 with hysteresis (mode_selection.py) whenever the window is usable, and pushes (mode, theta, k, N,
+KV gate, fallback) with every clamp flagged. Everything that carries over lives in ``EbplusState``.
+
+Deviation: the reference code keeps the hazard fit, the EMAs and the mode in the engine. Here the
+estimators fit the hazard and the policy floors it as the code's estimator does (p0 >= 1/mu_O,
+eta >= 0) when ``p0_geometric_floor`` is set, so an estimator without that post-processing gives the
+same decisions. A call between two T_upd boundaries (the runtime's surge trigger) only re-evaluates
+the mode, as the code's surge path does.
+"""
+
+from __future__ import annotations
+
+import math
+
+from policies.bounds import Bound, Clamp, clamp
+from policies.decision import Decision, DiagnosticValue
+from policies.ebplus.base_threshold import base_threshold
+from policies.ebplus.calibration import calibration_profile
+from policies.ebplus.inputs import CostModel, EbplusInputs
+from policies.ebplus.mode_selection import crossover_signal, select_mode
+from policies.ebplus.online_update import update_threshold
+from policies.ebplus.params import EbplusParams, RhsThreshold
+from schemas.errors import InvalidInputError
+from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
+
+ONLINE_CALIB_ID = "online"
+
+
+def _cost_model(inputs: EbplusInputs, params: EbplusParams) -> tuple[CostModel, str]:
+    if inputs.cost_model is not None:
+        return inputs.cost_model, ONLINE_CALIB_ID
+    profile = calibration_profile(params.calibration_id)
+    return profile.cost_model, profile.calib_id
+
+
+def decide(
+    inputs: EbplusInputs, previous: EbplusPolicy | None, params: EbplusParams, now_s: float
+) -> Decision[EbplusPayload, EbplusState]:
+    """Decide the EB+ policy for one engine.
+
+    Args:
+        inputs: the estimate snapshot (hazard fit, mean lengths, N_obs, cost model, KV capacity).
+        previous: the engine's previous EB+ document, or None at cold start (mode = cold_start_mode).
+        params: EB+ parameters.
+        now_s: event time of the decision, seconds (recorded as the switch time when the mode changes).
+
+    Returns:
+        the payload engines obey, the state the next decision reads, diagnostics and clamps.
+
+    Raises:
+        InvalidInputError: when now_s is not finite and >= 0, or params names an unknown calibration.
+    """
+    if not math.isfinite(now_s) or now_s < 0.0:
+        msg = f"now_s must be finite and >= 0, got {now_s}"
+        raise InvalidInputError(msg, field="now_s", value=now_s)
+    prev = previous.state if previous is not None else EbplusState(mode=params.cold_start_mode)
+    cost, calib_id = _cost_model(inputs, params)
+    clamps: list[Clamp] = []
+    p0, eta = inputs.p0, inputs.eta
+    if params.p0_geometric_floor:
+        p0 = max(p0, 1.0 / inputs.mu_o_tokens)
+        eta = max(eta, 0.0)
+    diagnostics: dict[str, DiagnosticValue] = {
+        "p0": p0,
+        "eta": eta,
+        "hazard_samples": inputs.hazard_samples,
+        "mu_l_tokens": inputs.mu_l_tokens,
+        "mu_o_tokens": inputs.mu_o_tokens,
+        "n_obs": inputs.n_obs,
+        "calib_id": calib_id,
+        "completions": inputs.completions,
+        "algorithm1_ran": False,
+        "evaluated": False,
+    }
+    theta_hat, n_hat, last_update = prev.theta_hat, prev.n_hat, prev.last_update_completions
+    mode, cooldown, switch_count, last_switch_s = (
+        prev.mode,
+        prev.cooldown_remaining,
+        prev.switch_count,
+        prev.last_switch_s,
+    )
+    evaluations = prev.evaluations
+    if inputs.hazard_samples < params.w_min_samples:
+        diagnostics["mode_reason"] = "insufficient_samples"
+    else:
+        since_update = inputs.completions - (last_update or 0)
+        if since_update < 0:  # the engine restarted its completion count
+            since_update = inputs.completions
+        if since_update >= params.t_upd_completions:
+            update = update_threshold(
+                p0=p0,
+                eta=eta,
+                mu_l_tokens=inputs.mu_l_tokens,
+                cost=cost,
+                kv_capacity_tokens=inputs.kv_capacity_tokens,
+                max_num_seqs=inputs.max_num_seqs,
+                theta_hat_prev=theta_hat,
+                n_hat_prev=n_hat,
+                params=params,
+            )
+            theta_hat, n_hat, last_update = update.theta_hat, update.n_hat, inputs.completions
+            clamps.extend(update.clamps)
+            diagnostics.update(
+                algorithm1_ran=True,
+                rho=update.rho,
+                delta_theta_raw=update.delta_theta_raw,
+                delta_theta=update.delta_theta,
+                theta_raw=update.theta_raw,
+                n_star_raw=update.n_star_raw,
+            )
+        base = base_threshold(p0=p0, alpha_p_s=cost.alpha_p_s, alpha_d_s=cost.alpha_d_s)
+        diagnostics.update(gamma=base.gamma, theta0=base.theta0, zeta=base.zeta)
+        theta_rhs = base.theta0
+        if params.rhs_threshold is RhsThreshold.THETA_STAR:
+            theta_rhs = theta_hat if theta_hat is not None else params.theta_default
+        if inputs.n_obs > 0.0:
+            signal = crossover_signal(
+                cost=cost,
+                theta0=theta_rhs,
+                mu_l_tokens=inputs.mu_l_tokens,
+                mu_o_tokens=inputs.mu_o_tokens,
+                n_obs=inputs.n_obs,
+            )
+            signal_s_per_token = signal.signal_s_per_token
+            diagnostics.update(
+                r_hat=signal.r_hat,
+                beta_mb_e=signal.beta_mb_e_s_per_token,
+                beta_eb_w=signal.beta_eb_w_s_per_token,
+                lhs=signal.lhs_s_per_token,
+                rhs=signal.rhs_s_per_token,
+                signal=signal_s_per_token,
+            )
+        else:
+            signal_s_per_token = -math.inf  # Eq. 8's RHS grows without bound as N_obs -> 0: MB
+        choice = select_mode(
+            current=mode,
+            signal_s_per_token=signal_s_per_token,
+            n_obs=inputs.n_obs,
+            cooldown_remaining=cooldown,
+            delta_s_per_token=params.delta_s_per_token,
+            sticky_factor=params.sticky_factor,
+            cooldown_evaluations=params.cooldown_evaluations,
+            n_obs_min=params.n_obs_min,
+        )
+        evaluations += 1
+        mode, cooldown = choice.mode, choice.cooldown_remaining
+        if choice.switched:
+            switch_count += 1
+            last_switch_s = now_s
+        diagnostics.update(
+            evaluated=True,
+            mode_reason=choice.reason,
+            switched=choice.switched,
+            delta_to_eb=choice.delta_to_eb_s_per_token,
+            delta_to_mb=choice.delta_to_mb_s_per_token,
+        )
+    theta_push = clamp(
+        theta_hat if theta_hat is not None else params.theta_default,
+        Bound(name="theta", lo=params.theta_min, hi=params.theta_max),
+        clamps,
+    )
+    n_bound = Bound(name="n", lo=1, hi=inputs.max_num_seqs)
+    n_push = int(clamp(n_hat if n_hat is not None else inputs.max_num_seqs, n_bound, clamps))
+    k_push = int(clamp(max(1, math.floor(theta_push * n_push)), Bound(name="k", lo=1, hi=n_push), clamps))
+    diagnostics.update(theta=theta_push, k=k_push, n=n_push, cooldown_remaining=cooldown, switch_count=switch_count)
+    payload = EbplusPayload(
+        mode=mode,
+        theta=theta_push,
+        k=k_push,
+        n=n_push,
+        kv_gate=KvGate(
+            s_kv=params.kv_gate_s_kv, f0=params.kv_gate_f0, f_min=params.kv_gate_f_min, f_max=params.kv_gate_f_max
+        ),
+        mu_l_tokens=inputs.mu_l_tokens,
+        mu_o_tokens=inputs.mu_o_tokens,
+        calib_id=calib_id,
+        fallback=EbplusFallback(mode="MB", theta=params.theta_default, n=inputs.max_num_seqs),
+    )
+    state = EbplusState(
+        mode=mode,
+        theta_hat=theta_hat,
+        n_hat=n_hat,
+        last_update_completions=last_update,
+        cooldown_remaining=cooldown,
+        switch_count=switch_count,
+        last_switch_s=last_switch_s,
+        evaluations=evaluations,
+    )
+    return Decision(
+        payload=payload, state=state, diagnostics=diagnostics, clamps=tuple(clamps), valid_for_s=params.valid_for_s
+    )

@@ -1,0 +1,103 @@
+"""``governor run stream`` and ``governor run policy``: the two long-running services.
+
+Each connects to Kafka and Redis from flags or environment, serves ``/healthz`` and ``/metrics``,
+logs JSON lines by default, and stops cleanly on SIGINT or SIGTERM.
+"""
+
+from __future__ import annotations
+
+import argparse
+import signal
+from typing import Protocol
+
+import structlog
+
+from services.cli.options import add_settings_flags, settings_from_args
+from services.health import HealthServer, ServiceMetrics
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.settings import Settings
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+
+log = structlog.get_logger(__name__)
+
+FLAGS = ["deployment", "kafka_bootstrap", "redis_url", "metrics_port", "log_format", "log_level"]
+
+
+class _Service(Protocol):
+    def run(self, *, idle_exit_s: float | None = None) -> object: ...
+    def stop(self) -> None: ...
+    def close(self) -> None: ...
+
+
+def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """Add the ``run`` command group."""
+    run = commands.add_parser("run", help="run a control-plane service (stream processor or policy service)")
+    sub = run.add_subparsers(dest="service", metavar="SERVICE", required=True)
+    stream = sub.add_parser("stream", help="fold gov.telemetry into estimates in Redis and snapshots")
+    add_settings_flags(stream, FLAGS)
+    stream.add_argument("--idle-exit-s", type=float, default=None, help="stop after this long without records")
+    stream.set_defaults(handler=run_stream)
+    policy = sub.add_parser("policy", help="decide policies from gov.estimates into Redis and gov.policy.decisions")
+    add_settings_flags(policy, FLAGS)
+    policy.add_argument("--idle-exit-s", type=float, default=None, help="stop after this long without records")
+    policy.set_defaults(handler=run_policy)
+
+
+def _service_settings(args: argparse.Namespace) -> Settings:
+    if getattr(args, "log_format", None) is None:
+        args.log_format = "json"
+    settings = settings_from_args(args)
+    log.info("settings_loaded", **settings.redacted())
+    return settings
+
+
+def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Settings, idle_exit_s: float | None) -> int:
+    health = HealthServer(metrics, settings.metrics_port)
+    health.start()
+    log.info("service_started", service=name, health_port=health.port)
+
+    def _stop(signum: int, frame: object) -> None:
+        log.info("service_stopping", service=name, signal=signum)
+        service.stop()
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        counters = service.run(idle_exit_s=idle_exit_s)
+    finally:
+        service.close()
+        health.close()
+    log.info("service_stopped", service=name, counters=str(counters))
+    return 0
+
+
+def run_stream(args: argparse.Namespace) -> int:
+    """Run the stream processor until stopped."""
+    settings = _service_settings(args)
+    store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
+    metrics = ServiceMetrics("stream")
+    processor = StreamProcessor(
+        deployment=settings.deployment,
+        bootstrap=settings.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        metrics=metrics,
+    )
+    return _serve("stream", processor, metrics, settings, args.idle_exit_s)
+
+
+def run_policy(args: argparse.Namespace) -> int:
+    """Run the policy service until stopped."""
+    settings = _service_settings(args)
+    store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
+    metrics = ServiceMetrics("policy")
+    service = PolicyService(
+        deployment=settings.deployment,
+        bootstrap=settings.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        metrics=metrics,
+    )
+    return _serve("policy", service, metrics, settings, args.idle_exit_s)

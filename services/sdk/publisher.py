@@ -1,0 +1,156 @@
+"""``TelemetryPublisher``: the engine's non-blocking Kafka producer (DESIGN principle 5).
+
+``publish`` puts the event on a bounded queue and returns at once; a background thread sends to
+``gov.telemetry`` keyed by engine. When the queue is full or the broker is away, events are dropped
+and counted, with a warning at most every few seconds: the engine's loop is never blocked and never
+sees an exception.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+import time
+from dataclasses import dataclass
+
+import structlog
+from kafka import KafkaProducer
+from kafka.errors import KafkaError
+
+from schemas.events import Event, encode_event
+from schemas.names import TELEMETRY_TOPIC
+
+log = structlog.get_logger(__name__)
+
+WARN_EVERY_S = 5.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublisherStats:
+    """Counters of a publisher: handed over, sent, dropped (queue full or broker away)."""
+
+    published: int
+    sent: int
+    dropped: int
+    queued: int
+
+
+class TelemetryPublisher:
+    """Send engine telemetry to Kafka without ever blocking or raising into the caller."""
+
+    def __init__(
+        self,
+        bootstrap: str,
+        *,
+        topic: str = TELEMETRY_TOPIC,
+        max_queue: int = 100_000,
+        send_timeout_s: float = 5.0,
+        linger_ms: int = 5,
+    ) -> None:
+        self._bootstrap = bootstrap
+        self._topic = topic
+        self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=max_queue)
+        self._send_timeout_s = send_timeout_s
+        self._linger_ms = linger_ms
+        self._published = 0
+        self._sent = 0
+        self._dropped = 0
+        self._last_warning_s = 0.0
+        self._lock = threading.Lock()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="governor-publisher", daemon=True)
+        self._thread.start()
+
+    def publish(self, event: Event) -> None:
+        """Queue ``event`` for sending; drop and count it when the queue is full."""
+        with self._lock:
+            self._published += 1
+        try:
+            self._queue.put_nowait(event)
+        except queue.Full:
+            self._drop(1, reason="queue_full")
+
+    def stats(self) -> PublisherStats:
+        """Return the counters."""
+        with self._lock:
+            return PublisherStats(
+                published=self._published, sent=self._sent, dropped=self._dropped, queued=self._queue.qsize()
+            )
+
+    def flush(self, timeout_s: float = 10.0) -> bool:
+        """Wait until the queue is drained and sent; return False if ``timeout_s`` passed first."""
+        deadline = time.monotonic() + timeout_s
+        while time.monotonic() < deadline:
+            if self._queue.unfinished_tasks == 0:
+                return True
+            time.sleep(0.01)
+        return False
+
+    def close(self, timeout_s: float = 10.0) -> None:
+        """Send what is queued (up to ``timeout_s``) and stop the background thread."""
+        self.flush(timeout_s)
+        self._stopped.set()
+        with contextlib.suppress(queue.Full):
+            self._queue.put_nowait(None)
+        self._thread.join(timeout=timeout_s)
+
+    def _drop(self, count: int, *, reason: str) -> None:
+        with self._lock:
+            self._dropped += count
+            now = time.monotonic()
+            warn = now - self._last_warning_s >= WARN_EVERY_S
+            if warn:
+                self._last_warning_s = now
+            dropped = self._dropped
+        if warn:
+            log.warning("telemetry_dropped", reason=reason, dropped_total=dropped)
+
+    def _connect(self) -> KafkaProducer | None:
+        try:
+            return KafkaProducer(
+                bootstrap_servers=self._bootstrap,
+                linger_ms=self._linger_ms,
+                acks=1,
+                request_timeout_ms=int(self._send_timeout_s * 1000),
+                max_block_ms=int(self._send_timeout_s * 1000),
+                retries=2,
+            )
+        except KafkaError as exc:
+            log.warning("broker_connection_lost", error=str(exc))
+            return None
+
+    def _run(self) -> None:
+        producer: KafkaProducer | None = None
+        retry_at = 0.0
+        while True:
+            event = self._queue.get()
+            if event is None:
+                self._queue.task_done()
+                break
+            if producer is None and time.monotonic() >= retry_at:
+                producer = self._connect()
+                if producer is None:
+                    retry_at = time.monotonic() + 1.0
+            if producer is None:
+                self._drop(1, reason="broker_unavailable")
+                self._queue.task_done()
+                continue
+            try:
+                producer.send(self._topic, key=event.engine_id.encode(), value=encode_event(event))
+                if self._queue.empty():
+                    producer.flush(timeout=self._send_timeout_s)
+                with self._lock:
+                    self._sent += 1
+            except KafkaError as exc:
+                log.warning("broker_connection_lost", error=str(exc))
+                self._drop(1, reason="broker_unavailable")
+                producer.close(timeout=0)
+                producer = None
+                retry_at = time.monotonic() + 1.0
+            finally:
+                self._queue.task_done()
+        if producer is not None:
+            with contextlib.suppress(KafkaError):
+                producer.flush(timeout=self._send_timeout_s)
+            producer.close(timeout=self._send_timeout_s)

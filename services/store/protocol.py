@@ -1,0 +1,56 @@
+"""The ``Store`` seam: Redis in production, memory in tests and offline replay (DESIGN sections 4.3, 5).
+
+Two operations carry the correctness of the whole control plane:
+
+- ``commit`` writes the estimate states a processor folded together with the Kafka offsets they
+  fold up to, atomically, and refuses the whole write when any stored offset is already at or past
+  the new one (a stale processor after a rebalance cannot overwrite newer state);
+- ``put_policy`` is a compare-and-set on the document version: a lower or equal version is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Protocol
+
+
+class Store(Protocol):
+    """Where estimates, applied offsets and policy documents live."""
+
+    def applied_offsets(self, consumer: str) -> dict[str, int]:
+        """Return ``"topic:partition" -> last applied offset`` for ``consumer`` (empty when new)."""
+        ...
+
+    def load_states(self, scopes: list[str]) -> dict[str, str]:
+        """Return the stored estimate-state JSON of each scope that has one."""
+        ...
+
+    def commit(
+        self, consumer: str, offsets: Mapping[str, int], states: Mapping[str, str], summaries: Mapping[str, str]
+    ) -> bool:
+        """Atomically write ``states`` (by scope), ``summaries`` (by key) and ``offsets``.
+
+        Returns:
+            False, writing nothing, when a stored offset is at or past the one offered.
+        """
+        ...
+
+    def get_policy(self, kind: str, scope: str) -> str | None:
+        """Return the current document JSON of (kind, scope), or None."""
+        ...
+
+    def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
+        """Compare-and-set: store the document if ``version`` is above the stored one; keep history; announce.
+
+        Returns:
+            False when a newer or equal version is stored (nothing written).
+        """
+        ...
+
+    def policy_history(self, kind: str, scope: str) -> list[str]:
+        """Return the capped history of (kind, scope), newest first."""
+        ...
+
+    def put_ack(self, kind: str, engine_id: str, ack_json: str) -> None:
+        """Record an engine's last acknowledgement of a ``kind`` policy."""
+        ...

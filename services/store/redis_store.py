@@ -1,0 +1,113 @@
+"""``RedisStore``: the production ``Store``, with Lua scripts for the two atomic operations.
+
+Every Redis error is translated at this boundary into ``BackendUnavailableError`` (STYLE section 5).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from importlib import resources
+
+import redis
+
+from schemas.errors import BackendUnavailableError
+from schemas.names import ack_key, estimate_key, offsets_key, policy_channel, policy_history_key, policy_key
+from services.store.memory_store import HISTORY_CAP
+
+STATE_NAME = "state"
+
+
+def _script(name: str) -> str:
+    return resources.files("services.store").joinpath("lua", name).read_text()
+
+
+class RedisStore:
+    """A ``Store`` on one Redis deployment namespace ``gov:{deployment}:``."""
+
+    def __init__(self, client: redis.Redis, deployment: str, history_cap: int = HISTORY_CAP) -> None:
+        self._client = client
+        self._deployment = deployment
+        self._history_cap = history_cap
+        self._commit = client.register_script(_script("commit.lua"))
+        self._put_policy = client.register_script(_script("put_policy.lua"))
+
+    @classmethod
+    def from_url(cls, url: str, deployment: str, timeout_s: float) -> RedisStore:
+        """Connect to ``url`` with ``timeout_s`` on every call."""
+        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        return cls(client, deployment)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close()
+
+    def _call(self, what: str, fn: object, *args: object, **kwargs: object) -> object:
+        try:
+            return fn(*args, **kwargs)  # type: ignore[operator]
+        except redis.RedisError as exc:
+            msg = f"redis {what} failed: {exc}"
+            raise BackendUnavailableError(msg, backend="redis") from exc
+
+    def applied_offsets(self, consumer: str) -> dict[str, int]:
+        """Return ``"topic:partition" -> offset`` from ``gov:{dep}:offsets:{consumer}``."""
+        raw = self._call("HGETALL", self._client.hgetall, offsets_key(self._deployment, consumer))
+        assert isinstance(raw, dict)
+        return {k.decode(): int(v) for k, v in raw.items()}
+
+    def load_states(self, scopes: list[str]) -> dict[str, str]:
+        """Return the state JSON of each scope that has one."""
+        if not scopes:
+            return {}
+        keys = [estimate_key(self._deployment, scope, STATE_NAME) for scope in scopes]
+        values = self._call("MGET", self._client.mget, keys)
+        assert isinstance(values, list)
+        return {scope: value.decode() for scope, value in zip(scopes, values, strict=True) if value is not None}
+
+    def commit(
+        self, consumer: str, offsets: Mapping[str, int], states: Mapping[str, str], summaries: Mapping[str, str]
+    ) -> bool:
+        """Write states, summaries and offsets in one Lua call, refused when an offset is not newer."""
+        keys = [offsets_key(self._deployment, consumer)]
+        values: list[str] = []
+        for scope, state in states.items():
+            keys.append(estimate_key(self._deployment, scope, STATE_NAME))
+            values.append(state)
+        for key, summary in summaries.items():
+            keys.append(key)
+            values.append(summary)
+        args: list[object] = [len(offsets)]
+        for field, offset in offsets.items():
+            args.extend([field, offset])
+        args.extend(values)
+        result = self._call("commit", self._commit, keys=keys, args=args)
+        return bool(result)
+
+    def get_policy(self, kind: str, scope: str) -> str | None:
+        """Return the current document JSON of (kind, scope), or None."""
+        value = self._call("GET", self._client.get, policy_key(self._deployment, kind, scope))
+        return value.decode() if isinstance(value, bytes) else None
+
+    def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
+        """Compare-and-set the document; on success keep history and publish on the updates channel."""
+        announcement = json.dumps({"kind": kind, "scope": scope, "version": version})
+        keys = [policy_key(self._deployment, kind, scope), policy_history_key(self._deployment, kind, scope)]
+        args = [version, document_json, self._history_cap, policy_channel(self._deployment), announcement]
+        return bool(self._call("put_policy", self._put_policy, keys=keys, args=args))
+
+    def policy_history(self, kind: str, scope: str) -> list[str]:
+        """Return the history list, newest first."""
+        raw = self._call("LRANGE", self._client.lrange, policy_history_key(self._deployment, kind, scope), 0, -1)
+        assert isinstance(raw, list)
+        return [item.decode() for item in raw]
+
+    def put_ack(self, kind: str, engine_id: str, ack_json: str) -> None:
+        """Record the acknowledgement under ``gov:{dep}:ack:{kind}:{engine_id}``."""
+        self._call("SET", self._client.set, ack_key(self._deployment, kind, engine_id), ack_json)
+
+    def flush_deployment(self) -> int:
+        """Delete every key of this deployment (rebuild from the log); return how many were removed."""
+        removed = 0
+        for key in self._client.scan_iter(match=f"gov:{self._deployment}:*", count=1000):
+            removed += int(self._call("DEL", self._client.delete, key))  # type: ignore[call-overload]
+        return removed

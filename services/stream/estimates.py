@@ -1,0 +1,375 @@
+"""The estimates kept per engine: which estimator each event feeds, and the summary policies read.
+
+This is the glue between the event contract and the estimators (STYLE section 7: fold.py and its
+helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
+
+- request side: the censoring-aware output-length window (EB+ hazard fit, BF-IO survival table),
+  prompt and output means (mu_L, mu_O), arrival and completion rates, the total-length histogram
+  (FleetOpt), TTFT and per-request P99 TBT sketches per tier and TBT-gap SLO counters per tier;
+- step side: N_obs (asymmetric EMA of running + waiting), the last queue and KV state, the batch
+  cost model per kind and beta_MB(r), tbar (cumulative mean step time) and windowed step-time
+  quantiles (SLAI), and for DP engines the rank loads, imbalance and the step model
+  T = C + t_l max_g L_g (BF-IO);
+- trigger bookkeeping: counters and last firing time per policy, and the snapshot version.
+
+``summary`` renders the current estimates as JSON-compatible values; a policy's inputs are built
+from that summary alone, so that a snapshot read back from Kafka decides exactly as it did live.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import JsonValue
+
+from estimators import (
+    AsymmetricEma,
+    CountWindowMean,
+    DpLoadTracker,
+    EventRate,
+    LengthHistogram,
+    LinearCostModel,
+    MixedCostModel,
+    NotEnoughData,
+    OutputLengthWindow,
+    StepTimeModel,
+    WindowedQuantileSketch,
+    fit_linear_hazard,
+    kaplan_meier,
+    log_bin_edges_tokens,
+    survival_table,
+)
+from schemas.engines import EngineRegistered
+from schemas.events import Event
+from schemas.requests import RequestArrived, RequestFinished
+from schemas.steps import BatchKind, RankStepReport, StepReport
+
+FORMAT = 1
+OUTPUT_WINDOW_REQUESTS = 500  # seed-001 Alg. 1: W = 500
+RATE_WINDOW_S = 600.0
+SURVIVAL_MAX_TOKENS = 32_768
+
+
+class EngineEstimates:
+    """Every estimate of one engine, folded from its telemetry in stream order."""
+
+    def __init__(self, engine_id: str) -> None:
+        self.engine_id = engine_id
+        self.engine: dict[str, JsonValue] = {}
+        self.trigger_counts: dict[str, int] = {}
+        self.last_fired_ts: dict[str, float] = {}
+        self.snapshot_version = 0
+        self.last_ts: float | None = None
+        self.events_folded = 0
+        self.outputs = OutputLengthWindow(capacity=OUTPUT_WINDOW_REQUESTS)
+        self.prompt_mean = CountWindowMean(capacity=OUTPUT_WINDOW_REQUESTS)
+        self.output_mean = CountWindowMean(capacity=OUTPUT_WINDOW_REQUESTS)
+        self.arrivals = EventRate(window_s=RATE_WINDOW_S)
+        self.completions = EventRate(window_s=RATE_WINDOW_S)
+        self.total_lengths = LengthHistogram()
+        self.n_obs = AsymmetricEma()
+        self.finished_total = 0
+        self.last_step: dict[str, float] = {}
+        self.step_time_sum_s = 0.0
+        self.step_count = 0
+        self.step_times = WindowedQuantileSketch()
+        self.costs = LinearCostModel()
+        self.mixed = MixedCostModel()
+        self.ttft: dict[str, WindowedQuantileSketch] = {}
+        self.tbt_p99: dict[str, WindowedQuantileSketch] = {}
+        self.tbt_gaps: dict[str, list[int]] = {}
+        self.tbt_slo_s: dict[str, float] = {}
+        self.rank_loads: dict[int, float] = {}
+        self.rank_step_id: int | None = None
+        self.rank_step_s = 0.0
+        self.dp_load = DpLoadTracker()
+        self.step_model = StepTimeModel()
+
+    def fold(self, event: Event) -> None:
+        """Apply one event of this engine's stream."""
+        self.events_folded += 1
+        self.last_ts = event.ts
+        if isinstance(event, StepReport):
+            self._fold_step(event)
+        elif isinstance(event, RankStepReport):
+            self._fold_rank(event)
+        elif isinstance(event, RequestFinished):
+            self._fold_finished(event)
+        elif isinstance(event, RequestArrived):
+            self.arrivals.update(ts_s=event.ts)
+            if event.tbt_slo_s is not None:
+                self.tbt_slo_s[event.tier] = event.tbt_slo_s
+        elif isinstance(event, EngineRegistered):
+            self.engine = event.model_dump(
+                mode="json",
+                include={
+                    "model",
+                    "gpu",
+                    "hardware_profile",
+                    "pool",
+                    "max_num_seqs",
+                    "max_num_batched_tokens",
+                    "max_model_len",
+                    "kv_blocks_total",
+                    "block_size_tokens",
+                    "dp_size",
+                },
+            )
+
+    def _fold_step(self, step: StepReport) -> None:
+        self.n_obs.update(float(step.num_running + step.num_waiting))
+        self.last_step = {
+            "num_running": float(step.num_running),
+            "num_waiting": float(step.num_waiting),
+            "kv_use_frac": step.kv_blocks_used / step.kv_blocks_total,
+            "kv_capacity_tokens": float(step.kv_blocks_total * step.block_size_tokens),
+        }
+        self.step_time_sum_s += step.duration_s
+        self.step_count += 1
+        self.step_times.update(ts_s=step.ts, value=step.duration_s)
+        if step.batch_kind == "prefill":
+            self.costs.update(kind=BatchKind.PREFILL, n_units=step.sum_prefill_tokens, duration_s=step.duration_s)
+        elif step.batch_kind == "decode":
+            self.costs.update(kind=BatchKind.DECODE, n_units=step.num_decode_requests, duration_s=step.duration_s)
+        else:
+            n_tokens = step.sum_prefill_tokens + step.num_decode_requests
+            self.costs.update(kind=BatchKind.MIXED, n_units=n_tokens, duration_s=step.duration_s)
+            self.mixed.update(
+                n_prefill_tokens=step.sum_prefill_tokens,
+                n_decode_tokens=step.num_decode_requests,
+                duration_s=step.duration_s,
+            )
+
+    def _fold_rank(self, rank: RankStepReport) -> None:
+        if self.rank_step_id is not None and rank.step_id != self.rank_step_id:
+            self._close_rank_step()
+        self.rank_step_id = rank.step_id
+        assert rank.dp_rank is not None
+        self.rank_loads[rank.dp_rank] = float(rank.load_tokens)
+        self.rank_step_s = max(self.rank_step_s, rank.local_compute_s + rank.barrier_wait_s)
+
+    def _close_rank_step(self) -> None:
+        loads = [self.rank_loads[g] for g in sorted(self.rank_loads)]
+        if loads:
+            self.dp_load.update(loads)
+            if self.rank_step_s > 0.0:
+                self.step_model.update(max_rank_load_tokens=max(loads), duration_s=self.rank_step_s)
+        self.rank_loads = {}
+        self.rank_step_s = 0.0
+
+    def _fold_finished(self, finished: RequestFinished) -> None:
+        self.finished_total += 1
+        self.completions.update(ts_s=finished.ts)
+        self.outputs.update(ts_s=finished.ts, output_tokens=finished.output_tokens, censored=finished.censored)
+        self.prompt_mean.update(float(finished.prompt_tokens))
+        if not finished.censored:
+            self.output_mean.update(float(finished.output_tokens))
+        self.total_lengths.update(ts_s=finished.ts, length_tokens=finished.prompt_tokens + finished.output_tokens)
+        tier = finished.tier
+        if finished.ttft_s is not None:
+            _sketch(self.ttft, tier).update(ts_s=finished.ts, value=finished.ttft_s)
+        if finished.tbt_p99_s is not None:
+            _sketch(self.tbt_p99, tier).update(ts_s=finished.ts, value=finished.tbt_p99_s)
+        gaps = self.tbt_gaps.setdefault(tier, [0, 0])
+        gaps[0] += finished.tbt_gaps
+        gaps[1] += finished.tbt_gaps_over_slo
+        if finished.tbt_slo_s is not None:
+            self.tbt_slo_s[tier] = finished.tbt_slo_s
+
+    def summary(self) -> dict[str, JsonValue]:
+        """Return the current estimates, JSON-compatible; ``None`` marks "not enough data"."""
+        sample = self.outputs.snapshot()
+        hazard = fit_linear_hazard(sample)
+        arrivals = self.arrivals.snapshot()
+        completions = self.completions.snapshot()
+        summary: dict[str, JsonValue] = {
+            "engine_id": self.engine_id,
+            "engine": self.engine,
+            "ts": self.last_ts,
+            "events_folded": self.events_folded,
+            "completions_total": self.finished_total,
+            "arrival_rate_per_s": arrivals.window_rate_per_s,
+            "arrival_rate_short_per_s": arrivals.rate_per_s,
+            "completion_rate_per_s": completions.window_rate_per_s,
+            "completion_rate_short_per_s": completions.rate_per_s,
+            "mu_l_tokens": self.prompt_mean.snapshot(),
+            "mu_o_tokens": self.output_mean.snapshot(),
+            "n_obs": self.n_obs.snapshot().value,
+            "last_step": dict(self.last_step),
+            "tbar_s": self.step_time_sum_s / self.step_count if self.step_count else None,
+            "step_time": _quantiles(self.step_times),
+            "hazard": None
+            if isinstance(hazard, NotEnoughData)
+            else {
+                "p0": hazard.p0,
+                "eta": hazard.eta,
+                "n_samples": hazard.n_samples,
+                "n_censored": hazard.n_censored,
+                "t_start_tokens": hazard.t_start_tokens,
+                "t95_tokens": hazard.t95_tokens,
+            },
+            "output_samples": sample.n_samples,
+            "cost": self._cost_summary(),
+            "tiers": self._tier_summary(),
+            "survival": self._survival_summary(sample),
+            "dp": self._dp_summary(),
+        }
+        return summary
+
+    def _cost_summary(self) -> dict[str, JsonValue]:
+        fits: dict[str, JsonValue] = {}
+        for kind in BatchKind:
+            fit = self.costs.fit(kind)
+            fits[kind.value] = (
+                None
+                if isinstance(fit, NotEnoughData)
+                else {
+                    "alpha_s": fit.alpha_s,
+                    "beta_s_per_unit": fit.beta_s_per_unit,
+                    "n_samples": fit.n_samples,
+                    "residual_std_s": fit.residual_std_s,
+                }
+            )
+        mixed = self.mixed.fit()
+        fits["beta_mb"] = (
+            None
+            if isinstance(mixed, NotEnoughData)
+            else {
+                "alpha_mb_s": mixed.alpha_mb_s,
+                "a": mixed.a,
+                "b": mixed.b,
+                "c": mixed.c,
+                "n_samples": mixed.n_samples,
+            }
+        )
+        return fits
+
+    def _tier_summary(self) -> dict[str, JsonValue]:
+        tiers: dict[str, JsonValue] = {}
+        for tier in sorted(set(self.ttft) | set(self.tbt_p99) | set(self.tbt_gaps) | set(self.tbt_slo_s)):
+            gaps, over = self.tbt_gaps.get(tier, [0, 0])
+            tiers[tier] = {
+                "tbt_slo_s": self.tbt_slo_s.get(tier),
+                "ttft": _quantiles(self.ttft[tier]) if tier in self.ttft else None,
+                "tbt_p99": _quantiles(self.tbt_p99[tier]) if tier in self.tbt_p99 else None,
+                "tbt_gaps": gaps,
+                "tbt_gaps_over_slo": over,
+            }
+        return tiers
+
+    def _survival_summary(self, sample: Any) -> JsonValue:
+        if sample.n_samples == 0:
+            return None
+        table = survival_table(kaplan_meier(sample), log_bin_edges_tokens(max_tokens=SURVIVAL_MAX_TOKENS))
+        return {
+            "bin_edges_tokens": list(table.bin_edges_tokens),
+            "survival": list(table.survival),
+            "n_samples": table.n_samples,
+            "n_censored": table.n_censored,
+        }
+
+    def _dp_summary(self) -> JsonValue:
+        load = self.dp_load.snapshot()
+        if load.n_steps == 0:
+            return None
+        fit = self.step_model.fit()
+        last = load.last
+        return {
+            "n_steps": load.n_steps,
+            "avg_imbalance_tokens": load.avg_imbalance_tokens,
+            "avg_idle_load_frac": load.avg_idle_load_frac,
+            "loads_tokens": list(last.loads_tokens) if last is not None else [],
+            "step_model": None
+            if isinstance(fit, NotEnoughData)
+            else {
+                "c_s": fit.c_s,
+                "t_l_s_per_token": fit.t_l_s_per_token,
+                "n_samples": fit.n_samples,
+            },
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """Return the whole state, JSON-compatible, with a format version."""
+        return {
+            "format": FORMAT,
+            "engine_id": self.engine_id,
+            "engine": self.engine,
+            "trigger_counts": self.trigger_counts,
+            "last_fired_ts": self.last_fired_ts,
+            "snapshot_version": self.snapshot_version,
+            "last_ts": self.last_ts,
+            "events_folded": self.events_folded,
+            "finished_total": self.finished_total,
+            "outputs": self.outputs.to_dict(),
+            "prompt_mean": self.prompt_mean.to_dict(),
+            "output_mean": self.output_mean.to_dict(),
+            "arrivals": self.arrivals.to_dict(),
+            "completions": self.completions.to_dict(),
+            "total_lengths": self.total_lengths.to_dict(),
+            "n_obs": self.n_obs.to_dict(),
+            "last_step": self.last_step,
+            "step_time_sum_s": self.step_time_sum_s,
+            "step_count": self.step_count,
+            "step_times": self.step_times.to_dict(),
+            "costs": self.costs.to_dict(),
+            "mixed": self.mixed.to_dict(),
+            "ttft": {tier: s.to_dict() for tier, s in self.ttft.items()},
+            "tbt_p99": {tier: s.to_dict() for tier, s in self.tbt_p99.items()},
+            "tbt_gaps": self.tbt_gaps,
+            "tbt_slo_s": self.tbt_slo_s,
+            "rank_loads": {str(g): v for g, v in self.rank_loads.items()},
+            "rank_step_id": self.rank_step_id,
+            "rank_step_s": self.rank_step_s,
+            "dp_load": self.dp_load.to_dict(),
+            "step_model": self.step_model.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> EngineEstimates:
+        """Rebuild the state ``to_dict`` wrote."""
+        state = cls(str(data["engine_id"]))
+        state.engine = data["engine"]
+        state.trigger_counts = {str(k): int(v) for k, v in data["trigger_counts"].items()}
+        state.last_fired_ts = {str(k): float(v) for k, v in data["last_fired_ts"].items()}
+        state.snapshot_version = int(data["snapshot_version"])
+        state.last_ts = data["last_ts"]
+        state.events_folded = int(data["events_folded"])
+        state.finished_total = int(data["finished_total"])
+        state.outputs = OutputLengthWindow.from_dict(data["outputs"])
+        state.prompt_mean = CountWindowMean.from_dict(data["prompt_mean"])
+        state.output_mean = CountWindowMean.from_dict(data["output_mean"])
+        state.arrivals = EventRate.from_dict(data["arrivals"])
+        state.completions = EventRate.from_dict(data["completions"])
+        state.total_lengths = LengthHistogram.from_dict(data["total_lengths"])
+        state.n_obs = AsymmetricEma.from_dict(data["n_obs"])
+        state.last_step = {str(k): float(v) for k, v in data["last_step"].items()}
+        state.step_time_sum_s = float(data["step_time_sum_s"])
+        state.step_count = int(data["step_count"])
+        state.step_times = WindowedQuantileSketch.from_dict(data["step_times"])
+        state.costs = LinearCostModel.from_dict(data["costs"])
+        state.mixed = MixedCostModel.from_dict(data["mixed"])
+        state.ttft = {t: WindowedQuantileSketch.from_dict(s) for t, s in data["ttft"].items()}
+        state.tbt_p99 = {t: WindowedQuantileSketch.from_dict(s) for t, s in data["tbt_p99"].items()}
+        state.tbt_gaps = {t: [int(v[0]), int(v[1])] for t, v in data["tbt_gaps"].items()}
+        state.tbt_slo_s = {t: float(v) for t, v in data["tbt_slo_s"].items()}
+        state.rank_loads = {int(g): float(v) for g, v in data["rank_loads"].items()}
+        state.rank_step_id = data["rank_step_id"]
+        state.rank_step_s = float(data["rank_step_s"])
+        state.dp_load = DpLoadTracker.from_dict(data["dp_load"])
+        state.step_model = StepTimeModel.from_dict(data["step_model"])
+        return state
+
+
+def _sketch(sketches: dict[str, WindowedQuantileSketch], tier: str) -> WindowedQuantileSketch:
+    """The tier's sketch, created on first use."""
+    sketch = sketches.get(tier)
+    if sketch is None:
+        sketch = sketches[tier] = WindowedQuantileSketch()
+    return sketch
+
+
+def _quantiles(sketch: WindowedQuantileSketch) -> JsonValue:
+    summary = sketch.snapshot().summary(quantiles=(0.5, 0.9, 0.99))
+    if summary.count == 0:
+        return None
+    return {"count": summary.count, "mean": summary.mean, **{f"p{round(q * 100)}": v for q, v in summary.quantiles}}

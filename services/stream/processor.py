@@ -1,0 +1,242 @@
+"""The live stream processor: ``gov.telemetry`` -> estimates in Redis and snapshots on ``gov.estimates``.
+
+A Kafka consumer-group member over the telemetry topic. Each poll is one batch:
+
+1. every record is validated (schemas/events.py); an invalid one goes to ``gov.deadletter`` with the
+   reason and its source offset, and is counted;
+2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
+   processor never folds an event twice;
+3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
+   engine's stored state the first time this processor sees it after an assignment;
+4. the snapshots the fold took are produced to ``gov.estimates`` and flushed, and only then are the
+   touched engines' states, their summaries and the batch's offsets committed to Redis in one
+   atomic, offset-fenced write.
+
+A crash between 4's produce and its commit re-folds the batch after restart and re-produces the
+same snapshots, which the policy service recognises as duplicates (same scope and version).
+Partition assignment seeks each partition to its applied offset + 1 and forgets the engines of
+revoked partitions, so their new owner rebuilds them from Redis.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import structlog
+from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
+
+from schemas.errors import InvalidInputError
+from schemas.events import Event, parse_event
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.policy_docs.base import SourceOffset
+from schemas.records import DeadLetter, EstimateSnapshot
+from services.health import ServiceMetrics
+from services.policy.registry import PolicyRegistry
+from services.store.protocol import Store
+from services.stream.fold import Folder
+
+log = structlog.get_logger(__name__)
+
+CONSUMER_NAME = "stream"
+SUMMARY_NAME = "summary"
+
+
+@dataclass(slots=True)
+class StreamCounters:
+    """What the processor has done, for logs, metrics and tests."""
+
+    folded: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+    foreign: int = 0
+    snapshots: int = 0
+    batches: int = 0
+    commits_refused: int = 0
+    last_batch_latency_s: float = 0.0
+    lag: dict[str, int] = field(default_factory=dict)
+
+
+def _tp_field(topic: str, partition: int) -> str:
+    return f"{topic}:{partition}"
+
+
+class StreamProcessor:
+    """One member of the stream-processor consumer group of a deployment."""
+
+    def __init__(
+        self,
+        *,
+        deployment: str,
+        bootstrap: str,
+        store: Store,
+        registry: PolicyRegistry,
+        group_id: str | None = None,
+        max_poll_records: int = 2000,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
+    ) -> None:
+        self._deployment = deployment
+        self._metrics = metrics
+        self._store = store
+        self._folder = Folder(deployment, registry)
+        self._clock = clock
+        self.counters = StreamCounters()
+        self._applied: dict[str, int] = {}
+        self._engine_partition: dict[str, str] = {}
+        self._consumer = KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            group_id=group_id or f"governor-stream-{deployment}",
+            enable_auto_commit=False,
+            auto_offset_reset="earliest",
+            max_poll_records=max_poll_records,
+            max_poll_interval_ms=5000,
+            session_timeout_ms=6000,
+            heartbeat_interval_ms=1000,
+        )
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1)
+        self._consumer.subscribe([TELEMETRY_TOPIC], listener=_Rebalance(self))
+        self._stopped = False
+        self._metrics_folded = 0
+        self._metrics_dead = 0
+
+    def on_assigned(self, partitions: list[TopicPartition]) -> None:
+        """Seek every newly assigned partition to its applied offset + 1."""
+        self._applied = self._store.applied_offsets(CONSUMER_NAME)
+        for tp in partitions:
+            applied = self._applied.get(_tp_field(tp.topic, tp.partition))
+            if applied is not None:
+                self._consumer.seek(tp, applied + 1)
+        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions))
+
+    def on_revoked(self, partitions: list[TopicPartition]) -> None:
+        """Forget the engines of revoked partitions: their next owner loads them from Redis."""
+        revoked = {_tp_field(tp.topic, tp.partition) for tp in partitions}
+        engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
+        self._folder.drop(engines)
+        for engine in engines:
+            del self._engine_partition[engine]
+        log.info("partitions_revoked", partitions=sorted(tp.partition for tp in partitions), engines=len(engines))
+
+    def stop(self) -> None:
+        """Ask ``run`` to return after the current batch."""
+        self._stopped = True
+
+    def close(self) -> None:
+        """Leave the group and close the clients."""
+        self._consumer.close()
+        self._producer.close(timeout=5)
+
+    def run(self, *, idle_exit_s: float | None = None) -> StreamCounters:
+        """Process batches until ``stop`` (or ``idle_exit_s`` without records while assigned); return the counters."""
+        idle_since = self._clock()
+        while not self._stopped:
+            batch = self._consumer.poll(timeout_ms=200)
+            records = [record for part in batch.values() for record in part]
+            if not records:
+                if self._metrics is not None:
+                    self._metrics.progressed()
+                if not self._consumer.assignment():
+                    idle_since = self._clock()
+                elif idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
+                    break
+                continue
+            idle_since = self._clock()
+            self.process(records)
+        return self.counters
+
+    def process(self, records: list[ConsumerRecord]) -> None:
+        """Fold one polled batch and commit it (steps 1-4 of the module docstring)."""
+        started = self._clock()
+        offsets: dict[str, int] = {}
+        touched: set[str] = set()
+        snapshots: list[EstimateSnapshot] = []
+        for record in records:
+            tp = _tp_field(record.topic, record.partition)
+            offsets[tp] = max(offsets.get(tp, -1), record.offset)
+            if record.offset <= self._applied.get(tp, -1):
+                self.counters.skipped += 1
+                continue
+            position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
+            try:
+                event = parse_event(record.value, source=f"{tp}@{record.offset}")
+            except InvalidInputError as exc:
+                self._dead_letter(record, exc, position)
+                continue
+            if event.deployment != self._deployment:
+                self.counters.foreign += 1
+                continue
+            self._ensure_loaded(event, tp)
+            snapshots.extend(self._folder.fold(event, position))
+            touched.add(event.engine_id)
+            self.counters.folded += 1
+        for snapshot in snapshots:
+            self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
+        self._producer.flush(timeout=10)
+        states = {engine: self._folder.state_json(engine) for engine in touched}
+        summaries = {
+            estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
+            for engine in touched
+        }
+        fresh = {tp: off for tp, off in offsets.items() if off > self._applied.get(tp, -1)}
+        if fresh and not self._store.commit(CONSUMER_NAME, fresh, states, summaries):
+            self.counters.commits_refused += 1
+            log.warning("commit_refused", offsets=fresh)
+            self._applied = self._store.applied_offsets(CONSUMER_NAME)
+            self._folder.drop(list(touched))
+            return
+        self._applied.update(fresh)
+        self.counters.snapshots += len(snapshots)
+        self.counters.batches += 1
+        self.counters.last_batch_latency_s = self._clock() - started
+        self._observe(len(snapshots), started)
+        log.debug("batch_committed", events=len(records), snapshots=len(snapshots), engines=len(touched))
+
+    def _observe(self, snapshots: int, started: float) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
+        self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
+        self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
+        self._metrics.snapshots.inc(snapshots)
+        self._metrics.loop_latency.observe(self._clock() - started)
+        lag = 0
+        for tp in self._consumer.assignment():
+            high = self._consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self._consumer.position(tp))
+        self._metrics.lag.set(lag)
+        self._metrics.progressed()
+
+    def _ensure_loaded(self, event: Event, tp: str) -> None:
+        engine = event.engine_id
+        if not self._folder.has(engine):
+            stored = self._store.load_states([engine]).get(engine)
+            self._folder.load(engine, stored)
+        self._engine_partition[engine] = tp
+
+    def _dead_letter(self, record: ConsumerRecord, exc: InvalidInputError, position: SourceOffset) -> None:
+        raw = record.value.decode("utf-8", errors="replace")[:70_000] if record.value is not None else ""
+        letter = DeadLetter(reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
+        self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
+        self.counters.dead_lettered += 1
+        log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)
+
+
+class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
+    def __init__(self, processor: StreamProcessor) -> None:
+        self._processor = processor
+
+    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
+        self._processor.on_revoked(revoked)
+
+    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
+        self._processor.on_assigned(assigned)
+
+
+def snapshot_from_json(raw: bytes) -> EstimateSnapshot:
+    """Parse one ``gov.estimates`` record."""
+    return EstimateSnapshot.model_validate(json.loads(raw))

@@ -1,0 +1,62 @@
+"""Start and stop ``governor run stream`` as a real child process, for crash and rebalance tests."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from schemas.names import estimate_key
+from services.stack.launcher import StackState
+from services.store.redis_store import RedisStore
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def start_stream(
+    stack: StackState, deployment: str, log_path: Path, idle_exit_s: float | None = None
+) -> subprocess.Popen[bytes]:
+    """Start a stream processor for ``deployment`` in a child process, logging to ``log_path``."""
+    argv = [
+        sys.executable,
+        "-m",
+        "services.cli",
+        "run",
+        "stream",
+        "--deployment",
+        deployment,
+        "--kafka-bootstrap",
+        stack.kafka_bootstrap,
+        "--redis-url",
+        stack.redis_url,
+        "--metrics-port",
+        "0",
+    ]
+    if idle_exit_s is not None:
+        argv += ["--idle-exit-s", str(idle_exit_s)]
+    with log_path.open("ab") as log:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def applied_total(store: RedisStore) -> int:
+    """Sum over partitions of (applied offset + 1): how many telemetry records are applied."""
+    return sum(offset + 1 for offset in store.applied_offsets("stream").values())
+
+
+def wait_until(predicate: object, timeout_s: float, what: str) -> None:
+    """Poll ``predicate()`` every 0.1 s until true; fail the test with ``what`` after ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if predicate():  # type: ignore[operator]
+            return
+        time.sleep(0.1)
+    msg = f"timed out after {timeout_s:.0f} s waiting for {what}"
+    raise AssertionError(msg)
+
+
+def summaries(store: RedisStore, deployment: str, engines: list[str]) -> dict[str, object]:
+    """The stored estimate summaries of ``engines``, parsed."""
+    raw = {e: store._client.get(estimate_key(deployment, e, "summary")) for e in engines}
+    return {e: json.loads(v) if v is not None else None for e, v in raw.items()}

@@ -1,0 +1,135 @@
+"""Output-length window and Kaplan-Meier survival with right-censoring."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from estimators.survival import (
+    OutputLengthSample,
+    OutputLengthWindow,
+    kaplan_meier,
+    log_bin_edges_tokens,
+    survival_table,
+)
+from schemas.errors import InvalidInputError, LateEventError
+
+events = st.lists(
+    st.tuples(st.integers(0, 50), st.integers(0, 40), st.booleans()), min_size=0, max_size=60
+)  # (ts_s, output_tokens, censored)
+
+
+def _fold(stream: list[tuple[float, int, bool]], **kw: float | int | None) -> OutputLengthWindow:
+    w = OutputLengthWindow(**kw)  # type: ignore[arg-type]
+    for ts, n, c in stream:
+        w.update(ts_s=ts, output_tokens=n, censored=c)
+    return w
+
+
+class TestKaplanMeier:
+    def test_hand_computed_example_with_censoring(self) -> None:
+        """Lengths 3, 5+, 5, 7, 8+, 10 (+ = censored): S = 5/6, 2/3, 4/9, 0 at 3, 5, 7, 10."""
+        sample = OutputLengthSample(
+            lengths_tokens=(3, 5, 5, 7, 8, 10), censored=(False, True, False, False, True, False)
+        )
+        curve = kaplan_meier(sample)
+        assert curve.tokens == (3, 5, 7, 10)
+        assert curve.survival == pytest.approx((5 / 6, 2 / 3, 4 / 9, 0.0), abs=1e-15)
+        assert curve.at(2) == 1.0
+        assert curve.at(6) == pytest.approx(2 / 3)
+        assert (curve.n_samples, curve.n_censored) == (6, 2)
+
+    def test_without_censoring_equals_empirical_survival(self) -> None:
+        lengths = (1, 2, 2, 4, 4, 4, 9)
+        curve = kaplan_meier(OutputLengthSample(lengths_tokens=lengths, censored=(False,) * 7))
+        for t in range(0, 11):
+            assert curve.at(t) == pytest.approx(sum(x > t for x in lengths) / 7)
+
+    def test_in_flight_requests_count_as_censored(self) -> None:
+        base = OutputLengthSample(lengths_tokens=(2, 4), censored=(False, False))
+        with_flight = base.with_in_flight([3])
+        assert with_flight.n_censored == 1
+        # at t=4 the risk set is {4} only: the in-flight request left it at 3 without an event
+        assert kaplan_meier(with_flight).survival == pytest.approx((2 / 3, 0.0))
+
+    def test_log_binned_table_samples_the_step_function(self) -> None:
+        sample = OutputLengthSample(
+            lengths_tokens=(3, 5, 5, 7, 8, 10), censored=(False, True, False, False, True, False)
+        )
+        edges = log_bin_edges_tokens(max_tokens=16, bins_per_octave=1)
+        assert edges == (0, 1, 2, 4, 8, 16)
+        table = survival_table(kaplan_meier(sample), edges)
+        assert table.survival == pytest.approx((1.0, 1.0, 1.0, 5 / 6, 4 / 9, 0.0))
+
+    def test_table_refuses_unsorted_edges(self) -> None:
+        curve = kaplan_meier(OutputLengthSample(lengths_tokens=(1,), censored=(False,)))
+        with pytest.raises(InvalidInputError, match="strictly increasing"):
+            survival_table(curve, [0, 4, 2])
+
+
+class TestOutputLengthWindow:
+    @given(events, st.integers(1, 20))
+    @settings(max_examples=40)
+    def test_count_window_keeps_exactly_the_last_w(self, stream: list[tuple[int, int, bool]], w: int) -> None:
+        stream = sorted(stream)
+        snap = _fold(stream, capacity=w).snapshot()
+        tail = stream[-w:] if stream else []
+        assert snap.lengths_tokens == tuple(n for _, n, _ in tail)
+        assert snap.censored == tuple(c for _, _, c in tail)
+
+    @given(events, st.integers(1, 30))
+    @settings(max_examples=40)
+    def test_time_window_keeps_exactly_the_last_t_seconds(self, stream: list[tuple[int, int, bool]], t: int) -> None:
+        stream = sorted(stream)
+        snap = _fold(stream, capacity=10_000, window_s=float(t)).snapshot()
+        newest = stream[-1][0] if stream else 0
+        assert snap.lengths_tokens == tuple(n for ts, n, _ in stream if ts >= newest - t)
+
+    @given(events, events, st.integers(1, 25), st.sampled_from([None, 5.0, 20.0]))
+    @settings(max_examples=40)
+    def test_merge_equals_folding_the_event_time_ordered_stream(
+        self, a: list[tuple[int, int, bool]], b: list[tuple[int, int, bool]], w: int, window_s: float | None
+    ) -> None:
+        a, b = sorted(a), sorted(b)
+        merged = _fold(a, capacity=w, window_s=window_s).merge(_fold(b, capacity=w, window_s=window_s))
+        both = [e for _, _, e in sorted([(e[0], 0, e) for e in a] + [(e[0], 1, e) for e in b], key=lambda x: x[:2])]
+        assert merged.snapshot() == _fold(both, capacity=w, window_s=window_s).snapshot()
+
+    @given(events)
+    @settings(max_examples=30)
+    def test_round_trips_through_to_dict(self, stream: list[tuple[int, int, bool]]) -> None:
+        w = _fold(sorted(stream), capacity=7, window_s=9.0)
+        back = OutputLengthWindow.from_dict(w.to_dict())
+        assert back.to_dict() == w.to_dict()
+        assert back.snapshot() == w.snapshot()
+
+    def test_memory_stays_bounded_for_a_million_observations(self) -> None:
+        w = OutputLengthWindow(capacity=500)
+        for i in range(1_000_000):
+            w.update(ts_s=i * 1e-3, output_tokens=i % 997, censored=i % 13 == 0)
+        assert len(w) == 500
+
+    @pytest.mark.parametrize("bad", [-1, 2.5, math.nan])
+    def test_bad_length_raises(self, bad: float) -> None:
+        with pytest.raises(InvalidInputError, match="output_tokens"):
+            OutputLengthWindow().update(ts_s=0.0, output_tokens=bad, censored=False)  # type: ignore[arg-type]
+
+    def test_nan_time_raises(self) -> None:
+        with pytest.raises(InvalidInputError, match="ts must be finite"):
+            OutputLengthWindow().update(ts_s=math.nan, output_tokens=3, censored=False)
+
+    def test_event_beyond_allowed_lateness_raises(self) -> None:
+        w = OutputLengthWindow(allowed_lateness_s=5.0)
+        w.update(ts_s=100.0, output_tokens=3, censored=False)
+        w.update(ts_s=96.0, output_tokens=3, censored=False)
+        with pytest.raises(LateEventError) as info:
+            w.update(ts_s=94.0, output_tokens=3, censored=False)
+        assert info.value.watermark_s == 100.0
+
+    def test_wrong_format_is_refused(self) -> None:
+        state = OutputLengthWindow().to_dict() | {"format": 99}
+        with pytest.raises(InvalidInputError, match="format"):
+            OutputLengthWindow.from_dict(state)

@@ -1,0 +1,130 @@
+"""Survival-based workload predictions (spec section 1.5) against hand-computed cases with censoring."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from policies.bfio.lookahead import (
+    SurvivalCurve,
+    active_contributions,
+    conditional_survival,
+    new_request_contributions,
+    rank_base_loads,
+)
+from policies.bfio.params import NewRequestModel
+from schemas.errors import InvalidInputError
+
+# Kaplan-Meier by hand for six requests: finished at 2, censored at 3 (hit max_tokens), finished at 4 and 4,
+# censored at 6 (aborted), finished at 8.
+#   n = 2: at risk 6, 1 finish -> S(2) = 5/6
+#   n = 3: censored, leaves the risk set without an event
+#   n = 4: at risk 4 (4, 4, 6c, 8), 2 finishes -> S(4) = 5/6 * 2/4 = 5/12
+#   n = 6: censored
+#   n = 8: at risk 1, 1 finish -> S(8) = 0
+# A finished-only estimate would have put S(4) at 1/4: censoring matters.
+KM_EDGES = np.array([2.0, 4.0, 8.0])
+KM_SURVIVAL = np.array([5 / 6, 5 / 12, 0.0])
+OFFSETS = np.array([0.0, 1.0, 2.0, 5.0])
+
+
+@pytest.fixture
+def curve() -> SurvivalCurve:
+    return SurvivalCurve(edges_tokens=KM_EDGES, survival_frac=KM_SURVIVAL)
+
+
+class TestSurvivalCurve:
+    def test_is_a_right_continuous_step_function_starting_at_one(self, curve: SurvivalCurve) -> None:
+        values = curve.at(np.array([0.0, 1.0, 2.0, 3.0, 4.0, 7.0, 8.0, 100.0]))
+        np.testing.assert_allclose(values, [1, 1, 5 / 6, 5 / 6, 5 / 12, 5 / 12, 0, 0])
+
+    def test_non_integer_edges_use_the_binary_search_with_the_same_semantics(self) -> None:
+        curve = SurvivalCurve(edges_tokens=np.array([1.5, 3.5]), survival_frac=np.array([0.5, 0.25]))
+        np.testing.assert_allclose(curve.at(np.array([1.0, 1.5, 3.0, 3.5, 9.0])), [1, 0.5, 0.5, 0.25, 0.25])
+
+    def test_median_is_the_first_edge_at_or_below_one_half(self, curve: SurvivalCurve) -> None:
+        assert curve.median_tokens() == 4.0
+
+    def test_increasing_survival_is_refused(self) -> None:
+        with pytest.raises(InvalidInputError, match="non-increasing"):
+            SurvivalCurve(edges_tokens=np.array([1.0, 2.0]), survival_frac=np.array([0.5, 0.6]))
+
+    def test_unsorted_edges_are_refused(self) -> None:
+        with pytest.raises(InvalidInputError, match="strictly increasing"):
+            SurvivalCurve(edges_tokens=np.array([2.0, 1.0]), survival_frac=np.array([0.5, 0.4]))
+
+
+class TestConditionalSurvival:
+    def test_matches_the_hand_computed_ratio_of_survivals(self, curve: SurvivalCurve) -> None:
+        """Age 3: q(1) = S(4)/S(3) = (5/12)/(5/6) = 1/2, q(2) = S(5)/S(3) = 1/2, q(5) = S(8)/S(3) = 0."""
+        q = conditional_survival(curve, np.array([3.0]), np.array([np.inf]), OFFSETS, 1.0)
+        np.testing.assert_allclose(q, [[1.0, 0.5, 0.5, 0.0]])
+
+    def test_max_tokens_ends_the_request_deterministically(self, curve: SurvivalCurve) -> None:
+        q = conditional_survival(curve, np.array([3.0]), np.array([5.0]), OFFSETS, 1.0)
+        np.testing.assert_allclose(q, [[1.0, 0.5, 0.0, 0.0]])
+
+    def test_request_older_than_every_observation_is_predicted_alive(self, curve: SurvivalCurve) -> None:
+        q = conditional_survival(curve, np.array([9.0]), np.array([np.inf]), OFFSETS, 1.0)
+        np.testing.assert_allclose(q, [[1.0, 1.0, 1.0, 1.0]])
+
+    def test_without_a_table_only_max_tokens_ends_a_request(self) -> None:
+        q = conditional_survival(None, np.array([3.0]), np.array([5.0]), OFFSETS, 1.0)
+        np.testing.assert_allclose(q, [[1.0, 1.0, 0.0, 0.0]])
+
+
+class TestActiveContributions:
+    def test_expected_workload_grows_one_token_per_step_times_survival(self, curve: SurvivalCurve) -> None:
+        """Prompt 100, age 3: (103, 104 * 1/2, 105 * 1/2, 108 * 0)."""
+        w = active_contributions(
+            curve,
+            prompt_tokens=np.array([100.0]),
+            generated_tokens=np.array([3.0]),
+            max_tokens=np.array([np.inf]),
+            offsets_steps=OFFSETS,
+            drift=1.0,
+        )
+        np.testing.assert_allclose(w, [[103.0, 52.0, 52.5, 0.0]])
+
+    def test_current_step_counts_the_full_context_even_when_the_table_says_finished(self, curve: SurvivalCurve) -> None:
+        w = active_contributions(
+            curve,
+            prompt_tokens=np.array([10.0]),
+            generated_tokens=np.array([8.0]),
+            max_tokens=np.array([8.0]),
+            offsets_steps=OFFSETS,
+            drift=1.0,
+        )
+        np.testing.assert_allclose(w, [[18.0, 0.0, 0.0, 0.0]])
+
+
+class TestNewRequestContributions:
+    def test_survival_model_weights_prompt_plus_growth_by_unconditional_survival(self, curve: SurvivalCurve) -> None:
+        """Prompt 50: (50, 51 * S(1), 52 * S(2), 55 * S(5)) = (50, 51, 52 * 5/6, 55 * 5/12)."""
+        v = new_request_contributions(
+            curve,
+            prompt_tokens=np.array([50.0]),
+            max_tokens=np.array([np.inf]),
+            offsets_steps=OFFSETS,
+            drift=1.0,
+            model=NewRequestModel.S_PLUS_H_SURVIVAL,
+        )
+        np.testing.assert_allclose(v, [[50.0, 51.0, 52 * 5 / 6, 55 * 5 / 12]])
+
+    def test_const_s_is_the_reference_code_convention(self, curve: SurvivalCurve) -> None:
+        v = new_request_contributions(
+            curve,
+            prompt_tokens=np.array([50.0, 7.0]),
+            max_tokens=np.array([np.inf, np.inf]),
+            offsets_steps=OFFSETS,
+            drift=1.0,
+            model=NewRequestModel.CONST_S,
+        )
+        np.testing.assert_allclose(v, [[50.0] * 4, [7.0] * 4])
+
+
+class TestRankBaseLoads:
+    def test_sums_contributions_per_rank_and_leaves_idle_ranks_at_zero(self) -> None:
+        contributions = np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]])
+        loads = rank_base_loads(contributions, np.array([0, 2, 0]), 3)
+        np.testing.assert_allclose(loads, [[101.0, 202.0], [0.0, 0.0], [10.0, 20.0]])

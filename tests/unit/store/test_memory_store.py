@@ -1,0 +1,33 @@
+"""The in-memory store keeps the same all-or-nothing and compare-and-set rules as Redis."""
+
+from __future__ import annotations
+
+import json
+
+from services.store.memory_store import MemoryStore
+
+
+class TestCommit:
+    def test_commit_writes_states_summaries_and_offsets_together(self) -> None:
+        store = MemoryStore()
+        assert store.commit("stream", {"t:0": 5}, {"eng": "{}"}, {"k": "v"})
+        assert store.applied_offsets("stream") == {"t:0": 5}
+        assert store.load_states(["eng", "other"]) == {"eng": "{}"}
+
+    def test_commit_at_or_below_a_stored_offset_writes_nothing(self) -> None:
+        store = MemoryStore()
+        store.commit("stream", {"t:0": 5, "t:1": 2}, {"eng": "old"}, {})
+        assert not store.commit("stream", {"t:0": 9, "t:1": 2}, {"eng": "new"}, {})
+        assert store.load_states(["eng"]) == {"eng": "old"}
+        assert store.applied_offsets("stream") == {"t:0": 5, "t:1": 2}
+
+
+class TestPutPolicy:
+    def test_lower_or_equal_version_is_refused_and_history_is_capped(self) -> None:
+        store = MemoryStore(history_cap=3)
+        for version in range(1, 6):
+            assert store.put_policy("k", "s", version, json.dumps({"version": version}))
+        assert not store.put_policy("k", "s", 5, json.dumps({"version": 5}))
+        assert not store.put_policy("k", "s", 2, json.dumps({"version": 2}))
+        assert [json.loads(d)["version"] for d in store.policy_history("k", "s")] == [5, 4, 3]
+        assert len(store.announcements) == 5

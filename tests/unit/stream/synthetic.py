@@ -1,0 +1,104 @@
+"""A small, seeded synthetic telemetry stream: engines that register, take requests, step and finish.
+
+It is not a simulator (services/sim is); it only produces valid, ordered event streams with the
+statistics the estimators need (geometric output lengths, some censored finishes, mixed batches).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from schemas.engines import EngineRegistered
+from schemas.events import Event
+from schemas.requests import RequestArrived, RequestFinished
+from schemas.steps import StepReport
+
+
+def synthetic_stream(*, engines: int = 2, requests: int = 400, seed: int = 7, deployment: str = "dep") -> list[Event]:
+    """Return a time-ordered stream of ``requests`` requests spread over ``engines`` engines."""
+    rng = np.random.default_rng(seed)
+    events: list[Event] = []
+    seq = dict.fromkeys(range(engines), 0)
+
+    def envelope(engine: int, ts: float) -> dict[str, object]:
+        seq[engine] += 1
+        return {
+            "event_id": f"e{engine}-{seq[engine]}",
+            "ts": ts,
+            "deployment": deployment,
+            "engine_id": f"eng-{engine}",
+            "seq": seq[engine],
+        }
+
+    for engine in range(engines):
+        events.append(
+            EngineRegistered(
+                model="Qwen3-8B",
+                gpu="H200",
+                hardware_profile="qwen3-8b@h200",
+                max_num_seqs=256,
+                max_num_batched_tokens=8192,
+                max_model_len=32768,
+                kv_blocks_total=20_000,
+                block_size_tokens=16,
+                **envelope(engine, 0.0),
+            )
+        )
+    ts = 0.0
+    for i in range(requests):
+        engine = i % engines
+        ts += float(rng.exponential(0.05))
+        prompt = int(rng.integers(64, 1024))
+        output = int(rng.geometric(1 / 200))
+        censored = output > 600
+        events.append(
+            RequestArrived(
+                request_id=f"r{i}",
+                prompt_tokens=prompt,
+                max_tokens=600,
+                tier="free",
+                tbt_slo_s=0.5,
+                **envelope(engine, ts),
+            )
+        )
+        running = int(rng.integers(1, 200))
+        waiting = int(rng.integers(0, 50))
+        kind = ("prefill", "decode", "mixed")[i % 3]
+        prefill_tokens = 0 if kind == "decode" else prompt
+        decodes = 0 if kind == "prefill" else running
+        duration = 0.008 + 2.5e-5 * prefill_tokens + 4.5e-5 * decodes + float(rng.normal(0, 1e-4)) ** 2
+        events.append(
+            StepReport(
+                step_id=i,
+                duration_s=duration,
+                batch_kind=kind,
+                num_prefill_requests=1 if prefill_tokens else 0,
+                sum_prefill_tokens=prefill_tokens,
+                num_decode_requests=decodes,
+                sum_decode_kv_tokens=decodes * 700,
+                num_running=running,
+                num_waiting=waiting,
+                kv_blocks_used=int(rng.integers(0, 20_000)),
+                kv_blocks_total=20_000,
+                **envelope(engine, ts + 0.001),
+            )
+        )
+        events.append(
+            RequestFinished(
+                request_id=f"r{i}",
+                prompt_tokens=prompt,
+                output_tokens=min(output, 600),
+                finish_reason="length" if censored else "stop",
+                tier="free",
+                tbt_slo_s=0.5,
+                arrived_ts=ts,
+                ttft_s=0.2,
+                tbt_mean_s=0.03,
+                tbt_p99_s=0.08,
+                tbt_max_s=0.1,
+                tbt_gaps=min(output, 600),
+                tbt_gaps_over_slo=0,
+                **envelope(engine, ts + 0.002),
+            )
+        )
+    return events
