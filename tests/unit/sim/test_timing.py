@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from policies.ebplus.calibration import calibration_profile
 from schemas.errors import InvalidInputError
 from services.sim.timing import BatchShape, BfioTiming, EbTiming, SlaiTiming
 
@@ -87,3 +88,13 @@ class TestBfioTiming:
             max_rank_load_tokens=80_000,
         )
         assert BfioTiming().step_time_s(shape) == pytest.approx(12.9e-3, abs=0.05e-3)
+
+
+class TestFromCalibration:
+    def test_eb_timing_takes_the_ebplus_calibration_cost_model(self) -> None:
+        """policies/ebplus/calibration.py's Qwen3-8B H200 profile (spec 6.4) prices a step as by hand."""
+        timing = EbTiming.from_cost_model(calibration_profile("qwen3-8b@h200").cost_model)
+        # 1000 decodes + 2048 prefill tokens: r = 1000 / 3048
+        r = 1000 / 3048
+        beta = 2.494e-5 + 5.193e-5 * r + 1.478e-5 * r * r
+        assert timing.step_time_s(_shape(2048, 1000)) == pytest.approx(1.2786e-3 + beta * 3048)
