@@ -12,7 +12,18 @@ import sys
 from collections.abc import Sequence
 
 from schemas.errors import GovernorError, InvalidInputError
-from services.cli import bfio_assign, demo, policy_bfio, policy_ebplus, policy_fleetopt, policy_slai, run, schema, stack
+from services.cli import (
+    bfio_assign,
+    demo,
+    policy_bfio,
+    policy_ebplus,
+    policy_fleetopt,
+    policy_slai,
+    run,
+    schema,
+    sim,
+    stack,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -25,6 +36,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.register(commands)
     run.register(commands)
     schema.register(commands)
+    sim.register(commands)
     stack.register(commands)
     policy = commands.add_parser("policy", help="what-if: print a policy decision for an estimate snapshot")
     policy_commands = policy.add_subparsers(dest="policy", metavar="POLICY", required=True)

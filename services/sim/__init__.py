@@ -1,0 +1,66 @@
+"""The engine simulator: a discrete-event fleet of LLM engines driven by the papers' timing models.
+
+Build a named scenario (``load_scenario``), run it offline on event time (``run_offline``) or paced
+in wall time (``run_live``) against a ``TelemetrySink`` and a ``PolicySource``, read its
+``RunSummary``, write its plots (``write_plots``) and record its event stream (``record_jsonl``).
+docs/simulator.md describes the model, the scheduler interface and the scenarios.
+"""
+
+from services.sim.core import EventLoop, SimEvent
+from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter, RankView
+from services.sim.engine import EngineConfig, SimEngine
+from services.sim.metrics import MetricsRecorder, RunSummary, TierSummary, TimelineSample
+from services.sim.plots import write_plots
+from services.sim.request import RequestSpec, SimRequest
+from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
+from services.sim.runner import Clock, WallClock, build_simulation, record_jsonl, run_live, run_offline
+from services.sim.scenario import SCENARIOS_PATH, EngineSpec, Scenario, list_scenarios, load_scenario
+from services.sim.simulation import ProgressSample, Simulation
+from services.sim.timing import BatchShape, BfioTiming, EbTiming, SlaiTiming, TimingModel
+from services.sim.workload import Tier, Workload, WorkloadPhase, load_fleetopt_cdf, load_sharegpt_lengths
+
+__all__ = [
+    "SCENARIOS_PATH",
+    "BatchShape",
+    "BfioTiming",
+    "Clock",
+    "DpConfig",
+    "DpEngine",
+    "EbTiming",
+    "EngineConfig",
+    "EngineSpec",
+    "EventLoop",
+    "FcfsRankRouter",
+    "FleetRouter",
+    "JsqLoadRankRouter",
+    "LeastLoadedRouter",
+    "LengthRouter",
+    "MetricsRecorder",
+    "ProgressSample",
+    "RankRouter",
+    "RankView",
+    "RequestSpec",
+    "RunSummary",
+    "Scenario",
+    "SimEngine",
+    "SimEvent",
+    "SimRequest",
+    "Simulation",
+    "SlaiTiming",
+    "Tier",
+    "TierSummary",
+    "TimelineSample",
+    "TimingModel",
+    "WallClock",
+    "Workload",
+    "WorkloadPhase",
+    "build_simulation",
+    "list_scenarios",
+    "load_fleetopt_cdf",
+    "load_scenario",
+    "load_sharegpt_lengths",
+    "record_jsonl",
+    "run_live",
+    "run_offline",
+    "write_plots",
+]

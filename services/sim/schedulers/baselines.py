@@ -1,0 +1,132 @@
+"""Baseline schedulers: vLLM v1 mixed batching with chunked prefill, and Sarathi-Serve FCFS.
+
+- ``MixedChunkedScheduler`` (the EB paper's MB baseline, specs/seed-001-ebplus.md section 6.5):
+  every decode first, then partial prefills, then new requests FCFS in chunks under the token
+  budget; KV blocks are allocated for what the step computes; when a decode finds no block the
+  newest running request is preempted by recompute (LIFO, as vLLM).
+- ``SarathiScheduler`` (specs/seed-000-slai.md section 6.1, paper Alg. 4): the same decode-first
+  packing with one chunk per request per batch, a small chunk budget (512) and an admission that
+  needs KV for the whole prompt plus a watermark.
+
+Deviation: Sarathi's admission checks that the whole prompt fits (plus the 1% watermark) but
+allocates blocks chunk by chunk, which leaves the same free-block trajectory as reserving up front
+except while a long prompt is half prefilled.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from services.sim.request import SimRequest, blocks_for_tokens
+from services.sim.schedulers.base import BatchPlan, EngineView
+
+
+def _extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) -> int:
+    return blocks_for_tokens(request.computed_tokens + new_tokens, block_size_tokens) - request.kv_blocks
+
+
+def pack_decode_first(view: EngineView, *, mode: str, whole_prompt_watermark_frac: float | None) -> BatchPlan:
+    """Pack decodes, then partial prefills, then FCFS admissions under the budget and the free KV.
+
+    Args:
+        view: the engine's state.
+        mode: the label the step report carries.
+        whole_prompt_watermark_frac: None admits when the first chunk's blocks fit (vLLM v1); a
+            fraction admits only when the whole remaining prompt fits with that share of all
+            blocks kept free (Sarathi's watermark).
+
+    Returns:
+        The plan; preempted requests come from the newest end of ``running``.
+    """
+    bs = view.block_size_tokens
+    budget = view.token_budget_tokens
+    free = view.kv_blocks_free
+    candidates = list(view.running)
+    preempted: list[SimRequest] = []
+    decodes: list[SimRequest] = []
+    index = 0
+    while index < len(candidates) and budget > 0:
+        request = candidates[index]
+        if not request.prefill_done:
+            index += 1
+            continue
+        need = _extra_blocks(request, 1, bs)
+        while need > free and candidates[-1] is not request:
+            victim = candidates.pop()
+            preempted.append(victim)
+            free += victim.kv_blocks
+        if need > free:
+            candidates.pop()
+            preempted.append(request)
+            free += request.kv_blocks
+            break
+        free -= need
+        budget -= 1
+        decodes.append(request)
+        index += 1
+    prefills: list[tuple[SimRequest, int]] = []
+    for request in candidates:
+        if budget <= 0:
+            break
+        if request.prefill_done:
+            continue
+        chunk = min(request.prefill_remaining_tokens, budget)
+        need = _extra_blocks(request, chunk, bs)
+        if need > free:
+            continue
+        free -= need
+        budget -= chunk
+        prefills.append((request, chunk))
+    slots = view.max_num_seqs - len(candidates)
+    reserve = 0 if whole_prompt_watermark_frac is None else int(whole_prompt_watermark_frac * view.kv_blocks_total)
+    # A preempted request re-enters at the front of the queue only next iteration, so FCFS order holds.
+    for request in view.waiting:
+        if budget <= 0 or slots <= 0:
+            break
+        chunk = min(request.prefill_remaining_tokens, budget)
+        need = _extra_blocks(request, chunk, bs)
+        if whole_prompt_watermark_frac is not None:
+            whole = _extra_blocks(request, request.prefill_remaining_tokens, bs)
+            if whole + reserve > free:
+                break
+        if need > free:
+            break
+        free -= need
+        budget -= chunk
+        slots -= 1
+        prefills.append((request, chunk))
+    return BatchPlan(decodes=tuple(decodes), prefills=tuple(prefills), preempted=tuple(preempted), mode=mode)
+
+
+@dataclass(frozen=True, slots=True)
+class MixedChunkedScheduler:
+    """vLLM v1 mixed batching with chunked prefill: the MB baseline (seed 001 section 6.5)."""
+
+    @property
+    def policy_kind(self) -> str | None:
+        """The baseline obeys no policy."""
+        return None
+
+    def schedule(self, view: EngineView) -> BatchPlan:
+        """Decodes first, then prefill chunks under the token budget (see ``pack_decode_first``)."""
+        return pack_decode_first(view, mode="mb", whole_prompt_watermark_frac=None)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SarathiScheduler:
+    """Sarathi-Serve FCFS (seed 000 section 6.1): decode-first, chunk budget, whole-prompt KV admission.
+
+    Attributes:
+        watermark_frac: share of the KV blocks an admission must leave free (repo default 1%).
+    """
+
+    watermark_frac: float = 0.01
+
+    @property
+    def policy_kind(self) -> str | None:
+        """The baseline obeys no policy."""
+        return None
+
+    def schedule(self, view: EngineView) -> BatchPlan:
+        """Decodes first, then one chunk per prefill in FCFS order, admitting only whole-prompt fits."""
+        return pack_decode_first(view, mode="sarathi", whole_prompt_watermark_frac=self.watermark_frac)

@@ -1,0 +1,301 @@
+"""Builds one engine's schema events and hands them to its ``TelemetrySink`` (services/sdk/protocol.py).
+
+Each engine owns one ``EngineTelemetry``: it stamps the envelope (event time ``ts``, per-engine
+monotonic ``seq``, ``engine_id``, ``deployment``, the policy versions in effect) and builds every
+event through its validating constructor, only at the moment it is emitted.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
+from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
+from schemas.steps import RankStepReport, StepReport
+from services.sdk.protocol import TelemetrySink
+from services.sim.request import RequestSpec, SimRequest
+
+
+def _p99(values: list[float]) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+
+
+class EngineTelemetry:
+    """One engine's event stream: envelope stamping plus one builder per event type."""
+
+    def __init__(self, *, engine_id: str, deployment: str, sink: TelemetrySink, source_epoch: int = 0) -> None:
+        self.engine_id = engine_id
+        self.deployment = deployment
+        self.sink = sink
+        self.source_epoch = source_epoch
+        self.seq = 0
+        self.policy_versions: dict[str, int] = {}
+
+    def _next(self) -> tuple[str, int]:
+        seq = self.seq
+        self.seq = seq + 1
+        return f"{self.engine_id}-{self.source_epoch}-{seq}", seq
+
+    def registered(
+        self,
+        now_s: float,
+        *,
+        model: str,
+        gpu: str,
+        hardware_profile: str | None,
+        pool: str,
+        max_num_seqs: int,
+        max_num_batched_tokens: int,
+        max_model_len: int,
+        kv_blocks_total: int,
+        block_size_tokens: int,
+        dp_size: int = 1,
+    ) -> None:
+        """Emit ``engine.registered``."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            EngineRegistered(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                model=model,
+                gpu=gpu,
+                hardware_profile=hardware_profile,
+                pool=pool,
+                max_num_seqs=max_num_seqs,
+                max_num_batched_tokens=max_num_batched_tokens,
+                max_model_len=max_model_len,
+                kv_blocks_total=kv_blocks_total,
+                block_size_tokens=block_size_tokens,
+                dp_size=dp_size,
+            )
+        )
+
+    def heartbeat(self, now_s: float, *, num_running: int, num_waiting: int) -> None:
+        """Emit ``engine.heartbeat``."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            Heartbeat(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                num_running=num_running,
+                num_waiting=num_waiting,
+            )
+        )
+
+    def policy_applied(self, now_s: float, *, kind: str, scope: str, version: int) -> None:
+        """Record ``version`` as in effect for ``kind`` and emit ``policy.applied``."""
+        self.policy_versions = {**self.policy_versions, kind: version}
+        event_id, seq = self._next()
+        self.sink.publish(
+            PolicyApplied(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                policy_versions=self.policy_versions,
+                kind=kind,
+                scope=scope,
+                version=version,
+            )
+        )
+
+    def arrived(self, now_s: float, spec: RequestSpec) -> None:
+        """Emit ``request.arrived``."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            RequestArrived(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                request_id=spec.request_id,
+                prompt_tokens=spec.prompt_tokens,
+                max_tokens=spec.max_tokens,
+                tier=spec.tier,
+                tbt_slo_s=spec.tbt_slo_s,
+            )
+        )
+
+    def admitted(self, now_s: float, request: SimRequest) -> None:
+        """Emit ``request.admitted`` (first admission only)."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            RequestAdmitted(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                dp_rank=request.dp_rank,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                request_id=request.spec.request_id,
+                queue_time_s=max(0.0, now_s - request.spec.arrival_s),
+            )
+        )
+
+    def first_token(self, now_s: float, request: SimRequest) -> None:
+        """Emit ``request.first_token``."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            RequestFirstToken(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                dp_rank=request.dp_rank,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                request_id=request.spec.request_id,
+                ttft_s=max(0.0, now_s - request.spec.arrival_s),
+            )
+        )
+
+    def preempted(self, now_s: float, request: SimRequest) -> None:
+        """Emit ``request.preempted``."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            RequestPreempted(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                request_id=request.spec.request_id,
+                generated_tokens=request.generated_tokens,
+            )
+        )
+
+    def finished(
+        self, now_s: float, request: SimRequest, *, finish_reason: Literal["stop", "length", "abort", "error"]
+    ) -> None:
+        """Emit ``request.finished`` with the request's TTFT and token-gap summary."""
+        spec = request.spec
+        gaps = request.gaps_s
+        slo = spec.tbt_slo_s
+        event_id, seq = self._next()
+        self.sink.publish(
+            RequestFinished(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                dp_rank=request.dp_rank,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                policy_versions=self.policy_versions,
+                request_id=spec.request_id,
+                prompt_tokens=spec.prompt_tokens,
+                output_tokens=request.generated_tokens,
+                finish_reason=finish_reason,
+                tier=spec.tier,
+                tbt_slo_s=slo,
+                arrived_ts=spec.arrival_s,
+                admitted_ts=request.admitted_s,
+                ttft_s=None if request.first_token_s is None else request.first_token_s - spec.arrival_s,
+                tbt_mean_s=sum(gaps) / len(gaps) if gaps else None,
+                tbt_p99_s=_p99(gaps) if gaps else None,
+                tbt_max_s=max(gaps) if gaps else None,
+                tbt_gaps=len(gaps),
+                tbt_gaps_over_slo=0 if slo is None else sum(1 for gap in gaps if gap > slo),
+                preemptions=request.preemptions,
+            )
+        )
+
+    def step(
+        self,
+        now_s: float,
+        *,
+        step_id: int,
+        duration_s: float,
+        num_prefill_requests: int,
+        sum_prefill_tokens: int,
+        num_decode_requests: int,
+        sum_decode_kv_tokens: int,
+        num_running: int,
+        num_waiting: int,
+        kv_blocks_used: int,
+        kv_blocks_total: int,
+        block_size_tokens: int,
+        num_preempted: int,
+        scheduler_mode: str,
+    ) -> None:
+        """Emit one ``step`` (forward-pass metrics of one iteration)."""
+        kind: Literal["prefill", "decode", "mixed"] = (
+            ("mixed" if num_decode_requests > 0 else "prefill") if sum_prefill_tokens > 0 else "decode"
+        )
+        event_id, seq = self._next()
+        self.sink.publish(
+            StepReport(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                policy_versions=self.policy_versions,
+                step_id=step_id,
+                duration_s=duration_s,
+                batch_kind=kind,
+                num_prefill_requests=num_prefill_requests,
+                sum_prefill_tokens=sum_prefill_tokens,
+                num_decode_requests=num_decode_requests,
+                sum_decode_kv_tokens=sum_decode_kv_tokens,
+                num_running=num_running,
+                num_waiting=num_waiting,
+                kv_blocks_used=kv_blocks_used,
+                kv_blocks_total=kv_blocks_total,
+                block_size_tokens=block_size_tokens,
+                num_preempted=num_preempted,
+                scheduler_mode=scheduler_mode,
+            )
+        )
+
+    def rank_step(
+        self,
+        now_s: float,
+        *,
+        dp_rank: int,
+        step_id: int,
+        load_tokens: int,
+        num_running: int,
+        free_slots: int,
+        local_compute_s: float,
+        barrier_wait_s: float,
+        admitted: int,
+        completed: int,
+    ) -> None:
+        """Emit one ``rank.step`` (a DP rank's share of a synchronised step)."""
+        event_id, seq = self._next()
+        self.sink.publish(
+            RankStepReport(
+                event_id=event_id,
+                ts=now_s,
+                deployment=self.deployment,
+                engine_id=self.engine_id,
+                dp_rank=dp_rank,
+                seq=seq,
+                source_epoch=self.source_epoch,
+                step_id=step_id,
+                load_tokens=load_tokens,
+                num_running=num_running,
+                free_slots=free_slots,
+                local_compute_s=local_compute_s,
+                barrier_wait_s=barrier_wait_s,
+                admitted=admitted,
+                completed=completed,
+            )
+        )
