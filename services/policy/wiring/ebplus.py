@@ -1,0 +1,109 @@
+"""Wiring of EB+ (seed 001): its inputs from an engine summary, and its spec (every T_upd completions)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams
+from policies.ebplus import decide as decide_ebplus
+from policies.ebplus.calibration import CALIBRATION_PROFILES
+from schemas.policy_docs import EbplusPolicy
+from schemas.records import EstimateSnapshot
+from services.policy.registry import EveryEvents, PolicySpec
+from services.policy.wiring.summary import bind_params, number_at
+
+
+def _cost_model(s: dict[str, Any]) -> CostModel | None:
+    """The online cost model when prefill and decode fits both exist and are physical, else None."""
+    alpha_p = number_at(s, "cost", "prefill", "alpha_s")
+    beta_p = number_at(s, "cost", "prefill", "beta_s_per_unit")
+    alpha_d = number_at(s, "cost", "decode", "alpha_s")
+    beta_d = number_at(s, "cost", "decode", "beta_s_per_unit")
+    if alpha_p is None or beta_p is None or alpha_d is None or beta_d is None:
+        return None
+    if alpha_p <= 0.0 or alpha_d <= 0.0 or beta_p < 0.0 or beta_d < 0.0:
+        return None
+    mb = s.get("cost", {}).get("beta_mb")
+    beta_mb = None
+    alpha_mb = alpha_p
+    if isinstance(mb, dict):
+        beta_mb = BetaMbQuadratic(c0_s_per_token=mb["a"], c1_s_per_token=mb["b"], c2_s_per_token=mb["c"])
+        alpha_mb = max(0.0, float(mb["alpha_mb_s"]))
+    return CostModel(
+        alpha_p_s=alpha_p,
+        beta_p_s_per_token=beta_p,
+        alpha_d_s=alpha_d,
+        beta_d_s_per_seq=beta_d,
+        alpha_mb_s=alpha_mb,
+        beta_mb=beta_mb,
+    )
+
+
+def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False) -> EbplusInputs | None:
+    """EB+ inputs: the censoring-aware hazard fit, mu_L, mu_O, N_obs, KV capacity and the cost model.
+
+    The cost model is the engine's registered calibration profile (or, with ``online_cost_model``,
+    the online fits from its step events); None falls back to the params' profile. Calibration is
+    preferred by default because a running engine under mixed batching sees few pure-prefill
+    batches to fit alpha_p from (spec seed-001 P15).
+    """
+    s = snapshot.estimates
+    p0 = number_at(s, "hazard", "p0")
+    eta = number_at(s, "hazard", "eta")
+    samples = number_at(s, "hazard", "n_samples")
+    mu_l = number_at(s, "mu_l_tokens")
+    mu_o = number_at(s, "mu_o_tokens")
+    n_obs = number_at(s, "n_obs")
+    kv = number_at(s, "last_step", "kv_capacity_tokens")
+    max_seqs = number_at(s, "engine", "max_num_seqs")
+    completions = number_at(s, "completions_total")
+    if (
+        p0 is None
+        or eta is None
+        or samples is None
+        or mu_l is None
+        or mu_o is None
+        or n_obs is None
+        or kv is None
+        or max_seqs is None
+        or completions is None
+        or p0 <= 0.0
+        or mu_l <= 0.0
+        or mu_o <= 0.0
+    ):
+        return None
+    cost = _cost_model(s) if online_cost_model else _registered_calibration(s)
+    return EbplusInputs(
+        p0=p0,
+        eta=eta,
+        hazard_samples=int(samples),
+        mu_l_tokens=mu_l,
+        mu_o_tokens=mu_o,
+        n_obs=n_obs,
+        cost_model=cost,
+        kv_capacity_tokens=int(kv),
+        max_num_seqs=int(max_seqs),
+        completions=int(completions),
+    )
+
+
+def _registered_calibration(s: dict[str, Any]) -> CostModel | None:
+    engine = s.get("engine")
+    profile = engine.get("hardware_profile") if isinstance(engine, dict) else None
+    if isinstance(profile, str) and profile in CALIBRATION_PROFILES:
+        return CALIBRATION_PROFILES[profile].cost_model
+    return None
+
+
+def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
+    """EB+ per engine, every ``t_upd_completions`` finished requests of the engine (Alg. 1)."""
+    ebplus_params = params or EbplusParams()
+    return PolicySpec(
+        kind="ebplus",
+        scope="engine",
+        trigger=EveryEvents(event_type="request.finished", n=ebplus_params.t_upd_completions),
+        reads=("hazard", "mu_l_tokens", "mu_o_tokens", "n_obs", "last_step", "engine", "completions_total"),
+        document_type=EbplusPolicy,
+        inputs_from_snapshot=ebplus_inputs,
+        decide=bind_params(decide_ebplus, ebplus_params),
+    )
