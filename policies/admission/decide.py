@@ -7,7 +7,9 @@ signals, each mapped to [0, 1]:
 - queue: waiting requests relative to the engine's running set (a queue as deep as the batch is
   full pressure);
 - memory: KV-cache use above a comfort threshold (at 100% use, preemptions begin);
-- flow: arrivals outpacing completions (a ratio of 1 is balanced, ``flow_saturation`` is full).
+- flow: arrivals outpacing completions (a ratio of 1 is balanced, ``flow_saturation`` is full),
+  counted only while requests wait: without a backlog, arrivals above completions are a ramp-up
+  that the engine absorbs, not pressure.
 
 The pressure is the largest of the three, smoothed with an asymmetric EMA (rise fast, fall slowly),
 and mapped to a level with hysteresis so that it does not flap at a boundary.
@@ -70,7 +72,7 @@ def raw_pressure(inputs: AdmissionInputs, params: AdmissionParams) -> tuple[floa
         ratio = inputs.arrival_rate_per_s / inputs.completion_rate_per_s
     else:
         ratio = 1.0 if inputs.arrival_rate_per_s == 0.0 else params.flow_saturation
-    flow = min(1.0, max(0.0, (ratio - 1.0) / (params.flow_saturation - 1.0)))
+    flow = min(1.0, max(0.0, (ratio - 1.0) / (params.flow_saturation - 1.0))) if inputs.num_waiting >= 1.0 else 0.0
     return queue, min(1.0, memory), flow
 
 

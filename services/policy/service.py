@@ -68,7 +68,7 @@ class PolicyService:
             session_timeout_ms=6000,
             heartbeat_interval_ms=1000,
         )
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1)
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1, enable_idempotence=False)
         self._stopped = False
 
     def stop(self) -> None:

@@ -31,7 +31,7 @@ class PublisherStats:
     """Counters of a publisher: handed over, delivered (acknowledged by the broker), dropped, still queued."""
 
     published: int
-    sent: int
+    delivered: int
     dropped: int
     queued: int
 
@@ -54,7 +54,7 @@ class TelemetryPublisher:
         self._send_timeout_s = send_timeout_s
         self._linger_ms = linger_ms
         self._published = 0
-        self._sent = 0
+        self._delivered_count = 0
         self._dropped = 0
         self._last_warning_s = 0.0
         self._lock = threading.Lock()
@@ -75,7 +75,10 @@ class TelemetryPublisher:
         """Return the counters."""
         with self._lock:
             return PublisherStats(
-                published=self._published, sent=self._sent, dropped=self._dropped, queued=self._queue.qsize()
+                published=self._published,
+                delivered=self._delivered_count,
+                dropped=self._dropped,
+                queued=self._queue.qsize(),
             )
 
     def flush(self, timeout_s: float = 10.0) -> bool:
@@ -108,7 +111,7 @@ class TelemetryPublisher:
 
     def _delivered(self, metadata: object) -> None:
         with self._lock:
-            self._sent += 1
+            self._delivered_count += 1
 
     def _failed(self, exc: BaseException) -> None:
         self._drop(1, reason="delivery_failed")
@@ -122,6 +125,7 @@ class TelemetryPublisher:
                 bootstrap_servers=self._bootstrap,
                 linger_ms=self._linger_ms,
                 acks=1,
+                enable_idempotence=False,
                 request_timeout_ms=timeout_ms,
                 max_block_ms=timeout_ms,
                 delivery_timeout_ms=timeout_ms + self._linger_ms,

@@ -17,7 +17,6 @@ class MemoryStore:
         self.summaries: dict[str, str] = {}
         self.policies: dict[tuple[str, str], str] = {}
         self.history: dict[tuple[str, str], list[str]] = {}
-        self.acks: dict[tuple[str, str], str] = {}
         self.announcements: list[str] = []
         self._history_cap = history_cap
 
@@ -60,7 +59,3 @@ class MemoryStore:
     def policy_history(self, kind: str, scope: str) -> list[str]:
         """Return the history, newest first."""
         return list(self.history.get((kind, scope), []))
-
-    def put_ack(self, kind: str, engine_id: str, ack_json: str) -> None:
-        """Record the acknowledgement."""
-        self.acks[(kind, engine_id)] = ack_json

@@ -50,7 +50,3 @@ class Store(Protocol):
     def policy_history(self, kind: str, scope: str) -> list[str]:
         """Return the capped history of (kind, scope), newest first."""
         ...
-
-    def put_ack(self, kind: str, engine_id: str, ack_json: str) -> None:
-        """Record an engine's last acknowledgement of a ``kind`` policy."""
-        ...

@@ -101,9 +101,10 @@ class RedisStore:
         assert isinstance(raw, list)
         return [item.decode() for item in raw]
 
-    def put_ack(self, kind: str, engine_id: str, ack_json: str) -> None:
-        """Record the acknowledgement under ``gov:{dep}:ack:{kind}:{engine_id}``."""
-        self._call("SET", self._client.set, ack_key(self._deployment, kind, engine_id), ack_json)
+    def get_ack(self, kind: str, engine_id: str) -> str | None:
+        """Return an engine's last ``PolicyApplied`` ack of ``kind`` (JSON), or None."""
+        value = self._call("GET", self._client.get, ack_key(self._deployment, kind, engine_id))
+        return value.decode() if isinstance(value, bytes) else None
 
     def flush_deployment(self) -> int:
         """Delete every key of this deployment (rebuild from the log); return how many were removed."""

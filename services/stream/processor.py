@@ -29,9 +29,10 @@ import structlog
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
+from schemas.engines import PolicyApplied
 from schemas.errors import InvalidInputError
 from schemas.events import Event, parse_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, ack_key, estimate_key
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
@@ -97,7 +98,7 @@ class StreamProcessor:
             session_timeout_ms=6000,
             heartbeat_interval_ms=1000,
         )
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1)
+        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1, enable_idempotence=False)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=_Rebalance(self))
         self._stopped = False
         self._metrics_folded = 0
@@ -153,6 +154,7 @@ class StreamProcessor:
         started = self._clock()
         offsets: dict[str, int] = {}
         touched: set[str] = set()
+        acks: dict[str, str] = {}
         snapshots: list[EstimateSnapshot] = []
         for record in records:
             tp = _tp_field(record.topic, record.partition)
@@ -170,6 +172,8 @@ class StreamProcessor:
                 self.counters.foreign += 1
                 continue
             self._ensure_loaded(event, tp)
+            if isinstance(event, PolicyApplied):
+                acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
             snapshots.extend(self._folder.fold(event, position))
             touched.add(event.engine_id)
             self.counters.folded += 1
@@ -180,7 +184,7 @@ class StreamProcessor:
         summaries = {
             estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
             for engine in touched
-        }
+        } | acks
         fresh = {tp: off for tp, off in offsets.items() if off > self._applied.get(tp, -1)}
         if fresh and not self._store.commit(CONSUMER_NAME, fresh, states, summaries):
             self.counters.commits_refused += 1
