@@ -19,6 +19,7 @@ from services.cli import (
     policy_ebplus,
     policy_fleetopt,
     policy_slai,
+    replay,
     run,
     schema,
     sim,
@@ -34,6 +35,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     demo.register(commands)
+    replay.register(commands)
     run.register(commands)
     schema.register(commands)
     sim.register(commands)

@@ -12,10 +12,11 @@ import argparse
 import json
 from pathlib import Path
 
+from services.replay.files import write_events
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.metrics import RunSummary
 from services.sim.plots import write_plots
-from services.sim.runner import record_jsonl, run_offline
+from services.sim.runner import run_offline
 from services.sim.scenario import list_scenarios, load_scenario
 
 
@@ -75,6 +76,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"plot: {path}")
     if args.record:
         events_path = out / "events.jsonl"
-        record_jsonl(sink.events, events_path)
+        write_events(events_path, sink.events)
         print(f"events: {events_path}")
     return 0

@@ -2,7 +2,7 @@
 
 Build a named scenario (``load_scenario``), run it offline on event time (``run_offline``) or paced
 in wall time (``run_live``) against a ``TelemetrySink`` and a ``PolicySource``, read its
-``RunSummary``, write its plots (``write_plots``) and record its event stream (``record_jsonl``).
+``RunSummary`` and write its plots (``write_plots``); services/replay/files.py records its event stream.
 docs/simulator.md describes the model, the scheduler interface and the scenarios.
 """
 
@@ -13,7 +13,7 @@ from services.sim.metrics import MetricsRecorder, RunSummary, TierSummary, Timel
 from services.sim.plots import write_plots
 from services.sim.request import RequestSpec, SimRequest
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
-from services.sim.runner import Clock, WallClock, build_simulation, record_jsonl, run_live, run_offline
+from services.sim.runner import Clock, WallClock, build_simulation, run_live, run_offline
 from services.sim.scenario import SCENARIOS_PATH, EngineSpec, Scenario, list_scenarios, load_scenario
 from services.sim.simulation import ProgressSample, Simulation
 from services.sim.timing import BatchShape, BfioTiming, EbTiming, SlaiTiming, TimingModel
@@ -59,7 +59,6 @@ __all__ = [
     "load_fleetopt_cdf",
     "load_scenario",
     "load_sharegpt_lengths",
-    "record_jsonl",
     "run_live",
     "run_offline",
     "write_plots",

@@ -4,20 +4,18 @@ Offline: events go to ``sink.publish`` synchronously in event-time order and pol
 ``policy_source.current`` at each step, so a run is a pure function of (scenario, seed, policy
 documents) and reproducible bit for bit. Live: the same loop, paced so that simulated time runs at
 ``speed`` times the injected clock; ``progress`` gets key metrics every simulated second.
-``record_jsonl`` writes a run's events as JSON lines (fixtures for replay tests).
+services/replay/files.py ``write_events`` records a run's events as JSON lines (fixtures for replay tests).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Iterable
-from pathlib import Path
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
 
 from schemas.errors import InvalidInputError
-from schemas.events import Event, encode_event
 from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
 from services.sim.engine import EngineConfig, SimEngine
@@ -172,14 +170,3 @@ def run_live(
 
     simulation.run(scenario.duration_s, before=pace)
     return metrics.summarize(scenario.duration_s)
-
-
-def record_jsonl(events: Iterable[Event], path: Path) -> int:
-    """Write ``events`` as canonical JSON lines to ``path`` (parents created); return the count."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    count = 0
-    with path.open("wb") as handle:
-        for event in events:
-            handle.write(encode_event(event) + b"\n")
-            count += 1
-    return count

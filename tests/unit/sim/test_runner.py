@@ -8,9 +8,10 @@ import pytest
 
 from schemas.errors import InvalidInputError
 from schemas.events import encode_event, parse_event
+from services.replay.files import write_events
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.plots import write_plots
-from services.sim.runner import record_jsonl, run_live, run_offline
+from services.sim.runner import run_live, run_offline
 from services.sim.scenario import list_scenarios, load_scenario
 from services.sim.simulation import ProgressSample
 
@@ -101,7 +102,7 @@ class TestRecord:
         sink = ListSink()
         run_offline(load_scenario("dp-jsq", duration_s=0.2), sink=sink, policy_source=StaticPolicySource())
         path = tmp_path / "run" / "events.jsonl"
-        assert record_jsonl(sink.events, path) == len(sink.events)
+        assert write_events(path, sink.events) == len(sink.events)
         parsed = [parse_event(line) for line in path.read_bytes().splitlines()]
         assert parsed == sink.events
         assert {e.event_type for e in parsed} >= {"rank.step", "step", "request.finished", "engine.registered"}
