@@ -44,12 +44,13 @@ class ServiceMetrics:
 
 
 class HealthServer:
-    """``/healthz`` and ``/metrics`` on 127.0.0.1:``port`` (0 picks a free port)."""
+    """``/healthz`` and ``/metrics`` on ``host``:``port`` (0 picks a free port)."""
 
     def __init__(
         self,
         metrics: ServiceMetrics,
         port: int,
+        host: str = "127.0.0.1",
         stale_after_s: float = 30.0,
         details: Callable[[], dict[str, object]] | None = None,
     ) -> None:
@@ -57,7 +58,7 @@ class HealthServer:
         self._stale_after_s = stale_after_s
         self._details = details or dict
         handler = self._handler()
-        self._server = ThreadingHTTPServer(("127.0.0.1", port), handler)
+        self._server = ThreadingHTTPServer((host, port), handler)
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="governor-health", daemon=True)
 

@@ -34,6 +34,7 @@ class Settings(BaseModel):
     kafka_timeout_s: float = Field(default=10.0, gt=0.0, description="timeout of Kafka admin and flush, seconds")
     seed: int = Field(default=42, ge=0, description="seed of every random generator")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
+    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
 
     @classmethod
     def load(cls, flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

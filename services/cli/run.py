@@ -22,7 +22,7 @@ from services.stream.processor import StreamProcessor
 
 log = structlog.get_logger(__name__)
 
-FLAGS = ["deployment", "kafka_bootstrap", "redis_url", "metrics_port", "log_format", "log_level"]
+FLAGS = ["deployment", "kafka_bootstrap", "redis_url", "metrics_port", "metrics_host", "log_format", "log_level"]
 
 
 class _Service(Protocol):
@@ -54,7 +54,7 @@ def _service_settings(args: argparse.Namespace) -> Settings:
 
 
 def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Settings, idle_exit_s: float | None) -> int:
-    health = HealthServer(metrics, settings.metrics_port)
+    health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
     health.start()
     log.info("service_started", service=name, health_port=health.port)
 

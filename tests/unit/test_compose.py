@@ -1,0 +1,63 @@
+"""docker-compose.yml: the services, official images, health checks, restart policies and environment."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from services.settings import ENV_ALIASES, ENV_PREFIX, Settings
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def compose() -> dict[str, Any]:
+    data: dict[str, Any] = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+    return data
+
+
+def _env_names() -> set[str]:
+    return {ENV_ALIASES.get(name, ENV_PREFIX + name.upper()) for name in Settings.model_fields}
+
+
+def test_the_stack_has_kafka_redis_and_both_services(compose: dict[str, Any]) -> None:
+    assert {"kafka", "redis", "topics", "stream", "policy"} <= set(compose["services"])
+
+
+def test_kafka_is_the_official_image_in_kraft_mode(compose: dict[str, Any]) -> None:
+    kafka = compose["services"]["kafka"]
+    assert kafka["image"].startswith("apache/kafka:")
+    assert kafka["environment"]["KAFKA_PROCESS_ROLES"] == "broker,controller"
+    assert "CONTROLLER" in kafka["environment"]["KAFKA_CONTROLLER_LISTENER_NAMES"]
+
+
+def test_redis_is_the_official_image(compose: dict[str, Any]) -> None:
+    assert compose["services"]["redis"]["image"].startswith("redis:")
+
+
+@pytest.mark.parametrize("name", ["kafka", "redis", "stream", "policy"])
+def test_long_running_services_have_health_checks_and_restart(compose: dict[str, Any], name: str) -> None:
+    service = compose["services"][name]
+    assert service["healthcheck"]["test"]
+    assert service["restart"] == "unless-stopped"
+
+
+@pytest.mark.parametrize("name", ["stream", "policy"])
+def test_governor_services_wait_for_healthy_backends_and_read_only_known_settings(
+    compose: dict[str, Any], name: str
+) -> None:
+    service = compose["services"][name]
+    assert service["build"]["dockerfile"] == "ops/Dockerfile"
+    assert (ROOT / service["build"]["dockerfile"]).is_file()
+    assert service["command"] == ["run", name]
+    assert service["depends_on"]["kafka"]["condition"] == "service_healthy"
+    assert service["depends_on"]["redis"]["condition"] == "service_healthy"
+    environment = service["environment"]
+    assert set(environment) <= _env_names()
+    assert environment["GOVERNOR_KAFKA_BOOTSTRAP"] == "kafka:9092"
+    assert environment["REDIS_URL"] == "redis://redis:6379/0"
+    assert "9100" in service["healthcheck"]["test"][-1]
+    Settings.load({}, {k: str(v) for k, v in environment.items() if "${" not in str(v)})
