@@ -11,7 +11,7 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 
 
 def configure_logging(log_format: str, log_level: str = "info") -> None:
-    """Configure structlog and the stdlib root logger (faust and aiokafka log through it).
+    """Configure structlog and the stdlib root logger (kafka-python logs through it).
 
     Args:
         log_format: ``json`` (one JSON object per line, for services) or ``console`` (humans).
@@ -44,5 +44,5 @@ def configure_logging(log_format: str, log_level: str = "info") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(max(level, logging.INFO) if log_level != "debug" else level)
-    for noisy in ("kafka", "aiokafka", "faust", "mode"):
+    for noisy in ("kafka",):
         logging.getLogger(noisy).setLevel(logging.WARNING)
