@@ -1,23 +1,36 @@
-"""``DecisionMaker``: from an estimate snapshot to a stored, announced and recorded decision.
+"""``DecisionMaker``: from an estimate snapshot to stored, announced and recorded decisions.
 
-The live policy service and the offline replay both call ``on_snapshot`` (STYLE principle 2):
-find the policy the snapshot was taken for, read its previous document from the store, decide
-(services/policy/runner.py), compare-and-set the new version into the store (which announces it)
-and return the decision record for ``gov.policy.decisions``.
+The live policy service and the offline replay both call ``on_snapshot`` (STYLE principle 2). An
+engine-scope snapshot is decided at once: find the policy it was taken for, read its previous
+document from the store, decide (services/policy/runner.py), compare-and-set the new version into
+the store (which announces it). A fleet-scope policy's per-engine slot contributions go to that
+policy's ``FleetAggregator`` instead, and each fleet slot they close is decided the same way.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 
 from pydantic import ValidationError
 
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
-from services.policy.registry import PolicyRegistry, PolicySpec
+from services.policy.registry import EverySeconds, PolicyRegistry, PolicySpec
 from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
 from services.store.protocol import Store
+from services.stream.fleet import FleetAggregator
+
+FLEET_STATE_PREFIX = "fleet-"
+
+
+@dataclass(slots=True)
+class Handled:
+    """What one snapshot led to: fleet snapshots built (for the log) and decision records."""
+
+    fleet_snapshots: list[EstimateSnapshot] = field(default_factory=list)
+    records: list[DecisionRecord] = field(default_factory=list)
 
 
 class DecisionMaker:
@@ -26,6 +39,7 @@ class DecisionMaker:
     def __init__(self, registry: PolicyRegistry, store: Store) -> None:
         self._registry = registry
         self._store = store
+        self.aggregators: dict[str, FleetAggregator] = {}
         self.skipped: dict[str, int] = {}
 
     def previous(self, spec: PolicySpec, scope: str) -> PolicyDocument | None:
@@ -43,21 +57,57 @@ class DecisionMaker:
             msg = f"stored {spec.kind} document for {scope} is invalid: {exc.errors(include_url=False)[0]['msg']}"
             raise InvalidInputError(msg, field="document") from exc
 
-    def on_snapshot(self, snapshot: EstimateSnapshot) -> DecisionRecord | None:
-        """Decide from ``snapshot``; return the decision record, or None when nothing was decided."""
+    def on_snapshot(self, snapshot: EstimateSnapshot) -> Handled:
+        """Decide from ``snapshot`` (or fold it into its fleet aggregator) and return what followed."""
         spec = self._registry.get(snapshot_kind(snapshot))
+        handled = Handled()
+        if spec.scope == "fleet":
+            if snapshot.scope == "fleet":
+                return handled
+            for fleet_snapshot in self._aggregator(spec, snapshot.deployment).add(snapshot):
+                handled.fleet_snapshots.append(fleet_snapshot)
+                self._decide(spec, fleet_snapshot, handled)
+            return handled
+        self._decide(spec, snapshot, handled)
+        return handled
+
+    def aggregator_states(self) -> dict[str, str]:
+        """Each fleet aggregator's state (JSON) under its store scope ``fleet-{kind}``."""
+        return {FLEET_STATE_PREFIX + kind: json.dumps(a.to_dict()) for kind, a in self.aggregators.items()}
+
+    def load_aggregators(self, states: dict[str, str]) -> None:
+        """Install aggregator states read back from the store."""
+        for state in states.values():
+            aggregator = FleetAggregator.from_dict(json.loads(state))
+            self.aggregators[aggregator.kind] = aggregator
+
+    def fleet_scopes(self) -> list[str]:
+        """Store scopes of the registered fleet policies' aggregators."""
+        return [FLEET_STATE_PREFIX + spec.kind for spec in self._registry if spec.scope == "fleet"]
+
+    def _aggregator(self, spec: PolicySpec, deployment: str) -> FleetAggregator:
+        aggregator = self.aggregators.get(spec.kind)
+        if aggregator is None:
+            assert isinstance(spec.trigger, EverySeconds)
+            aggregator = FleetAggregator(deployment=deployment, kind=spec.kind, slot_s=spec.trigger.seconds)
+            self.aggregators[spec.kind] = aggregator
+        return aggregator
+
+    def _decide(self, spec: PolicySpec, snapshot: EstimateSnapshot, handled: Handled) -> None:
         outcome: Outcome = decide_from_snapshot(spec, snapshot, self.previous(spec, snapshot.scope))
         if outcome.document is None:
             reason = outcome.skipped or "unknown"
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
-            return None
+            return
         document = outcome.document
         accepted = self._store.put_policy(spec.kind, document.scope, document.version, document.model_dump_json())
-        return DecisionRecord(
-            deployment=document.deployment,
-            kind=spec.kind,
-            scope=document.scope,
-            version=document.version,
-            accepted=accepted,
-            document=json.loads(document.model_dump_json()),
+        handled.records.append(
+            DecisionRecord(
+                deployment=document.deployment,
+                kind=spec.kind,
+                scope=document.scope,
+                version=document.version,
+                accepted=accepted,
+                document=json.loads(document.model_dump_json()),
+            )
         )

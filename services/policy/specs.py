@@ -7,8 +7,9 @@ from policies.ebplus import EbplusParams
 from services.policy.registry import PolicyRegistry
 from services.policy.wiring.admission import admission_spec
 from services.policy.wiring.ebplus import ebplus_spec
+from services.policy.wiring.fleetopt import fleetopt_spec
 
 
 def default_registry(ebplus: EbplusParams | None = None, admission: AdmissionParams | None = None) -> PolicyRegistry:
-    """The registry a deployment runs by default: admission pressure and EB+ per engine."""
-    return PolicyRegistry([admission_spec(admission), ebplus_spec(ebplus)])
+    """The registry a deployment runs by default: admission pressure and EB+ per engine, FleetOpt per fleet."""
+    return PolicyRegistry([admission_spec(admission), ebplus_spec(ebplus), fleetopt_spec()])

@@ -41,14 +41,14 @@ class OfflineControlPlane:
             self.apply_snapshot(snapshot)
 
     def apply_snapshot(self, snapshot: EstimateSnapshot) -> None:
-        """Decide from one snapshot and keep the decision."""
-        record = self.decider.on_snapshot(snapshot)
-        if record is None:
-            return
-        self.decisions.append(record)
-        if record.accepted:
-            spec = self.registry.get(record.kind)
-            self._documents[(record.kind, record.scope)] = spec.document_type.model_validate(record.document)
+        """Decide from one snapshot and keep the decisions (and the fleet snapshots it closed)."""
+        handled = self.decider.on_snapshot(snapshot)
+        self.snapshots.extend(handled.fleet_snapshots)
+        for record in handled.records:
+            self.decisions.append(record)
+            if record.accepted:
+                spec = self.registry.get(record.kind)
+                self._documents[(record.kind, record.scope)] = spec.document_type.model_validate(record.document)
 
     def current(self, kind: str, scope: str, now_s: float) -> PolicyDocument | None:
         """Return the latest document of (kind, scope) while it is valid at ``now_s``."""

@@ -10,7 +10,8 @@ helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
   cost model per kind and beta_MB(r), tbar (cumulative mean step time) and windowed step-time
   quantiles (SLAI), and for DP engines the rank loads, imbalance and the step model
   T = C + t_l max_g L_g (BF-IO);
-- trigger bookkeeping: counters and last firing time per policy, and the snapshot version.
+- trigger bookkeeping: counters and last firing time per policy, and the snapshot version;
+- for fleet-scope policies, the engine's contribution to the current fleet slot (services/stream/fleet.py).
 
 ``summary`` renders the current estimates as JSON-compatible values; a policy's inputs are built
 from that summary alone, so that a snapshot read back from Kafka decides exactly as it did live.
@@ -43,6 +44,7 @@ from schemas.engines import EngineRegistered
 from schemas.events import Event
 from schemas.requests import RequestArrived, RequestFinished
 from schemas.steps import BatchKind, RankStepReport, StepReport
+from services.stream.fleet import FleetSlot
 
 FORMAT = 1
 OUTPUT_WINDOW_REQUESTS = 500  # seed-001 Alg. 1: W = 500
@@ -84,6 +86,7 @@ class EngineEstimates:
         self.rank_step_s = 0.0
         self.dp_load = DpLoadTracker()
         self.step_model = StepTimeModel()
+        self.fleet_slots: dict[str, FleetSlot] = {}
 
     def fold(self, event: Event) -> None:
         """Apply one event of this engine's stream."""
@@ -322,6 +325,7 @@ class EngineEstimates:
             "rank_step_s": self.rank_step_s,
             "dp_load": self.dp_load.to_dict(),
             "step_model": self.step_model.to_dict(),
+            "fleet_slots": {kind: slot.to_dict() for kind, slot in self.fleet_slots.items()},
         }
 
     @classmethod
@@ -357,6 +361,7 @@ class EngineEstimates:
         state.rank_step_s = float(data["rank_step_s"])
         state.dp_load = DpLoadTracker.from_dict(data["dp_load"])
         state.step_model = StepTimeModel.from_dict(data["step_model"])
+        state.fleet_slots = {kind: FleetSlot.from_dict(slot) for kind, slot in data["fleet_slots"].items()}
         return state
 
 

@@ -3,29 +3,25 @@
 ``Folder`` holds the estimate state of the engines a processor owns. ``fold`` applies one event
 to its engine's estimates and returns the estimate snapshots taken at this position: for each
 registered engine-scope policy whose trigger fires here (every N events of a type, or every T
-seconds of event time on that engine's stream). Everything is a function of the event sequence
-alone, so the live processor and the offline replay produce identical snapshots (DESIGN
-principle 2), and an engine's state round-trips through JSON for the store.
+seconds of event time on that engine's stream), and, for each fleet-scope policy, the engine's
+contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
+Everything is a function of the event sequence alone, so the live processor and the offline
+replay produce identical snapshots (DESIGN principle 2), and an engine's state round-trips
+through JSON for the store.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-
-from pydantic import JsonValue
+import math
 
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.policy.registry import EveryEvents, EverySeconds, PolicyRegistry, PolicySpec
 from services.stream.estimates import EngineEstimates
-
-
-def snapshot_id(scope: str, version: int, estimates: dict[str, JsonValue]) -> str:
-    """Return the content hash that names a snapshot."""
-    canonical = json.dumps({"scope": scope, "version": version, "estimates": estimates}, sort_keys=True)
-    return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]
+from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
+from services.stream.snapshot_id import snapshot_id
 
 
 class Folder:
@@ -34,6 +30,7 @@ class Folder:
     def __init__(self, deployment: str, registry: PolicyRegistry) -> None:
         self._deployment = deployment
         self._specs: list[PolicySpec] = [spec for spec in registry if spec.scope == "engine"]
+        self._fleet_specs: list[PolicySpec] = [spec for spec in registry if spec.scope == "fleet"]
         self.engines: dict[str, EngineEstimates] = {}
 
     def has(self, engine_id: str) -> bool:
@@ -66,12 +63,42 @@ class Folder:
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id)
         estimates = self.engines[engine_id]
-        estimates.fold(event)
         snapshots: list[EstimateSnapshot] = []
+        for fleet_spec in self._fleet_specs:
+            contribution = self._contribution(fleet_spec, estimates, event, position)
+            if contribution is not None:
+                snapshots.append(contribution)
+        estimates.fold(event)
         for spec in self._specs:
             if self._fires(spec, estimates, event):
                 snapshots.append(self._snapshot(spec, estimates, event.ts, position))
         return snapshots
+
+    def _contribution(
+        self, spec: PolicySpec, estimates: EngineEstimates, event: Event, position: SourceOffset
+    ) -> EstimateSnapshot | None:
+        """Fold ``event`` into the engine's current fleet slot; when it starts a new slot, return the old one's."""
+        assert isinstance(spec.trigger, EverySeconds)
+        index = math.floor(event.ts / spec.trigger.seconds)
+        current = estimates.fleet_slots.get(spec.kind)
+        closed = None
+        if current is None or index > current.index:
+            if current is not None:
+                estimates.snapshot_version += 1
+                contribution = current.to_dict()
+                closed = EstimateSnapshot(
+                    deployment=self._deployment,
+                    scope=estimates.engine_id,
+                    snapshot_id=snapshot_id(estimates.engine_id, estimates.snapshot_version, contribution),
+                    version=estimates.snapshot_version,
+                    ts=event.ts,
+                    trigger=f"{spec.kind}:{CONTRIBUTION_TRIGGER}",
+                    offsets=[position],
+                    estimates=contribution,
+                )
+            current = estimates.fleet_slots[spec.kind] = FleetSlot(index=index)
+        current.fold(event)
+        return closed
 
     def _fires(self, spec: PolicySpec, estimates: EngineEstimates, event: Event) -> bool:
         trigger = spec.trigger

@@ -1,0 +1,269 @@
+"""Fleet scope on closed slots (DESIGN principle 2): per-engine slot contributions and their merge.
+
+An engine's stream is cut into event-time slots of ``slot_s``. When an engine's event time enters
+a new slot, the slot it leaves is *closed for that engine* and its contribution (arrivals,
+finished requests, token sums, total-length bucket counts) becomes an estimate snapshot of that
+engine. ``FleetAggregator`` merges contributions; a fleet slot closes when every live engine has
+closed it (an engine whose latest closed slot trails the newest by more than ``silent_slots``
+stops holding the fleet back), and each closed fleet slot yields a fleet snapshot over the last
+``window_slots`` closed slots. The merge is a sum, so the fleet snapshots do not depend on the
+order in which engines' contributions arrive, only on which engines are live. A fleet slot also
+waits until some engine is ``grace_slots`` past it, so that an engine whose partition is read a
+little later than the others still lands in the slot; a contribution for an already closed slot is
+dropped and counted (``late_contributions`` in every fleet snapshot).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+from pydantic import JsonValue
+
+from estimators import BUCKET_EDGES_TOKENS, FLEETOPT_BREAKPOINTS_TOKENS, bucket_of
+from schemas.events import Event
+from schemas.records import EstimateSnapshot
+from schemas.requests import RequestArrived, RequestFinished
+from services.stream.snapshot_id import snapshot_id
+
+FORMAT = 1
+CONTRIBUTION_TRIGGER = "contribution"
+OVERFLOW_EDGE_TOKENS = 131_072
+_INTEGER_EDGES = [(j, int(e)) for j, e in enumerate(BUCKET_EDGES_TOKENS) if e >= 1 and e == int(e)]
+
+
+@dataclass(slots=True)
+class FleetSlot:
+    """One engine's contribution to one fleet slot, accumulated event by event."""
+
+    index: int
+    arrivals: int = 0
+    finished: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    length_counts: dict[int, int] = field(default_factory=dict)
+
+    def fold(self, event: Event) -> None:
+        """Count an arrival, or a finished request's lengths."""
+        if isinstance(event, RequestArrived):
+            self.arrivals += 1
+        elif isinstance(event, RequestFinished):
+            self.finished += 1
+            self.prompt_tokens += event.prompt_tokens
+            self.output_tokens += event.output_tokens
+            bucket = bucket_of(event.prompt_tokens + event.output_tokens)
+            self.length_counts[bucket] = self.length_counts.get(bucket, 0) + 1
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible form (bucket indexes as strings)."""
+        return {
+            "index": self.index,
+            "arrivals": self.arrivals,
+            "finished": self.finished,
+            "prompt_tokens": self.prompt_tokens,
+            "output_tokens": self.output_tokens,
+            "length_counts": {str(k): v for k, v in sorted(self.length_counts.items())},
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FleetSlot:
+        """Rebuild what ``to_dict`` wrote."""
+        return cls(
+            index=int(data["index"]),
+            arrivals=int(data["arrivals"]),
+            finished=int(data["finished"]),
+            prompt_tokens=int(data["prompt_tokens"]),
+            output_tokens=int(data["output_tokens"]),
+            length_counts={int(k): int(v) for k, v in data["length_counts"].items()},
+        )
+
+
+@dataclass(slots=True)
+class _MergedSlot:
+    arrivals: int = 0
+    finished: int = 0
+    prompt_tokens: int = 0
+    output_tokens: int = 0
+    length_counts: dict[int, int] = field(default_factory=dict)
+    engines: set[str] = field(default_factory=set)
+
+    def add(self, contribution: dict[str, Any], engine: str) -> None:
+        self.arrivals += int(contribution["arrivals"])
+        self.finished += int(contribution["finished"])
+        self.prompt_tokens += int(contribution["prompt_tokens"])
+        self.output_tokens += int(contribution["output_tokens"])
+        for bucket, count in contribution["length_counts"].items():
+            self.length_counts[int(bucket)] = self.length_counts.get(int(bucket), 0) + int(count)
+        self.engines.add(engine)
+
+
+class FleetAggregator:
+    """Merge engines' slot contributions into fleet snapshots on closed slots."""
+
+    def __init__(
+        self,
+        *,
+        deployment: str,
+        kind: str,
+        slot_s: float,
+        window_slots: int = 60,
+        silent_slots: int = 3,
+        grace_slots: int = 1,
+    ) -> None:
+        self.deployment = deployment
+        self.kind = kind
+        self.slot_s = slot_s
+        self.window_slots = window_slots
+        self.silent_slots = silent_slots
+        self.grace_slots = grace_slots
+        self.watermarks: dict[str, int] = {}
+        self.pending: dict[int, _MergedSlot] = {}
+        self.closed_through: int | None = None
+        self.window: deque[tuple[int, _MergedSlot]] = deque(maxlen=window_slots)
+        self.version = 0
+        self.late_contributions = 0
+
+    def add(self, snapshot: EstimateSnapshot) -> list[EstimateSnapshot]:
+        """Fold one engine contribution; return the fleet snapshots of the slots it closes."""
+        contribution = snapshot.estimates
+        index = int(contribution["index"])  # type: ignore[arg-type]
+        engine = snapshot.scope
+        if self.closed_through is not None and index <= self.closed_through:
+            self.late_contributions += 1
+            return []
+        self.pending.setdefault(index, _MergedSlot()).add(contribution, engine)
+        self.watermarks[engine] = max(self.watermarks.get(engine, index), index)
+        newest = max(self.watermarks.values())
+        live = [w for w in self.watermarks.values() if w >= newest - self.silent_slots]
+        closable = min(*live, newest - self.grace_slots)
+        live_engines = sorted(e for e, w in self.watermarks.items() if w >= newest - self.silent_slots)
+        snapshots = []
+        start = (self.closed_through + 1) if self.closed_through is not None else min(self.pending)
+        for slot in range(start, closable + 1):
+            merged = self.pending.pop(slot, _MergedSlot())
+            self.window.append((slot, merged))
+            self.closed_through = slot
+            snapshots.append(self._snapshot(slot, live_engines))
+        return snapshots
+
+    def _snapshot(self, slot: int, live: list[str]) -> EstimateSnapshot:
+        self.version += 1
+        estimates = fleet_estimates(self.window, self.slot_s, live) | {"late_contributions": self.late_contributions}
+        ts = (slot + 1) * self.slot_s
+        return EstimateSnapshot(
+            deployment=self.deployment,
+            scope="fleet",
+            snapshot_id=snapshot_id("fleet", self.version, estimates),
+            version=self.version,
+            ts=ts,
+            trigger=f"{self.kind}:fleet slot {slot}",
+            offsets=[],
+            estimates=estimates,
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible state, for the store."""
+
+        def merged(m: _MergedSlot) -> dict[str, Any]:
+            return {
+                "arrivals": m.arrivals,
+                "finished": m.finished,
+                "prompt_tokens": m.prompt_tokens,
+                "output_tokens": m.output_tokens,
+                "length_counts": {str(k): v for k, v in m.length_counts.items()},
+                "engines": sorted(m.engines),
+            }
+
+        return {
+            "format": FORMAT,
+            "deployment": self.deployment,
+            "kind": self.kind,
+            "slot_s": self.slot_s,
+            "window_slots": self.window_slots,
+            "silent_slots": self.silent_slots,
+            "watermarks": self.watermarks,
+            "pending": {str(k): merged(v) for k, v in self.pending.items()},
+            "closed_through": self.closed_through,
+            "window": [[slot, merged(m)] for slot, m in self.window],
+            "version": self.version,
+            "late_contributions": self.late_contributions,
+        }
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> FleetAggregator:
+        """Rebuild what ``to_dict`` wrote."""
+
+        def merged(d: dict[str, Any]) -> _MergedSlot:
+            return _MergedSlot(
+                arrivals=int(d["arrivals"]),
+                finished=int(d["finished"]),
+                prompt_tokens=int(d["prompt_tokens"]),
+                output_tokens=int(d["output_tokens"]),
+                length_counts={int(k): int(v) for k, v in d["length_counts"].items()},
+                engines=set(d["engines"]),
+            )
+
+        aggregator = cls(
+            deployment=data["deployment"],
+            kind=data["kind"],
+            slot_s=float(data["slot_s"]),
+            window_slots=int(data["window_slots"]),
+            silent_slots=int(data["silent_slots"]),
+        )
+        aggregator.watermarks = {str(k): int(v) for k, v in data["watermarks"].items()}
+        aggregator.pending = {int(k): merged(v) for k, v in data["pending"].items()}
+        aggregator.closed_through = data["closed_through"]
+        aggregator.window.extend((int(slot), merged(m)) for slot, m in data["window"])
+        aggregator.version = int(data["version"])
+        aggregator.late_contributions = int(data["late_contributions"])
+        return aggregator
+
+
+def fleet_estimates(
+    window: deque[tuple[int, _MergedSlot]] | list[tuple[int, _MergedSlot]], slot_s: float, engines: list[str]
+) -> dict[str, JsonValue]:
+    """The fleet summary over ``window``: arrival rates, the total-length CDF, the token split."""
+    slots = list(window)
+    covered_s = len(slots) * slot_s
+    arrivals = sum(m.arrivals for _, m in slots)
+    per_minute = sorted(m.arrivals * 60.0 / slot_s for _, m in slots)
+    counts: dict[int, int] = {}
+    for _, m in slots:
+        for bucket, count in m.length_counts.items():
+            counts[bucket] = counts.get(bucket, 0) + count
+    finished = sum(counts.values())
+    prompt = sum(m.prompt_tokens for _, m in slots)
+    output = sum(m.output_tokens for _, m in slots)
+    engine_list: list[JsonValue] = list(engines)
+    return {
+        "engines": engine_list,
+        "slots": len(slots),
+        "covered_s": covered_s,
+        "arrival_rate_per_s": arrivals / covered_s if covered_s else None,
+        "arrival_rate_p95_per_min": per_minute[min(len(per_minute) - 1, math.ceil(0.95 * len(per_minute)) - 1)]
+        if per_minute
+        else None,
+        "finished": finished,
+        "input_frac": prompt / (prompt + output) if prompt + output else None,
+        "length_cdf": _cdf_points(counts, finished),
+    }
+
+
+def _cdf_points(counts: dict[int, int], total: int) -> list[JsonValue] | None:
+    """F(L_total <= t) at every integer bucket edge, ending at 1.0 (at 131,072 when lengths overflow 64K)."""
+    if total == 0:
+        return None
+    points: list[JsonValue] = []
+    cumulative = 0
+    last_bucket = max(counts)
+    for j, edge in _INTEGER_EDGES[1:]:
+        cumulative = sum(c for b, c in counts.items() if b < j)
+        if edge in FLEETOPT_BREAKPOINTS_TOKENS or cumulative:
+            points.append([edge, cumulative / total])
+        if j > last_bucket:
+            break
+    if points[-1][1] != 1.0:  # type: ignore[index]
+        points.append([OVERFLOW_EDGE_TOKENS, 1.0])
+    return points

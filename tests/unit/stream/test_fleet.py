@@ -1,0 +1,111 @@
+"""Fleet scope on closed slots: per-engine contributions, order-independent merge, late and silent engines."""
+
+from __future__ import annotations
+
+import itertools
+from typing import ClassVar
+
+from estimators import bucket_of
+from schemas.records import EstimateSnapshot
+from services.policy.specs import default_registry
+from services.policy.wiring.fleetopt import fleetopt_inputs
+from services.replay.replay import replay_offline
+from services.stream.fleet import FleetAggregator, FleetSlot
+from tests.unit.stream.synthetic import synthetic_stream
+
+
+def _contribution(engine: str, index: int, arrivals: int, lengths: list[int]) -> EstimateSnapshot:
+    slot = FleetSlot(
+        index=index,
+        arrivals=arrivals,
+        finished=len(lengths),
+        prompt_tokens=sum(lengths) * 4 // 5,
+        output_tokens=sum(lengths) - sum(lengths) * 4 // 5,
+    )
+    for length in lengths:
+        slot.length_counts[bucket_of(length)] = slot.length_counts.get(bucket_of(length), 0) + 1
+    return EstimateSnapshot(
+        deployment="d",
+        scope=engine,
+        snapshot_id=f"sha256:{engine}{index}",
+        version=index + 1,
+        ts=float(index),
+        trigger="fleetopt:contribution",
+        offsets=[],
+        estimates=slot.to_dict(),
+    )
+
+
+def _run(contributions: list[EstimateSnapshot]) -> list[dict]:
+    aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1)
+    return [s.estimates for c in contributions for s in aggregator.add(c)]
+
+
+class TestFleetAggregator:
+    contributions: ClassVar[list[EstimateSnapshot]] = [
+        _contribution(engine, index, arrivals=6 * (index + 1), lengths=[300 * (index + 1), 5000])
+        for engine in ("a", "b", "c")
+        for index in range(4)
+    ]
+
+    def test_a_slot_closes_only_when_every_engine_passed_it_and_the_grace(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1)
+        assert aggregator.add(self.contributions[0]) == []  # a: slot 0, grace not yet passed
+        closed = aggregator.add(self.contributions[1])  # a: slot 1 closes slot 0 (only a is known)
+        assert [s.trigger for s in closed] == ["fleetopt:fleet slot 0"]
+
+    def test_merged_slots_do_not_depend_on_the_interleaving_of_engines(self) -> None:
+        by_slot = sorted(self.contributions, key=lambda s: (s.estimates["index"], s.scope))
+        expected = _run(by_slot)
+        for order in itertools.islice(itertools.permutations(("a", "b", "c")), 6):
+            interleaved = sorted(self.contributions, key=lambda s: (s.estimates["index"], order.index(s.scope)))
+            assert _run(interleaved) == expected
+
+    def test_the_fleet_window_sums_arrivals_and_lengths_of_all_engines(self) -> None:
+        by_slot = sorted(self.contributions, key=lambda s: (s.estimates["index"], s.scope))
+        last = _run(by_slot)[-1]
+        assert last["slots"] == 3
+        assert last["arrival_rate_per_s"] == (3 * (6 + 12 + 18)) / 180.0
+        assert last["finished"] == 18
+        cdf = dict(map(tuple, last["length_cdf"]))
+        assert cdf[4096] == 9 / 18
+        assert last["length_cdf"][-1] == [5120, 1.0]  # 5,000 tokens fall in the bucket (4608, 5120]
+        assert last["engines"] == ["a", "b", "c"]
+
+    def test_a_contribution_for_a_closed_slot_is_dropped_and_counted(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=0)
+        aggregator.add(_contribution("a", 0, 1, [100]))
+        aggregator.add(_contribution("a", 1, 1, [100]))
+        assert aggregator.add(_contribution("b", 0, 5, [100])) == []
+        assert aggregator.late_contributions == 1
+
+    def test_a_silent_engine_stops_holding_the_fleet_back(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, silent_slots=2, grace_slots=0)
+        aggregator.add(_contribution("b", 0, 1, [100]))
+        closed = [s for i in range(5) for s in aggregator.add(_contribution("a", i, 1, [100]))]
+        assert closed[-1].estimates["engines"] == ["a"]
+        assert aggregator.closed_through == 4
+
+    def test_state_round_trips(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0)
+        for contribution in self.contributions[:5]:
+            aggregator.add(contribution)
+        copy = FleetAggregator.from_dict(aggregator.to_dict())
+        rest = self.contributions[5:]
+        assert [s.estimates for c in rest for s in copy.add(c)] == [
+            s.estimates for c in rest for s in aggregator.add(c)
+        ]
+
+
+class TestFleetoptInputs:
+    def test_inputs_come_from_the_fleet_window(self) -> None:
+        stream = synthetic_stream(engines=2, requests=4000, seed=3)
+
+        plane = replay_offline(stream, default_registry())
+        fleet = [s for s in plane.snapshots if s.scope == "fleet"]
+        assert fleet
+        inputs = fleetopt_inputs(fleet[-1])
+        assert inputs is not None
+        assert inputs.cdf.frac[-1] == 1.0
+        assert inputs.arrival_rate_per_s > 0
+        assert [d.kind for d in plane.decisions].count("fleetopt") >= 1
