@@ -218,7 +218,23 @@ def step(view: EngineView, state: PhaseState | None, policy: EbplusPolicy | None
         what to schedule now and the state for the next step. A missing or stale policy, or a pushed
         "MB" mode, gives MIXED (mixed batching); ``action.fallback`` tells the two apart.
     """
-    payload = live_payload(policy, view.now_s)
+    return advance(view, state, live_payload(policy, view.now_s))
+
+
+def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload | None) -> PhaseStep:
+    """Advance the phase machine by one iteration under a payload already known to be live.
+
+    ``step`` calls it after the staleness check; an engine that runs a fixed EB(k) without a control
+    plane (the benchmark's EB with fixed k) calls it with its own constant payload.
+
+    Args:
+        view: the engine at this iteration boundary.
+        state: the previous step's state, or None at start (MIXED).
+        payload: the live EB+ payload, or None for the fallback (MIXED, ``action.fallback`` set).
+
+    Returns:
+        what to schedule now and the state for the next step.
+    """
     if payload is None:
         return _mixed(view, fallback=True)
     if payload.mode == "MB":

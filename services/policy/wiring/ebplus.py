@@ -1,4 +1,15 @@
-"""Wiring of EB+ (seed 001): its inputs from an engine summary, and its spec (every T_upd completions)."""
+"""Wiring of EB+ (seed 001): its inputs from an engine summary, and its spec (every T_upd completions).
+
+The inputs are the ones Algorithm 1 and Eq. 8 read (specs/seed-001-ebplus.md sections 3.1, 4.2): the
+censoring-aware hazard fit (p0, eta), mu_L, mu_O (completed outputs), N_obs (asymmetric EMA of
+running + waiting per step), the KV capacity C in tokens, max_num_seqs, the completion count that
+paces Algorithm 1, and the cost model of the engine's calibration profile (or the online fits).
+
+Deviation: a hazard fit with p0 <= 0 (bounded-support lengths such as the paper's uniform +-25%
+distribution-shift outputs give a negative intercept, spec Appendix A item 4) is floored to
+1 / mu_O here, the reference estimator's geometric floor, instead of skipping the decision; without
+it an engine under such a workload would never get a policy and stay on the MB fallback.
+"""
 
 from __future__ import annotations
 
@@ -45,7 +56,12 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
     The cost model is the engine's registered calibration profile (or, with ``online_cost_model``,
     the online fits from its step events); None falls back to the params' profile. Calibration is
     preferred by default because a running engine under mixed batching sees few pure-prefill
-    batches to fit alpha_p from (spec seed-001 P15).
+    batches to fit alpha_p from (spec seed-001 P15). The KV capacity is the registered
+    kv_blocks_total * block_size_tokens, else the last step's.
+
+    Returns:
+        the inputs, or None while the engine has no hazard fit, no mean lengths, no N_obs or no
+        KV capacity yet.
     """
     s = snapshot.estimates
     p0 = number_at(s, "hazard", "p0")
@@ -54,7 +70,7 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
     mu_l = number_at(s, "mu_l_tokens")
     mu_o = number_at(s, "mu_o_tokens")
     n_obs = number_at(s, "n_obs")
-    kv = number_at(s, "last_step", "kv_capacity_tokens")
+    kv = _kv_capacity_tokens(s)
     max_seqs = number_at(s, "engine", "max_num_seqs")
     completions = number_at(s, "completions_total")
     if (
@@ -67,14 +83,13 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
         or kv is None
         or max_seqs is None
         or completions is None
-        or p0 <= 0.0
         or mu_l <= 0.0
         or mu_o <= 0.0
     ):
         return None
     cost = _cost_model(s) if online_cost_model else _registered_calibration(s)
     return EbplusInputs(
-        p0=p0,
+        p0=min(1.0, p0 if p0 > 0.0 else 1.0 / mu_o),
         eta=eta,
         hazard_samples=int(samples),
         mu_l_tokens=mu_l,
@@ -87,11 +102,27 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
     )
 
 
+def _kv_capacity_tokens(s: dict[str, Any]) -> float | None:
+    blocks = number_at(s, "engine", "kv_blocks_total")
+    block_size = number_at(s, "engine", "block_size_tokens")
+    if blocks is not None and block_size is not None and blocks * block_size > 0:
+        return blocks * block_size
+    kv = number_at(s, "last_step", "kv_capacity_tokens")
+    return kv if kv is not None and kv > 0 else None
+
+
 def _registered_calibration(s: dict[str, Any]) -> CostModel | None:
+    """The calibration named by the engine's ``hardware_profile``, else by ``<model>@<gpu>``, else None."""
     engine = s.get("engine")
-    profile = engine.get("hardware_profile") if isinstance(engine, dict) else None
-    if isinstance(profile, str) and profile in CALIBRATION_PROFILES:
-        return CALIBRATION_PROFILES[profile].cost_model
+    if not isinstance(engine, dict):
+        return None
+    candidates = [engine.get("hardware_profile")]
+    model, gpu = engine.get("model"), engine.get("gpu")
+    if isinstance(model, str) and isinstance(gpu, str):
+        candidates.append(f"{model}@{gpu}".lower())
+    for calib_id in candidates:
+        if isinstance(calib_id, str) and calib_id in CALIBRATION_PROFILES:
+            return CALIBRATION_PROFILES[calib_id].cost_model
     return None
 
 
@@ -102,7 +133,7 @@ def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
         kind="ebplus",
         scope="engine",
         trigger=EveryEvents(event_type="request.finished", n=ebplus_params.t_upd_completions),
-        reads=("hazard", "mu_l_tokens", "mu_o_tokens", "n_obs", "last_step", "engine", "completions_total"),
+        reads=("hazard", "mu_l_tokens", "mu_o_tokens", "n_obs", "last_step", "engine", "completions_total", "cost"),
         document_type=EbplusPolicy,
         inputs_from_snapshot=ebplus_inputs,
         decide=bind_params(decide_ebplus, ebplus_params),
