@@ -6,9 +6,10 @@ from policies.admission import AdmissionParams
 from policies.ebplus import EbplusParams
 from services.policy.registry import PolicyRegistry
 from services.policy.wiring.admission import admission_spec
+from services.policy.wiring.bfio import bfio_spec
 from services.policy.wiring.ebplus import ebplus_spec
 
 
 def default_registry(ebplus: EbplusParams | None = None, admission: AdmissionParams | None = None) -> PolicyRegistry:
-    """The registry a deployment runs by default: admission pressure and EB+ per engine."""
-    return PolicyRegistry([admission_spec(admission), ebplus_spec(ebplus)])
+    """The registry a deployment runs by default: admission, EB+ per engine, BF-IO per DP engine."""
+    return PolicyRegistry([admission_spec(admission), bfio_spec(), ebplus_spec(ebplus)])
