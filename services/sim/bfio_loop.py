@@ -145,9 +145,27 @@ class _StepMeter:
         self._inner.publish(event)
 
 
-def dp_workload(arrivals: ArrivalProcess, lengths: BurstGptLikeLengths | None = None) -> Workload:
-    """One phase of ``arrivals`` with BurstGPT-like lengths (no ``max_tokens`` cap)."""
-    return Workload(phases=(WorkloadPhase(start_s=0.0, arrivals=arrivals, lengths=lengths or BurstGptLikeLengths()),))
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BacklogArrivals:
+    """``backlog_requests`` requests at the start, then ``then``: the deployment starts full and queued,
+    as the paper's simulator does (every slot filled from the revealed pool at step 0)."""
+
+    backlog_requests: int
+    then: ArrivalProcess
+
+    def times(self, rng: np.random.Generator, start_s: float, end_s: float) -> npt.NDArray[np.float64]:
+        """The backlog at ``start_s``, followed by the process's own times."""
+        return np.concatenate((np.full(self.backlog_requests, start_s), self.then.times(rng, start_s, end_s)))
+
+
+def dp_workload(
+    arrivals: ArrivalProcess, lengths: BurstGptLikeLengths | None = None, *, backlog_requests: int = 0
+) -> Workload:
+    """One phase of ``arrivals`` (after a backlog) with BurstGPT-like lengths, no ``max_tokens`` cap."""
+    process: ArrivalProcess = arrivals
+    if backlog_requests > 0:
+        process = BacklogArrivals(backlog_requests=backlog_requests, then=arrivals)
+    return Workload(phases=(WorkloadPhase(start_s=0.0, arrivals=process, lengths=lengths or BurstGptLikeLengths()),))
 
 
 def bfio_registry(params: BfioParams | None = None, *, interval_s: float = 1.0) -> PolicyRegistry:

@@ -273,7 +273,10 @@ class CentralPoolPlanner:
         params: ``assignment_ttl_steps`` sets each assignment's validity.
         period_s: event time between plans.
         loop_latency_s: event time from a plan to its assignments being readable by the router.
-        window: most waiting requests (FIFO front) a plan considers.
+        window: most waiting requests a plan considers.
+
+    A plan skips the queue front that the router will admit on its own before the plan is readable:
+    ``admitted per step x steps in loop_latency_s``, both measured from the step reports.
     """
 
     def __init__(
@@ -304,6 +307,9 @@ class CentralPoolPlanner:
         self._last_plan_s: float | None = None
         self._pending: deque[tuple[float, tuple[BfioAssignment, ...]]] = deque()
         self._live: dict[str, BfioAssignment] = {}
+        self._admitted_total = 0
+        self._steps_total = 0
+        self._step_s_total = 0.0
         self.stats = PlannerStats()
 
     def publish(self, event: Event) -> None:
@@ -319,6 +325,7 @@ class CentralPoolPlanner:
                 max_tokens=event.max_tokens,
             )
         elif isinstance(event, RequestAdmitted):
+            self._admitted_total += 1
             waiting = self._waiting.pop(event.request_id, None)
             if waiting is not None and event.dp_rank is not None:
                 self._active[event.request_id] = _Active(
@@ -334,6 +341,8 @@ class CentralPoolPlanner:
             self._waiting.pop(event.request_id, None)
         elif isinstance(event, StepReport):
             self._next_step = event.step_id + 1
+            self._steps_total += 1
+            self._step_s_total += event.duration_s
             if self._last_plan_s is None or event.ts - self._last_plan_s >= self._period_s:
                 self._last_plan_s = event.ts
                 self._plan(event.ts)
@@ -351,7 +360,13 @@ class CentralPoolPlanner:
                     max_tokens=active.max_tokens,
                 )
             )
-        waiting = list(self._waiting.values())[: self._window]
+        lead = 0
+        if self._steps_total and self._step_s_total > 0.0:
+            per_step = self._admitted_total / self._steps_total
+            lead = round(per_step * self._loop_latency_s * self._steps_total / self._step_s_total)
+        waiting = list(self._waiting.values())[lead : lead + self._window]
+        if not waiting:
+            return
         step = BfioStepInput(
             step_index=self._next_step,
             now_s=now_s,
