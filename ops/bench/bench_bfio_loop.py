@@ -64,9 +64,8 @@ def main() -> None:
     args = parser.parse_args()
     table: dict[str, dict[str, float]] = {}
     print(f"Table 1 setting: G={G} B={B} R={R}, {args.duration_s:g} s at {args.rate:g} req/s, seed {args.seed}")
-    print(
-        f"{'router':10} {'AvgImb e4':>10} {'paper':>6} {'Thr e4':>7} {'paper':>6} {'TPOT e-2':>9} {'paper':>6} {'idle':>6}"
-    )
+    header = f"{'router':10} {'AvgImb e4':>10} {'paper':>6} {'Thr e4':>7} {'paper':>6} {'TPOT e-2':>9} {'paper':>6}"
+    print(f"{header} {'idle':>6}")
     for name, (imb, thr, tpot) in PAPER.items():
         start = time.perf_counter()
         result = _run(name, args.rate, args.duration_s, args.seed)
