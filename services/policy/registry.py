@@ -8,7 +8,7 @@ parameters bound, and the document type it produces. The registry refuses duplic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,6 +56,9 @@ class PolicySpec:
         document_type: the pydantic document class.
         inputs_from_snapshot: builds the decide inputs from a snapshot; None when data is too thin.
         decide: the pure decide function with its parameters bound: (inputs, previous, now_s).
+        applies_to: which engines the policy is for, judged on the engine's registration
+            (``EngineRegistered`` fields); None means every engine. Engines it does not apply to
+            are never snapshotted for it.
     """
 
     kind: str
@@ -65,6 +68,7 @@ class PolicySpec:
     document_type: type[PolicyDocument]
     inputs_from_snapshot: Callable[[EstimateSnapshot], Any]
     decide: Callable[[Any, Any, float], Decision[Any, Any]]
+    applies_to: Callable[[Mapping[str, Any]], bool] | None = None
 
 
 class PolicyRegistry:

@@ -6,10 +6,11 @@ from policies.admission import AdmissionParams
 from policies.ebplus import EbplusParams
 from services.policy.registry import PolicyRegistry
 from services.policy.wiring.admission import admission_spec
+from services.policy.wiring.bfio import bfio_spec
 from services.policy.wiring.ebplus import ebplus_spec
 from services.policy.wiring.fleetopt import fleetopt_spec
 
 
 def default_registry(ebplus: EbplusParams | None = None, admission: AdmissionParams | None = None) -> PolicyRegistry:
-    """The registry a deployment runs by default: admission pressure and EB+ per engine, FleetOpt per fleet."""
-    return PolicyRegistry([admission_spec(admission), ebplus_spec(ebplus), fleetopt_spec()])
+    """The default policies: admission and EB+ per engine, BF-IO per DP engine, FleetOpt per fleet."""
+    return PolicyRegistry([admission_spec(admission), bfio_spec(), ebplus_spec(ebplus), fleetopt_spec()])

@@ -30,13 +30,21 @@ from services.sim.timing import BatchShape, TimingModel
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class RankView:
-    """What a router sees of one rank: its load L_g (tokens), active requests, free slots and KV room."""
+    """What a router sees of one rank: its load L_g (tokens), active requests, free slots and KV room.
+
+    ``requests`` are the rank's active requests (read-only; BF-IO's lookahead needs each one's prompt
+    and age); ``step_id`` and ``now_s`` are the decode step and event time the view is taken at
+    (validity of pushed assignments and of the bundle, request ages).
+    """
 
     rank: int
     load_tokens: int
     active: int
     free_slots: int
     kv_free_tokens: int
+    requests: tuple[SimRequest, ...] = ()
+    step_id: int = 0
+    now_s: float = 0.0
 
 
 class RankRouter(Protocol):
@@ -241,6 +249,9 @@ class DpEngine:
                     active=len(self._active[g]),
                     free_slots=c.slots_per_rank - len(self._active[g]),
                     kv_free_tokens=c.kv_tokens_per_rank - self._reserved[g],
+                    requests=tuple(self._active[g]),
+                    step_id=self._step_id,
+                    now_s=now_s,
                 )
                 for g in range(c.ranks)
             ]

@@ -101,6 +101,8 @@ class Folder:
         return closed
 
     def _fires(self, spec: PolicySpec, estimates: EngineEstimates, event: Event) -> bool:
+        if spec.applies_to is not None and not spec.applies_to(estimates.engine):
+            return False
         trigger = spec.trigger
         if isinstance(trigger, EveryEvents):
             if event.event_type != trigger.event_type:

@@ -1,6 +1,7 @@
 """Each policy's wiring: how its inputs are read from estimate snapshots, and its registry spec."""
 
 from services.policy.wiring.admission import admission_inputs, admission_spec
+from services.policy.wiring.bfio import bfio_inputs, bfio_spec
 from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
 
-__all__ = ["admission_inputs", "admission_spec", "ebplus_inputs", "ebplus_spec"]
+__all__ = ["admission_inputs", "admission_spec", "bfio_inputs", "bfio_spec", "ebplus_inputs", "ebplus_spec"]
