@@ -20,10 +20,12 @@ from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
 from services.sim.engine import EngineConfig, SimEngine
 from services.sim.metrics import MetricsRecorder, RunSummary
+from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
 from services.sim.scenario import Scenario
 from services.sim.schedulers.base import Scheduler
 from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiScheduler
+from services.sim.schedulers.ebplus import EbplusScheduler
 from services.sim.simulation import ProgressSample, SimulatedEngine, Simulation
 from services.sim.telemetry import EngineTelemetry
 
@@ -53,10 +55,14 @@ class WallClock:
 
 
 def _scheduler(name: str) -> Scheduler:
+    if name == "ebplus":
+        return EbplusScheduler()
     return SarathiScheduler() if name == "sarathi" else MixedChunkedScheduler()
 
 
 def _rank_router(name: str) -> RankRouter:
+    if name == "bfio":
+        return BfioRankRouter()
     return JsqLoadRankRouter() if name == "jsq-load" else FcfsRankRouter()
 
 

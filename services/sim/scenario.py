@@ -13,6 +13,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+from policies.ebplus.calibration import calibration_profile
 from schemas.errors import InvalidInputError
 from services.sim.dp import DpConfig
 from services.sim.engine import EngineConfig
@@ -42,7 +43,7 @@ class EngineSpec:
     """One engine of a scenario: a single engine with a scheduler, or a DP deployment with a rank router."""
 
     config: EngineConfig | DpConfig
-    scheduler: Literal["mixed", "sarathi", "fcfs", "jsq-load"]
+    scheduler: Literal["mixed", "sarathi", "ebplus", "fcfs", "jsq-load", "bfio"]
     timing: TimingModel
 
 
@@ -111,6 +112,9 @@ def _str(table: Table, key: str, where: str, default: str | None = None) -> str:
 
 def _timing(table: Table, where: str) -> TimingModel:
     model = _str(table, "model", where)
+    if model == "eb" and "calibration" in table:
+        calib_id = _str(table, "calibration", where)
+        return EbTiming.from_cost_model(calibration_profile(calib_id).cost_model)
     if model == "eb":
         keys = ("alpha_p_s", "beta_p_s_per_token", "alpha_d_s", "beta_d_s_per_seq", "alpha_mb_s")
         quad = ("c0_s_per_token", "c1_s_per_token", "c2_s_per_token")
@@ -188,8 +192,8 @@ def _engines(tables: list[Table], timings: Table, where: str) -> tuple[EngineSpe
             engine_id = f"{prefix}{n}"
             if kind == "dp":
                 router = _str(table, "router", at, "fcfs")
-                if router not in ("fcfs", "jsq-load"):
-                    msg = f"{at}.router must be fcfs or jsq-load, got {router!r}"
+                if router not in ("fcfs", "jsq-load", "bfio"):
+                    msg = f"{at}.router must be fcfs, jsq-load or bfio, got {router!r}"
                     raise InvalidInputError(msg, field=f"{at}.router", value=router)
                 config: EngineConfig | DpConfig = DpConfig(
                     engine_id=engine_id,
@@ -201,13 +205,13 @@ def _engines(tables: list[Table], timings: Table, where: str) -> tuple[EngineSpe
                 specs.append(EngineSpec(config=config, scheduler=router, timing=timing))  # type: ignore[arg-type]
                 continue
             scheduler = _str(table, "scheduler", at, "mixed")
-            if scheduler not in ("mixed", "sarathi"):
-                msg = f"{at}.scheduler must be mixed or sarathi, got {scheduler!r}"
+            if scheduler not in ("mixed", "sarathi", "ebplus"):
+                msg = f"{at}.scheduler must be mixed, sarathi or ebplus, got {scheduler!r}"
                 raise InvalidInputError(msg, field=f"{at}.scheduler", value=scheduler)
             config = EngineConfig(
                 engine_id=engine_id,
                 pool=pool,
-                hardware_profile=timing_name,
+                hardware_profile=_str(_table(timings[timing_name], timing_name), "calibration", at, timing_name),
                 max_num_seqs=_int(table, "max_num_seqs", at, 256),
                 token_budget_tokens=_int(table, "token_budget_tokens", at, 8192),
                 kv_blocks_total=_int(table, "kv_blocks_total", at, 40_000),

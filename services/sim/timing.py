@@ -15,6 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol
 
+from policies.ebplus.inputs import CostModel
 from schemas.errors import InvalidInputError
 
 
@@ -48,34 +49,6 @@ class TimingModel(Protocol):
     def step_time_s(self, shape: BatchShape) -> float:
         """Return the iteration time of ``shape`` in seconds (> 0)."""
         ...
-
-
-class BetaMbCoefficients(Protocol):
-    """The quadratic beta_mb(r) = c0 + c1 r + c2 r^2, s/token (policies/ebplus/calibration.py shape)."""
-
-    @property
-    def c0_s_per_token(self) -> float: ...
-    @property
-    def c1_s_per_token(self) -> float: ...
-    @property
-    def c2_s_per_token(self) -> float: ...
-
-
-class EbCostCoefficients(Protocol):
-    """The EB paper's calibrated cost model, as ``policies/ebplus/calibration.py`` publishes it."""
-
-    @property
-    def alpha_p_s(self) -> float: ...
-    @property
-    def beta_p_s_per_token(self) -> float: ...
-    @property
-    def alpha_d_s(self) -> float: ...
-    @property
-    def beta_d_s_per_seq(self) -> float: ...
-    @property
-    def alpha_mb_s(self) -> float: ...
-    @property
-    def beta_mb(self) -> BetaMbCoefficients: ...
 
 
 def _require_non_negative(**values: float) -> None:
@@ -124,8 +97,15 @@ class EbTiming:
         )
 
     @classmethod
-    def from_cost_model(cls, cost: EbCostCoefficients) -> EbTiming:
-        """Build from a calibration profile's ``cost_model`` (policies/ebplus/calibration.py)."""
+    def from_cost_model(cls, cost: CostModel) -> EbTiming:
+        """Build from a calibration profile's ``cost_model`` (policies/ebplus/calibration.py).
+
+        Raises:
+            InvalidInputError: the cost model has no beta_MB(r) profile, so mixed steps cannot be priced.
+        """
+        if cost.beta_mb is None:
+            msg = "the cost model has no beta_MB(r) profile; mixed steps cannot be priced"
+            raise InvalidInputError(msg, field="beta_mb")
         return cls(
             alpha_p_s=cost.alpha_p_s,
             beta_p_s_per_token=cost.beta_p_s_per_token,
