@@ -58,6 +58,8 @@ class StreamCounters:
     batches: int = 0
     commits_refused: int = 0
     last_batch_latency_s: float = 0.0
+    first_batch_at_s: float | None = None
+    last_batch_at_s: float | None = None
     lag: dict[str, int] = field(default_factory=dict)
 
 
@@ -152,6 +154,8 @@ class StreamProcessor:
     def process(self, records: list[ConsumerRecord]) -> None:
         """Fold one polled batch and commit it (steps 1-4 of the module docstring)."""
         started = self._clock()
+        if self.counters.first_batch_at_s is None:
+            self.counters.first_batch_at_s = started
         offsets: dict[str, int] = {}
         touched: set[str] = set()
         acks: dict[str, str] = {}
@@ -195,7 +199,8 @@ class StreamProcessor:
         self._applied.update(fresh)
         self.counters.snapshots += len(snapshots)
         self.counters.batches += 1
-        self.counters.last_batch_latency_s = self._clock() - started
+        self.counters.last_batch_at_s = self._clock()
+        self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
         self._observe(len(snapshots), started)
         log.debug("batch_committed", events=len(records), snapshots=len(snapshots), engines=len(touched))
 

@@ -1,0 +1,202 @@
+"""Control-plane runtime: ingest throughput, offline replay speed, and event-to-policy-visible latency.
+
+Three figures (DESIGN section 9 targets, never asserted in tests):
+
+1. ingest: one stream-processor process folds a pre-loaded backlog of simulator telemetry from
+   ``gov.telemetry`` with estimates current in Redis (target >= 20k events/s, goal 50k);
+2. offline replay: the same events folded in-process by ``OfflineControlPlane`` (target >= 100k/s);
+3. loop latency: events published at ``--rate`` events/s; for every decision, the wall time from
+   publishing the event that triggered it to the new version being readable in Redis (announced
+   on pub/sub), p50 and p99 (target p99 <= 100 ms, goal p50 <= 20 ms).
+
+Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or an embedded Valkey),
+prints the figures and writes JSON to ``--out``.
+
+    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--rate 5000] [--out out/bench/runtime.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import threading
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+import redis
+
+from schemas.events import Event
+from schemas.names import policy_channel
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.replay.offline import OfflineControlPlane
+from services.sdk.protocol import ListSink, StaticPolicySource
+from services.sdk.publisher import TelemetryPublisher
+from services.settings import Settings
+from services.sim import load_scenario, run_offline
+from services.stack.launcher import stack_down, stack_up
+from services.stack.processes import free_port
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+
+
+def _events(deployment: str, seconds: float) -> list[Event]:
+    scenario = replace(load_scenario("fleet-8", duration_s=seconds), deployment=deployment)
+    sink = ListSink()
+    run_offline(scenario, sink=sink, policy_source=StaticPolicySource())
+    return sink.events
+
+
+def _publish_all(bootstrap: str, events: list[Event]) -> None:
+    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1)
+    for event in events:
+        publisher.publish(event)
+    publisher.flush(600.0)
+    publisher.close()
+
+
+def bench_ingest(bootstrap: str, redis_url: str, events: list[Event], deployment: str) -> dict[str, float]:
+    """Fold a pre-loaded backlog with one processor; events/s from its first to its last batch."""
+    _publish_all(bootstrap, events)
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    processor = StreamProcessor(deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry())
+    processor.run(idle_exit_s=3.0)
+    processor.close()
+    store.close()
+    counters = processor.counters
+    assert counters.first_batch_at_s is not None
+    assert counters.last_batch_at_s is not None
+    wall = counters.last_batch_at_s - counters.first_batch_at_s
+    return {
+        "events": processor.counters.folded,
+        "wall_s": wall,
+        "events_per_s": processor.counters.folded / wall,
+        "batches": processor.counters.batches,
+        "snapshots": processor.counters.snapshots,
+    }
+
+
+def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
+    """Fold the same events in-process."""
+    plane = OfflineControlPlane(deployment, default_registry())
+    started = time.perf_counter()
+    for event in events:
+        plane.publish(event)
+    wall = time.perf_counter() - started
+    return {
+        "events": len(events),
+        "wall_s": wall,
+        "events_per_s": len(events) / wall,
+        "decisions": len(plane.decisions),
+    }
+
+
+def bench_latency(
+    bootstrap: str, redis_url: str, events: list[Event], deployment: str, rate: float
+) -> dict[str, object]:
+    """Publish at ``rate`` events/s with both services running; time each decision's visibility."""
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry(), max_poll_records=500
+    )
+    policy = PolicyService(
+        deployment=deployment,
+        bootstrap=bootstrap,
+        store=RedisStore.from_url(redis_url, deployment, 5.0),
+        registry=default_registry(),
+    )
+    threads = [threading.Thread(target=s.run, daemon=True) for s in (processor, policy)]
+    for thread in threads:
+        thread.start()
+    time.sleep(8.0)  # both consumers join their groups
+    published: dict[tuple[str, float], float] = {}
+    latencies: list[float] = []
+    client = redis.Redis.from_url(redis_url)
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(policy_channel(deployment))
+    done = threading.Event()
+
+    def listen() -> None:
+        while not done.is_set():
+            message = pubsub.get_message(timeout=0.05)
+            if message is None:
+                continue
+            seen = time.perf_counter()
+            note = json.loads(message["data"])
+            document = json.loads(store.get_policy(note["kind"], note["scope"]) or "{}")
+            key = (note["scope"], document.get("computed_at"))
+            if key in published:
+                latencies.append(seen - published[key])
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    publisher = TelemetryPublisher(bootstrap, linger_ms=0)
+    started = time.perf_counter()
+    for i, event in enumerate(events):
+        due = started + i / rate
+        wait = due - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        published[(event.engine_id, event.ts)] = time.perf_counter()
+        publisher.publish(event)
+    publisher.flush(60.0)
+    time.sleep(5.0)
+    done.set()
+    listener.join()
+    publisher.close()
+    for service in (processor, policy):
+        service.stop()
+    for thread in threads:
+        thread.join(timeout=30)
+    processor.close()
+    policy.close()
+    store.close()
+    values = np.asarray(latencies) * 1000.0
+    return {
+        "rate_events_per_s": rate,
+        "events": len(events),
+        "decisions_timed": len(latencies),
+        "p50_ms": float(np.percentile(values, 50)) if len(values) else None,
+        "p99_ms": float(np.percentile(values, 99)) if len(values) else None,
+    }
+
+
+def main() -> int:
+    """Run the three benchmarks on a private stack; print and write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of fleet-8 telemetry")
+    parser.add_argument("--rate", type=float, default=5000.0, help="publish rate of the latency run, events/s")
+    parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
+    args = parser.parse_args()
+    state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-"))
+    state = stack_up(state_dir, Settings.load({}).redis_url, free_port())
+    try:
+        run = uuid.uuid4().hex[:6]
+        events = _events(f"bench-ingest-{run}", args.seconds)
+        print(f"telemetry: {len(events)} events of fleet-8 over {args.seconds:.0f} simulated seconds")
+        ingest = bench_ingest(state.kafka_bootstrap, state.redis_url, events, f"bench-ingest-{run}")
+        print(f"ingest:   {ingest['events_per_s']:,.0f} events/s through one stream processor (target 20,000)")
+        offline = bench_offline(events, f"bench-ingest-{run}")
+        print(f"offline:  {offline['events_per_s']:,.0f} events/s folded in-process (target 100,000)")
+        latency_events = _events(f"bench-latency-{run}", args.seconds)
+        latency = bench_latency(
+            state.kafka_bootstrap, state.redis_url, latency_events, f"bench-latency-{run}", args.rate
+        )
+        print(
+            f"latency:  p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms event-to-policy-visible "
+            f"over {latency['decisions_timed']} decisions at {args.rate:,.0f} events/s (target p99 100 ms)"
+        )
+    finally:
+        stack_down(state_dir)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps({"ingest": ingest, "offline": offline, "latency": latency}, indent=2) + "\n")
+    print(f"wrote {args.out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
