@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
 from estimators._input import check_format, require_count, require_finite, require_nonnegative
 from schemas.errors import InvalidInputError
@@ -76,8 +75,10 @@ class LeastSquares:
     def __init__(self, *, n_features: int) -> None:
         """Create empty statistics for ``n_features`` features (>= 1)."""
         self.n_features = require_count("n_features", n_features, minimum=1)
-        self._xtwx: npt.NDArray[np.float64] = np.zeros((n_features, n_features), dtype=np.float64)
-        self._xtwy: npt.NDArray[np.float64] = np.zeros(n_features, dtype=np.float64)
+        # Plain Python lists, not numpy: with a handful of features the per-update numpy overhead
+        # (array creation, outer product) costs ten times the arithmetic; the sums are identical.
+        self._xtwx: list[list[float]] = [[0.0] * n_features for _ in range(n_features)]
+        self._xtwy: list[float] = [0.0] * n_features
         self._ytwy = 0.0
         self._sw = 0.0
         self._swy = 0.0
@@ -102,15 +103,18 @@ class LeastSquares:
         if len(features) != self.n_features:
             msg = f"features must have length {self.n_features}, got {len(features)}"
             raise InvalidInputError(msg, field="features", value=len(features))
-        x = np.asarray(features, dtype=np.float64)
-        if not np.isfinite(x).all():
+        x = [float(v) for v in features]
+        if not all(math.isfinite(v) for v in x):
             msg = f"features must be finite, got {list(features)!r}"
             raise InvalidInputError(msg, field="features", value=list(features))
         y = require_finite("target", target)
         w = require_nonnegative("weight", weight)
-        wx = w * x
-        self._xtwx += np.outer(wx, x)
-        self._xtwy += wx * y
+        wx = [w * v for v in x]
+        for i, wx_i in enumerate(wx):
+            row = self._xtwx[i]
+            for j, x_j in enumerate(x):
+                row[j] += wx_i * x_j
+            self._xtwy[i] += wx_i * y
         self._ytwy += w * y * y
         self._sw += w
         self._swy += w * y
@@ -126,8 +130,8 @@ class LeastSquares:
             msg = f"cannot merge least squares with {self.n_features} and {other.n_features} features"
             raise InvalidInputError(msg, field="n_features", value=other.n_features)
         out = LeastSquares(n_features=self.n_features)
-        out._xtwx = self._xtwx + other._xtwx
-        out._xtwy = self._xtwy + other._xtwy
+        out._xtwx = [[a + b for a, b in zip(r, q, strict=True)] for r, q in zip(self._xtwx, other._xtwx, strict=True)]
+        out._xtwy = [a + b for a, b in zip(self._xtwy, other._xtwy, strict=True)]
         out._ytwy = self._ytwy + other._ytwy
         out._sw = self._sw + other._sw
         out._swy = self._swy + other._swy
@@ -146,8 +150,10 @@ class LeastSquares:
         need = self.n_features + 1 if min_samples is None else min_samples
         if self._n < need or self._sw <= 0.0:
             return NotEnoughData(samples=self._n, minimum=need)
-        coef, _, rank, _ = np.linalg.lstsq(self._xtwx, self._xtwy, rcond=None)
-        rss = max(0.0, float(self._ytwy - 2.0 * coef @ self._xtwy + coef @ self._xtwx @ coef))
+        xtwx = np.asarray(self._xtwx, dtype=np.float64)
+        xtwy = np.asarray(self._xtwy, dtype=np.float64)
+        coef, _, rank, _ = np.linalg.lstsq(xtwx, xtwy, rcond=None)
+        rss = max(0.0, float(self._ytwy - 2.0 * coef @ xtwy + coef @ xtwx @ coef))
         dof = self._sw - int(rank)
         residual_std = math.sqrt(rss / dof) if dof > 0 else 0.0
         tss = self._ytwy - self._swy * self._swy / self._sw
@@ -166,8 +172,8 @@ class LeastSquares:
             "kind": "least_squares",
             "format": 1,
             "n_features": self.n_features,
-            "xtwx": self._xtwx.tolist(),
-            "xtwy": self._xtwy.tolist(),
+            "xtwx": [list(row) for row in self._xtwx],
+            "xtwy": list(self._xtwy),
             "ytwy": self._ytwy,
             "sw": self._sw,
             "swy": self._swy,
@@ -183,8 +189,17 @@ class LeastSquares:
         """
         d = check_format(data, kind="least_squares", version=1)
         out = cls(n_features=int(d["n_features"]))
-        out._xtwx = np.asarray(d["xtwx"], dtype=np.float64).reshape(out.n_features, out.n_features)
-        out._xtwy = np.asarray(d["xtwy"], dtype=np.float64).reshape(out.n_features)
+        xtwx = [[float(v) for v in row] for row in d["xtwx"]]
+        xtwy = [float(v) for v in d["xtwy"]]
+        if (
+            len(xtwx) != out.n_features
+            or any(len(row) != out.n_features for row in xtwx)
+            or len(xtwy) != out.n_features
+        ):
+            msg = f"least_squares state does not match n_features={out.n_features}"
+            raise InvalidInputError(msg, field="xtwx", value=len(xtwx))
+        out._xtwx = xtwx
+        out._xtwy = xtwy
         out._ytwy = float(d["ytwy"])
         out._sw = float(d["sw"])
         out._swy = float(d["swy"])

@@ -8,12 +8,15 @@ A Kafka consumer-group member over the telemetry topic. Each poll is one batch:
    processor never folds an event twice;
 3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
    engine's stored state the first time this processor sees it after an assignment;
-4. the snapshots the fold took are produced to ``gov.estimates`` and flushed, and only then are the
-   touched engines' states, their summaries and the batch's offsets committed to Redis in one
-   atomic, offset-fenced write.
+4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
+5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
+   engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
+   offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
+   estimator state off the per-event path; it only widens what a crash re-folds.
 
-A crash between 4's produce and its commit re-folds the batch after restart and re-produces the
-same snapshots, which the policy service recognises as duplicates (same scope and version).
+A crash between a produce and the next commit re-folds those events after restart and
+re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
+version).
 Partition assignment seeks each partition to its applied offset + 1 and forgets the engines of
 revoked partitions, so their new owner rebuilds them from Redis.
 """
@@ -56,6 +59,7 @@ class StreamCounters:
     foreign: int = 0
     snapshots: int = 0
     batches: int = 0
+    commits: int = 0
     commits_refused: int = 0
     last_batch_latency_s: float = 0.0
     first_batch_at_s: float | None = None
@@ -81,6 +85,7 @@ class StreamProcessor:
         max_poll_records: int = 2000,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
+        commit_interval_s: float = 1.0,
     ) -> None:
         self._deployment = deployment
         self._metrics = metrics
@@ -103,12 +108,19 @@ class StreamProcessor:
         self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1, enable_idempotence=False)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=_Rebalance(self))
         self._stopped = False
+        self._commit_interval_s = commit_interval_s
+        self._last_commit_s = clock()
+        self._folded: dict[str, int] = {}
+        self._pending_offsets: dict[str, int] = {}
+        self._pending_engines: set[str] = set()
+        self._pending_acks: dict[str, str] = {}
         self._metrics_folded = 0
         self._metrics_dead = 0
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to its applied offset + 1."""
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
+        self._folded = dict(self._applied)
         for tp in partitions:
             applied = self._applied.get(_tp_field(tp.topic, tp.partition))
             if applied is not None:
@@ -116,7 +128,8 @@ class StreamProcessor:
         log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions))
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
-        """Forget the engines of revoked partitions: their next owner loads them from Redis."""
+        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis."""
+        self.commit()
         revoked = {_tp_field(tp.topic, tp.partition) for tp in partitions}
         engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
         self._folder.drop(engines)
@@ -129,7 +142,8 @@ class StreamProcessor:
         self._stopped = True
 
     def close(self) -> None:
-        """Leave the group and close the clients."""
+        """Commit what is folded, leave the group and close the clients."""
+        self.commit()
         self._consumer.close()
         self._producer.close(timeout=5)
 
@@ -140,6 +154,7 @@ class StreamProcessor:
             batch = self._consumer.poll(timeout_ms=200)
             records = [record for part in batch.values() for record in part]
             if not records:
+                self.commit()
                 if self._metrics is not None:
                     self._metrics.progressed()
                 if not self._consumer.assignment():
@@ -152,20 +167,18 @@ class StreamProcessor:
         return self.counters
 
     def process(self, records: list[ConsumerRecord]) -> None:
-        """Fold one polled batch and commit it (steps 1-4 of the module docstring)."""
+        """Fold one polled batch and produce its snapshots; commit when the commit interval has passed."""
         started = self._clock()
         if self.counters.first_batch_at_s is None:
             self.counters.first_batch_at_s = started
-        offsets: dict[str, int] = {}
-        touched: set[str] = set()
-        acks: dict[str, str] = {}
         snapshots: list[EstimateSnapshot] = []
         for record in records:
             tp = _tp_field(record.topic, record.partition)
-            offsets[tp] = max(offsets.get(tp, -1), record.offset)
-            if record.offset <= self._applied.get(tp, -1):
+            if record.offset <= self._folded.get(tp, -1):
                 self.counters.skipped += 1
                 continue
+            self._folded[tp] = record.offset
+            self._pending_offsets[tp] = record.offset
             position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
             try:
                 event = parse_event(record.value, source=f"{tp}@{record.offset}")
@@ -177,32 +190,58 @@ class StreamProcessor:
                 continue
             self._ensure_loaded(event, tp)
             if isinstance(event, PolicyApplied):
-                acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+                self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
             snapshots.extend(self._folder.fold(event, position))
-            touched.add(event.engine_id)
+            self._pending_engines.add(event.engine_id)
             self.counters.folded += 1
         for snapshot in snapshots:
             self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
         self._producer.flush(timeout=10)
-        states = {engine: self._folder.state_json(engine) for engine in touched}
-        summaries = {
-            estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
-            for engine in touched
-        } | acks
-        fresh = {tp: off for tp, off in offsets.items() if off > self._applied.get(tp, -1)}
-        if fresh and not self._store.commit(CONSUMER_NAME, fresh, states, summaries):
-            self.counters.commits_refused += 1
-            log.warning("commit_refused", offsets=fresh)
-            self._applied = self._store.applied_offsets(CONSUMER_NAME)
-            self._folder.drop(list(touched))
-            return
-        self._applied.update(fresh)
         self.counters.snapshots += len(snapshots)
         self.counters.batches += 1
+        if self._clock() - self._last_commit_s >= self._commit_interval_s:
+            self.commit()
         self.counters.last_batch_at_s = self._clock()
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
         self._observe(len(snapshots), started)
-        log.debug("batch_committed", events=len(records), snapshots=len(snapshots), engines=len(touched))
+
+    def commit(self) -> bool:
+        """Write the folded engines' states and summaries with their offsets, atomically (step 4).
+
+        Returns:
+            False when the store refused (a newer owner of a partition committed past us): the
+            folded state is dropped and the partitions are sought back to what the store holds.
+        """
+        self._last_commit_s = self._clock()
+        if not self._pending_offsets:
+            return True
+        engines = sorted(self._pending_engines)
+        states = {engine: self._folder.state_json(engine) for engine in engines}
+        summaries = {
+            estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
+            for engine in engines
+        } | self._pending_acks
+        offsets = dict(self._pending_offsets)
+        self._pending_offsets.clear()
+        self._pending_engines.clear()
+        self._pending_acks.clear()
+        if self._store.commit(CONSUMER_NAME, offsets, states, summaries):
+            self._applied.update(offsets)
+            self.counters.commits += 1
+            log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
+            return True
+        self.counters.commits_refused += 1
+        log.warning("commit_refused", offsets=offsets)
+        self._applied = self._store.applied_offsets(CONSUMER_NAME)
+        self._folder.drop(engines)
+        for tp_field in offsets:
+            topic, _, partition = tp_field.rpartition(":")
+            applied = self._applied.get(tp_field, -1)
+            self._folded[tp_field] = applied
+            tp = TopicPartition(topic, int(partition))
+            if tp in self._consumer.assignment():
+                self._consumer.seek(tp, applied + 1)
+        return False
 
     def _observe(self, snapshots: int, started: float) -> None:
         if self._metrics is None:
