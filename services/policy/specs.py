@@ -4,11 +4,15 @@ from __future__ import annotations
 
 from policies.admission import AdmissionParams
 from policies.ebplus import EbplusParams
+from policies.slai import SlaiParams
 from services.policy.registry import PolicyRegistry
 from services.policy.wiring.admission import admission_spec
 from services.policy.wiring.ebplus import ebplus_spec
+from services.policy.wiring.slai import slai_spec
 
 
-def default_registry(ebplus: EbplusParams | None = None, admission: AdmissionParams | None = None) -> PolicyRegistry:
-    """The registry a deployment runs by default: admission pressure and EB+ per engine."""
-    return PolicyRegistry([admission_spec(admission), ebplus_spec(ebplus)])
+def default_registry(
+    ebplus: EbplusParams | None = None, admission: AdmissionParams | None = None, slai: SlaiParams | None = None
+) -> PolicyRegistry:
+    """The registry a deployment runs by default: admission pressure, EB+ and SLAI per engine."""
+    return PolicyRegistry([admission_spec(admission), ebplus_spec(ebplus), slai_spec(slai)])

@@ -2,5 +2,6 @@
 
 from services.policy.wiring.admission import admission_inputs, admission_spec
 from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
+from services.policy.wiring.slai import slai_inputs, slai_spec
 
-__all__ = ["admission_inputs", "admission_spec", "ebplus_inputs", "ebplus_spec"]
+__all__ = ["admission_inputs", "admission_spec", "ebplus_inputs", "ebplus_spec", "slai_inputs", "slai_spec"]
