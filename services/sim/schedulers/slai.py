@@ -247,6 +247,10 @@ class _BuilderScheduler:
         """The engine's cumulative mean batch time so far, seconds (0 before any batch)."""
         return self._book.tbar_s(None)
 
+    def last_schedulable_s(self, request_id: str) -> float | None:
+        """C of the request's next decode as of the last batch built, or None outside the decode phase."""
+        return self._book.lst_s.get(request_id)
+
 
 class SlaiScheduler(_BuilderScheduler):
     """SLAI (spec §3.2) obeying the pushed SLAI document, with the engine's LST bookkeeping.
