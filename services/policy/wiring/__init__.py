@@ -3,5 +3,18 @@
 from services.policy.wiring.admission import admission_inputs, admission_spec
 from services.policy.wiring.bfio import bfio_inputs, bfio_spec
 from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
+from services.policy.wiring.fleetopt import fleetopt_inputs, fleetopt_spec
+from services.policy.wiring.slai import slai_inputs, slai_spec
 
-__all__ = ["admission_inputs", "admission_spec", "bfio_inputs", "bfio_spec", "ebplus_inputs", "ebplus_spec"]
+__all__ = [
+    "admission_inputs",
+    "admission_spec",
+    "bfio_inputs",
+    "bfio_spec",
+    "ebplus_inputs",
+    "ebplus_spec",
+    "fleetopt_inputs",
+    "fleetopt_spec",
+    "slai_inputs",
+    "slai_spec",
+]

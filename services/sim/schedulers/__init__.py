@@ -1,8 +1,14 @@
-"""Simulator schedulers: the interface engines call each iteration, the papers' baselines and EB(k)/EB+."""
+"""Engine schedulers of the simulator: the Scheduler protocol, the baselines and the papers' engine sides."""
 
 from services.sim.schedulers.base import BatchPlan, EngineView, Scheduler
 from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiScheduler, pack_decode_first
 from services.sim.schedulers.ebplus import EbplusScheduler, FixedEbScheduler
+from services.sim.schedulers.slai import (
+    SarathiServeScheduler,
+    SlaiScheduler,
+    VllmPrefillFirstScheduler,
+    safe_default_payload,
+)
 
 __all__ = [
     "BatchPlan",
@@ -11,6 +17,10 @@ __all__ = [
     "FixedEbScheduler",
     "MixedChunkedScheduler",
     "SarathiScheduler",
+    "SarathiServeScheduler",
     "Scheduler",
+    "SlaiScheduler",
+    "VllmPrefillFirstScheduler",
     "pack_decode_first",
+    "safe_default_payload",
 ]
