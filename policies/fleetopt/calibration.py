@@ -326,24 +326,25 @@ class ExactCalibrator:
         above = self._native(ends[:, 1:], self._n_long)
         long = above.plus(band, 1.0 - p_c)
         cum_b = self._sums.cum_mass(min(b_tokens, top))
+        native_mass = float(native.mass[0])
+        band_masses = ((1.0 - p_c) * band.mass).tolist()
+        short_rows = zip(short.mass.tolist(), short.s1.tolist(), short.s2.tolist(), short.pre.tolist(), strict=True)
+        long_rows = zip(long.mass.tolist(), long.s1.tolist(), long.s2.tolist(), long.pre.tolist(), strict=True)
         out: list[tuple[PoolCalibration | None, PoolCalibration | None]] = []
-        for i, gb in enumerate(tops.tolist()):
+        for gb, band_mass, short_row, long_row in zip(tops.tolist(), band_masses, short_rows, long_rows, strict=True):
             short_calib = None
-            short_mass = float(short.mass[i])
-            if short_mass > 0.0:
-                target = PREFILL_QUANTILE_FRAC * short_mass
-                l99 = self._sums.quantile_tokens(target) if target <= float(native.mass[0]) else b_tokens
-                short_calib = self._finish(short, i, n_short, min(l99, b_tokens))
+            if short_row[0] > 0.0:
+                target = PREFILL_QUANTILE_FRAC * short_row[0]
+                l99 = self._sums.quantile_tokens(target) if target <= native_mass else b_tokens
+                short_calib = self._finish(short_row, n_short, min(l99, b_tokens))
             long_calib = None
-            long_mass = float(long.mass[i])
-            if long_mass > 0.0:
-                target = PREFILL_QUANTILE_FRAC * long_mass
-                band_mass = (1.0 - p_c) * float(band.mass[i])
+            if long_row[0] > 0.0:
+                target = PREFILL_QUANTILE_FRAC * long_row[0]
                 if target <= band_mass:
                     l99 = self._sums.quantile_tokens(cum_b + target / (1.0 - p_c))
                 else:
                     l99 = self._sums.quantile_tokens(self._sums.cum_mass(gb) + (target - band_mass))
-                long_calib = self._finish(long, i, self._n_long, l99)
+                long_calib = self._finish(long_row, self._n_long, l99)
             out.append((short_calib, long_calib))
         return tuple(out)
 
@@ -410,10 +411,11 @@ class ExactCalibrator:
             pre[i] += prefill_s_per_chunk * w.sum()
         return _Moments(mass=mass, s1=s1, s2=s2, pre=pre)
 
-    def _finish(self, moments: _Moments, i: int, n_slots: int, l99_tokens: int) -> PoolCalibration:
-        mass = float(moments.mass[i])
-        e1 = float(moments.s1[i]) / mass
-        e2 = float(moments.s2[i]) / mass
+    def _finish(self, moments: tuple[float, float, float, float], n_slots: int, l99_tokens: int) -> PoolCalibration:
+        """The calibration from one pool's (mass, sum w S, sum w S^2, sum w prefill) and its P99 length."""
+        mass, s1, s2, pre = moments
+        e1 = s1 / mass
+        e2 = s2 / mass
         l_in, _ = split_tokens(l99_tokens, self._input_frac)
         p = self._params
         first_decode = p.w_s + p.h_s_per_slot * (l99_tokens / p.calib_ctx_tokens) * n_slots
@@ -422,6 +424,6 @@ class ExactCalibrator:
             mean_service_s=e1,
             cv2=max(0.01, e2 / (e1 * e1) - 1.0),
             mu_gpu_per_s=n_slots / e1,
-            mean_prefill_s=float(moments.pre[i]) / mass,
+            mean_prefill_s=pre / mass,
             ttft_overhead_s=prefill_s(l_in, p) + first_decode,
         )

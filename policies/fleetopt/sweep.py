@@ -26,7 +26,7 @@ from policies.fleetopt.compression import RoutingSplit, split_traffic
 from policies.fleetopt.cost import fleet_cost_usd_per_hr
 from policies.fleetopt.inputs import FleetoptInputs
 from policies.fleetopt.params import FleetoptParams, PlannerMode
-from policies.fleetopt.sizing import PoolSizing, evaluate_pool, min_gpus
+from policies.fleetopt.sizing import PoolSizing, evaluate_pool, size_pool
 from schemas.errors import InvalidInputError
 
 
@@ -146,7 +146,7 @@ class _Calibrations:
 def _size(rate_per_s: float, calib: PoolCalibration | None, params: FleetoptParams, *, droppable: bool) -> PoolSizing:
     if calib is None or (droppable and rate_per_s <= params.min_pool_rate_per_s):
         return evaluate_pool(0, rate_per_s, None, params)
-    return evaluate_pool(min_gpus(rate_per_s, calib, params), rate_per_s, calib, params)
+    return size_pool(rate_per_s, calib, params)
 
 
 def _point(
