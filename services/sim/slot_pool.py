@@ -91,12 +91,14 @@ def simulate_slot_pool(
         msg = f"requests must leave at least 10 measured arrivals after the warm-up, got {n - first}"
         raise InvalidInputError(msg, field="requests", value=n)
     arrivals = np.cumsum(rng.exponential(1.0 / arrival_rate_per_s, size=n))
-    starts = _fcfs_starts(arrivals.tolist(), requests.service_s.tolist(), c_slots)
+    residual_s = _equilibrium_residuals(arrival_rate_per_s, c_slots, requests.service_s, rng)
+    starts = _fcfs_starts(arrivals.tolist(), requests.service_s.tolist(), c_slots, residual_s.tolist())
     waits = starts - arrivals
     # Busy slot-seconds inside the window [first measured arrival, last arrival], from every request.
     window_lo, window_hi = float(arrivals[first]), float(arrivals[-1])
-    ends = starts + requests.service_s
-    busy_s = np.clip(np.minimum(ends, window_hi) - np.maximum(starts, window_lo), 0.0, None).sum()
+    begins = np.concatenate((starts, np.zeros(residual_s.size)))
+    ends = np.concatenate((starts + requests.service_s, residual_s))
+    busy_s = np.clip(np.minimum(ends, window_hi) - np.maximum(begins, window_lo), 0.0, None).sum()
     measured = waits[first:]
     ttft = measured + requests.prefill_s[first:]
     return SlotPoolResult(
@@ -109,9 +111,31 @@ def simulate_slot_pool(
     )
 
 
-def _fcfs_starts(arrivals: list[float], service_s: list[float], c_slots: int) -> npt.NDArray[np.float64]:
-    """Service start of each arrival when it takes the slot that frees first (FCFS, identical slots)."""
-    free_at = [0.0] * min(c_slots, len(arrivals))
+def _equilibrium_residuals(
+    arrival_rate_per_s: float, c_slots: int, service_s: npt.NDArray[np.float64], rng: np.random.Generator
+) -> npt.NDArray[np.float64]:
+    """Remaining service of the requests in service at time 0, so the run starts near steady state.
+
+    A 64K pool holds requests for minutes, so 40k arrivals span only a few service times and an
+    empty start would bias utilisation low for most of the run. In the many-server regime the
+    occupancy is close to M/G/infinity's: Poisson(lambda E[S]) requests (capped at c), each with the
+    equilibrium residual U * S of a length-biased S.
+    """
+    mean_s = float(service_s.mean())
+    busy = min(c_slots, int(rng.poisson(arrival_rate_per_s * mean_s)))
+    biased = rng.choice(service_s, size=busy, p=service_s / service_s.sum())
+    return np.asarray(rng.random(busy) * biased, dtype=np.float64)
+
+
+def _fcfs_starts(
+    arrivals: list[float], service_s: list[float], c_slots: int, residual_s: list[float]
+) -> npt.NDArray[np.float64]:
+    """Service start of each arrival when it takes the slot that frees first (FCFS, identical slots).
+
+    ``residual_s`` are the times at which the slots busy at time 0 free up; the others are free.
+    """
+    # n arrivals use at most the n slots that free first; a sorted list is already a heap.
+    free_at = ([0.0] * (c_slots - len(residual_s)) + sorted(residual_s))[: min(c_slots, len(arrivals))]
     starts = []
     for arrival, service in zip(arrivals, service_s, strict=True):
         start = max(arrival, free_at[0])
@@ -128,6 +152,22 @@ def _segments(cdf: LengthCdf, lo_tokens: int, hi_tokens: int) -> list[tuple[int,
         first, last = max(prev_t + 1, lo_tokens), min(t, hi_tokens)
         if first <= last and f > prev_f:
             out.append((first, last, (f - prev_f) * (last - first + 1) / (t - prev_t)))
+        prev_t, prev_f = t, f
+    return out
+
+
+def _reference_segments(cdf: LengthCdf, lo_tokens: int, pool_ctx_tokens: int) -> list[tuple[int, int, float]]:
+    """The reference sampler's law on a CDF slice: a bucket keeps its whole mass however it is clamped.
+
+    ``calibrate_paper`` picks a bucket by its mass, then L uniform on [max(lo, prev + 1), min(C_max, t)],
+    or L = C_max when that is empty (spec section 2.3).
+    """
+    out = []
+    prev_t, prev_f = 0, 0.0
+    for t, f in zip(cdf.tokens, cdf.frac, strict=True):
+        first, last = max(lo_tokens, prev_t + 1), min(pool_ctx_tokens, t)
+        if f > prev_f:
+            out.append((first, last, f - prev_f) if first <= last else (pool_ctx_tokens, pool_ctx_tokens, f - prev_f))
         prev_t, prev_f = t, f
     return out
 
@@ -185,7 +225,8 @@ def pool_requests(
     if params.mode is PlannerMode.PAPER:
         sliced = cdf.long_slice(gb) if long_pool else cdf.short_slice(b)
         lo_tokens = max(1, gb) if long_pool else 1
-        segments = [] if sliced is None else _segments(sliced, lo_tokens, params.long_ctx_tokens if long_pool else b)
+        ctx_tokens = params.long_ctx_tokens if long_pool else b
+        segments = [] if sliced is None else _reference_segments(sliced, lo_tokens, ctx_tokens)
         compressed: list[tuple[int, int, float]] = []
     elif long_pool:
         band = [(lo, hi, (1.0 - inputs.p_c) * m) for lo, hi, m in _segments(cdf, b + 1, gb)]
