@@ -11,8 +11,9 @@ Two calibrations of the same law (L uniform on the integers of each CDF bucket):
   order, on the native slices of ``LengthCdf.short_slice`` / ``long_slice``. It is the only way to
   reproduce Tables 3 and 6 number for number (spec section 2.3), which is why this pure module
   uses Python's ``random`` at all.
-* ``ExactCalibrator``: the expectation of the same law in closed form with prefix sums, O(1) per
-  (B, gamma) after an O(B) set-up per B.
+* ``ExactCalibrator``: the expectation of the same law in closed form: range sums over the CDF's
+  buckets of n-independent per-length terms, O(log max_tokens) per (B, gamma) after a set-up that
+  depends only on the input share (memoised).
 
 Deviation: in exact mode the short pool is calibrated on the post-compression mixture (native
 requests plus compressed ones at L = B_short keeping their full output), and the long pool on
