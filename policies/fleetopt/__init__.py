@@ -9,7 +9,7 @@ from policies.fleetopt.erlang import erlang_c, p99_wait_s
 from policies.fleetopt.hysteresis import BoundaryHold, PoolHold, hold_boundary, hold_pool
 from policies.fleetopt.inputs import FleetoptInputs
 from policies.fleetopt.params import FleetoptParams, PlannerMode
-from policies.fleetopt.sizing import PoolSizing, evaluate_pool, min_gpus
+from policies.fleetopt.sizing import PoolSizing, evaluate_pool, min_gpus, size_pool
 from policies.fleetopt.sweep import FleetPlan, PlanPoint, cheapest, homogeneous_fleet, plan_fleet, sweep
 
 __all__ = [
@@ -41,6 +41,7 @@ __all__ = [
     "p99_wait_s",
     "plan_fleet",
     "savings_frac",
+    "size_pool",
     "slots_per_gpu",
     "split_traffic",
     "sweep",

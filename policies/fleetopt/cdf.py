@@ -8,6 +8,7 @@ and gamma*B_short (spec section 2.3, pitfall 5).
 
 from __future__ import annotations
 
+import bisect
 from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
@@ -54,12 +55,12 @@ class LengthCdf:
         """F(x) by linear interpolation between breakpoints; 0 at x <= 0 and 1 past the last one."""
         if x_tokens <= 0:
             return 0.0
-        prev_t, prev_f = 0, 0.0
-        for t, f in zip(self.tokens, self.frac, strict=True):
-            if x_tokens <= t:
-                return prev_f + (f - prev_f) * (x_tokens - prev_t) / (t - prev_t)
-            prev_t, prev_f = t, f
-        return 1.0
+        k = bisect.bisect_left(self.tokens, x_tokens)
+        if k == len(self.tokens):
+            return 1.0
+        prev_t, prev_f = (self.tokens[k - 1], self.frac[k - 1]) if k > 0 else (0, 0.0)
+        t, f = self.tokens[k], self.frac[k]
+        return prev_f + (f - prev_f) * (x_tokens - prev_t) / (t - prev_t)
 
     def short_slice(self, b_short_tokens: int) -> LengthCdf | None:
         """Breakpoints <= B_short renormalised by the last of them (spec section 2.3, reference slicing).

@@ -44,28 +44,52 @@ def _wait_s(n_gpus: int, arrival_rate_per_s: float, calib: PoolCalibration) -> f
     return p99_wait_s(n_gpus * calib.n_slots, arrival_rate_per_s, mu_slot, calib.cv2)
 
 
-def _first_feasible(n_lo: int, budget_s: float, arrival_rate_per_s: float, calib: PoolCalibration, limit: int) -> int:
-    """Smallest n >= n_lo with W99(n) <= budget_s, or limit + 1 when none up to limit."""
-    if _wait_s(n_lo, arrival_rate_per_s, calib) <= budget_s:
-        return n_lo
+def _first_feasible(
+    n_lo: int, budget_s: float, arrival_rate_per_s: float, calib: PoolCalibration, limit: int
+) -> tuple[int, float]:
+    """Smallest n >= n_lo with W99(n) <= budget_s and W99 there, or (limit + 1, inf) when none up to limit."""
+    wait_lo = _wait_s(n_lo, arrival_rate_per_s, calib)
+    if wait_lo <= budget_s:
+        return n_lo, wait_lo
     bad, step = n_lo, 1
     while True:
         good = bad + step
         if good > limit:
-            if _wait_s(limit, arrival_rate_per_s, calib) > budget_s:
-                return limit + 1
-            good = limit
+            wait_limit = _wait_s(limit, arrival_rate_per_s, calib)
+            if wait_limit > budget_s:
+                return limit + 1, math.inf
+            good, wait_good = limit, wait_limit
             break
-        if _wait_s(good, arrival_rate_per_s, calib) <= budget_s:
+        wait_good = _wait_s(good, arrival_rate_per_s, calib)
+        if wait_good <= budget_s:
             break
         bad, step = good, step * 2
     while good - bad > 1:
         mid = (bad + good) // 2
-        if _wait_s(mid, arrival_rate_per_s, calib) <= budget_s:
-            good = mid
+        wait_mid = _wait_s(mid, arrival_rate_per_s, calib)
+        if wait_mid <= budget_s:
+            good, wait_good = mid, wait_mid
         else:
             bad = mid
-    return good
+    return good, wait_good
+
+
+def _search(arrival_rate_per_s: float, calib: PoolCalibration, params: FleetoptParams) -> tuple[int, float | None]:
+    """``min_gpus`` and W99 at that count when the search already evaluated it (None otherwise)."""
+    if arrival_rate_per_s <= 0.0:
+        return 1, None
+    a_gpus = arrival_rate_per_s / calib.mu_gpu_per_s
+    n_cap = math.ceil(arrival_rate_per_s / (calib.mu_gpu_per_s * params.rho_max))
+    if params.mode is PlannerMode.PAPER:
+        n0 = max(1, math.ceil(a_gpus) + 1)
+        n_first, wait = _first_feasible(n0, params.t_slo_s, arrival_rate_per_s, calib, max(n0, params.max_search_gpus))
+        if n_first > n0 and n_first > params.max_search_gpus:
+            return max(n0 + 1, params.max_search_gpus + 1), None
+        return (n_first, wait) if n_first >= n_cap else (n_cap, None)
+    budget_s = max(0.0, params.t_slo_s - calib.ttft_overhead_s)
+    n0 = max(1, n_cap, math.floor(a_gpus) + 1)
+    n_first, wait = _first_feasible(n0, budget_s, arrival_rate_per_s, calib, EXACT_SEARCH_LIMIT_GPUS)
+    return n_first, wait if n_first <= EXACT_SEARCH_LIMIT_GPUS else None
 
 
 def min_gpus(arrival_rate_per_s: float, calib: PoolCalibration, params: FleetoptParams) -> int:
@@ -87,25 +111,26 @@ def min_gpus(arrival_rate_per_s: float, calib: PoolCalibration, params: Fleetopt
     Returns:
         GPUs for the pool, >= 1.
     """
-    if arrival_rate_per_s <= 0.0:
-        return 1
-    a_gpus = arrival_rate_per_s / calib.mu_gpu_per_s
-    n_cap = math.ceil(arrival_rate_per_s / (calib.mu_gpu_per_s * params.rho_max))
-    if params.mode is PlannerMode.PAPER:
-        n0 = max(1, math.ceil(a_gpus) + 1)
-        n_first = _first_feasible(n0, params.t_slo_s, arrival_rate_per_s, calib, max(n0, params.max_search_gpus))
-        if n_first > n0 and n_first > params.max_search_gpus:
-            return max(n0 + 1, params.max_search_gpus + 1)
-        return max(n_first, n_cap)
-    budget_s = max(0.0, params.t_slo_s - calib.ttft_overhead_s)
-    n0 = max(1, n_cap, math.floor(a_gpus) + 1)
-    return _first_feasible(n0, budget_s, arrival_rate_per_s, calib, EXACT_SEARCH_LIMIT_GPUS)
+    return _search(arrival_rate_per_s, calib, params)[0]
+
+
+def size_pool(arrival_rate_per_s: float, calib: PoolCalibration, params: FleetoptParams) -> PoolSizing:
+    """``evaluate_pool(min_gpus(...))`` in one pass: W99 at the chosen count is reused from the search."""
+    n_gpus, wait_s = _search(arrival_rate_per_s, calib, params)
+    return _predict(n_gpus, arrival_rate_per_s, calib, params, wait_s)
 
 
 def evaluate_pool(
     n_gpus: int, arrival_rate_per_s: float, calib: PoolCalibration | None, params: FleetoptParams
 ) -> PoolSizing:
     """Predictions for a pool of ``n_gpus`` (sized here or held by hysteresis); ``calib`` None for an empty pool."""
+    return _predict(n_gpus, arrival_rate_per_s, calib, params, None)
+
+
+def _predict(
+    n_gpus: int, arrival_rate_per_s: float, calib: PoolCalibration | None, params: FleetoptParams, wait_s: float | None
+) -> PoolSizing:
+    """``evaluate_pool`` with W99 at ``n_gpus`` when the caller already has it."""
     if n_gpus <= 0 or arrival_rate_per_s <= 0.0 or calib is None:
         # A pool below min_pool_rate_per_s is dropped (the reference's cut-off): its few requests
         # are not counted against the SLO, as in the reference.
@@ -119,7 +144,7 @@ def evaluate_pool(
             p99_ttft_s=wait,
             slo_met=empty_ok,
         )
-    wait = _wait_s(n_gpus, arrival_rate_per_s, calib)
+    wait = _wait_s(n_gpus, arrival_rate_per_s, calib) if wait_s is None else wait_s
     ttft = wait + calib.ttft_overhead_s
     return PoolSizing(
         n_gpus=n_gpus,

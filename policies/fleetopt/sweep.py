@@ -26,7 +26,7 @@ from policies.fleetopt.compression import RoutingSplit, split_traffic
 from policies.fleetopt.cost import fleet_cost_usd_per_hr
 from policies.fleetopt.inputs import FleetoptInputs
 from policies.fleetopt.params import FleetoptParams, PlannerMode
-from policies.fleetopt.sizing import PoolSizing, evaluate_pool, min_gpus
+from policies.fleetopt.sizing import PoolSizing, evaluate_pool, size_pool
 from schemas.errors import InvalidInputError
 
 
@@ -85,7 +85,11 @@ class FleetPlan:
 
 
 class _Calibrations:
-    """Pool calibrations for one sweep, cached per B (short) and per gamma*B (long) as spec pitfall 16 asks."""
+    """Pool calibrations for one sweep: per B (short) and per gamma*B (long) as spec pitfall 16 asks.
+
+    Exact mode calibrates all gammas of one B in one vectorised pass; paper mode caches its Monte
+    Carlo per B and per gamma*B, and runs the long pool's only where that pool is not dropped.
+    """
 
     def __init__(self, inputs: FleetoptInputs, params: FleetoptParams) -> None:
         self._inputs = inputs
@@ -98,9 +102,21 @@ class _Calibrations:
         self._paper_short: dict[int, PoolCalibration | None] = {}
         self._paper_long: dict[int, PoolCalibration] = {}
 
-    def short_pool(self, b_tokens: int, gamma_b_tokens: int) -> PoolCalibration | None:
+    def pools(
+        self, b_tokens: int, splits: tuple[RoutingSplit, ...]
+    ) -> tuple[tuple[PoolCalibration | None, PoolCalibration | None], ...]:
+        """(short, long) calibrations of each split of one B; long is None where that pool is dropped."""
+        keep_long = [s.long_rate_per_s > self._params.min_pool_rate_per_s for s in splits]
         if self._exact is not None:
-            return self._exact.short_pool(b_tokens, gamma_b_tokens, self._inputs.p_c)
+            both = self._exact.pools(b_tokens, tuple(s.gamma_b_tokens for s in splits), self._inputs.p_c)
+            return tuple((short, long if keep else None) for (short, long), keep in zip(both, keep_long, strict=True))
+        short = self._paper_short_pool(b_tokens)
+        return tuple(
+            (short, self._paper_long_pool(s.gamma_b_tokens) if keep else None)
+            for s, keep in zip(splits, keep_long, strict=True)
+        )
+
+    def _paper_short_pool(self, b_tokens: int) -> PoolCalibration | None:
         if b_tokens not in self._paper_short:
             sliced = self._inputs.cdf.short_slice(b_tokens)
             self._paper_short[b_tokens] = (
@@ -110,9 +126,7 @@ class _Calibrations:
             )
         return self._paper_short[b_tokens]
 
-    def long_pool(self, b_tokens: int, gamma_b_tokens: int) -> PoolCalibration | None:
-        if self._exact is not None:
-            return self._exact.long_pool(b_tokens, gamma_b_tokens, self._inputs.p_c)
+    def _paper_long_pool(self, gamma_b_tokens: int) -> PoolCalibration:
         if gamma_b_tokens not in self._paper_long:
             sliced = self._inputs.cdf.long_slice(gamma_b_tokens)
             self._paper_long[gamma_b_tokens] = (
@@ -132,15 +146,15 @@ class _Calibrations:
 def _size(rate_per_s: float, calib: PoolCalibration | None, params: FleetoptParams, *, droppable: bool) -> PoolSizing:
     if calib is None or (droppable and rate_per_s <= params.min_pool_rate_per_s):
         return evaluate_pool(0, rate_per_s, None, params)
-    return evaluate_pool(min_gpus(rate_per_s, calib, params), rate_per_s, calib, params)
+    return size_pool(rate_per_s, calib, params)
 
 
-def _point(split: RoutingSplit, cals: _Calibrations, params: FleetoptParams) -> PlanPoint:
-    b, top = split.b_short_tokens, split.gamma_b_tokens
-    short_calib = cals.short_pool(b, top)
+def _point(
+    split: RoutingSplit, short_calib: PoolCalibration | None, long_calib: PoolCalibration | None, params: FleetoptParams
+) -> PlanPoint:
+    b = split.b_short_tokens
     # Paper mode sizes the short pool whatever its rate (reference); exact mode drops a trickle as for the long pool.
     short = _size(split.short_rate_per_s, short_calib, params, droppable=params.mode is PlannerMode.EXACT)
-    long_calib = cals.long_pool(b, top) if split.long_rate_per_s > params.min_pool_rate_per_s else None
     long = _size(split.long_rate_per_s, long_calib, params, droppable=True)
     return PlanPoint(
         split=split,
@@ -192,7 +206,8 @@ def _homogeneous(inputs: FleetoptInputs, params: FleetoptParams, cals: _Calibrat
         short_rate_per_s=inputs.arrival_rate_per_s,
         long_rate_per_s=0.0,
     )
-    point = _point(split, cals, params)
+    ((short_calib, long_calib),) = cals.pools(ctx, (split,))
+    point = _point(split, short_calib, long_calib, params)
     return PlanPoint(
         split=point.split,
         short_ctx_tokens=ctx,
@@ -231,11 +246,12 @@ def _sweep(
     inputs: FleetoptInputs, params: FleetoptParams, cals: _Calibrations, b_short_tokens: tuple[int, ...] | None
 ) -> tuple[PlanPoint, ...]:
     bs = b_short_candidates(inputs, params) if b_short_tokens is None else b_short_tokens
-    return tuple(
-        _point(split_traffic(inputs.cdf, inputs.arrival_rate_per_s, b, gamma, inputs.p_c), cals, params)
-        for b in bs
-        for gamma in params.gammas
-    )
+    points: list[PlanPoint] = []
+    for b in bs:
+        splits = tuple(split_traffic(inputs.cdf, inputs.arrival_rate_per_s, b, g, inputs.p_c) for g in params.gammas)
+        for split, (short_calib, long_calib) in zip(splits, cals.pools(b, splits), strict=True):
+            points.append(_point(split, short_calib, long_calib, params))
+    return tuple(points)
 
 
 def cheapest(points: tuple[PlanPoint, ...]) -> PlanPoint:
