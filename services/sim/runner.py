@@ -15,6 +15,7 @@ from typing import Protocol
 
 import numpy as np
 
+from policies.slai import PrefillOrder
 from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
@@ -24,8 +25,9 @@ from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
 from services.sim.scenario import Scenario
 from services.sim.schedulers.base import Scheduler
-from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiScheduler
+from services.sim.schedulers.baselines import MixedChunkedScheduler
 from services.sim.schedulers.ebplus import EbplusScheduler
+from services.sim.schedulers.slai import SarathiServeScheduler, SlaiScheduler, VllmPrefillFirstScheduler
 from services.sim.simulation import ProgressSample, SimulatedEngine, Simulation
 from services.sim.telemetry import EngineTelemetry
 
@@ -55,9 +57,15 @@ class WallClock:
 
 
 def _scheduler(name: str) -> Scheduler:
-    if name == "ebplus":
-        return EbplusScheduler()
-    return SarathiScheduler() if name == "sarathi" else MixedChunkedScheduler()
+    schedulers: dict[str, Callable[[], Scheduler]] = {
+        "mixed": MixedChunkedScheduler,
+        "ebplus": EbplusScheduler,
+        "sarathi": SarathiServeScheduler,
+        "sarathi-spf": lambda: SarathiServeScheduler(prefill_order=PrefillOrder.SPF),
+        "slai": SlaiScheduler,
+        "vllm": VllmPrefillFirstScheduler,
+    }
+    return schedulers[name]()
 
 
 def _rank_router(name: str) -> RankRouter:

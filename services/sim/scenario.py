@@ -43,7 +43,7 @@ class EngineSpec:
     """One engine of a scenario: a single engine with a scheduler, or a DP deployment with a rank router."""
 
     config: EngineConfig | DpConfig
-    scheduler: Literal["mixed", "sarathi", "ebplus", "fcfs", "jsq-load", "bfio"]
+    scheduler: Literal["mixed", "sarathi", "sarathi-spf", "slai", "vllm", "ebplus", "fcfs", "jsq-load", "bfio"]
     timing: TimingModel
 
 
@@ -176,6 +176,9 @@ def _lengths(table: Table, where: str) -> LengthSampler:
     raise InvalidInputError(msg, field=f"{where}.kind", value=kind)
 
 
+SCHEDULERS = ("mixed", "sarathi", "sarathi-spf", "slai", "vllm", "ebplus")
+
+
 def _engines(tables: list[Table], timings: Table, where: str) -> tuple[EngineSpec, ...]:
     specs: list[EngineSpec] = []
     for i, table in enumerate(tables):
@@ -205,8 +208,8 @@ def _engines(tables: list[Table], timings: Table, where: str) -> tuple[EngineSpe
                 specs.append(EngineSpec(config=config, scheduler=router, timing=timing))  # type: ignore[arg-type]
                 continue
             scheduler = _str(table, "scheduler", at, "mixed")
-            if scheduler not in ("mixed", "sarathi", "ebplus"):
-                msg = f"{at}.scheduler must be mixed, sarathi or ebplus, got {scheduler!r}"
+            if scheduler not in SCHEDULERS:
+                msg = f"{at}.scheduler must be one of {', '.join(SCHEDULERS)}, got {scheduler!r}"
                 raise InvalidInputError(msg, field=f"{at}.scheduler", value=scheduler)
             config = EngineConfig(
                 engine_id=engine_id,

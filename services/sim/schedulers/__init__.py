@@ -1,7 +1,7 @@
 """Engine schedulers of the simulator: the Scheduler protocol, the baselines and the papers' engine sides."""
 
 from services.sim.schedulers.base import BatchPlan, EngineView, Scheduler
-from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiScheduler, pack_decode_first
+from services.sim.schedulers.baselines import MixedChunkedScheduler, pack_decode_first
 from services.sim.schedulers.ebplus import EbplusScheduler, FixedEbScheduler
 from services.sim.schedulers.slai import (
     SarathiServeScheduler,
@@ -16,7 +16,6 @@ __all__ = [
     "EngineView",
     "FixedEbScheduler",
     "MixedChunkedScheduler",
-    "SarathiScheduler",
     "SarathiServeScheduler",
     "Scheduler",
     "SlaiScheduler",

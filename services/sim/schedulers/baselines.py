@@ -25,15 +25,15 @@ def _extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) 
     return blocks_for_tokens(request.computed_tokens + new_tokens, block_size_tokens) - request.kv_blocks
 
 
-def pack_decode_first(view: EngineView, *, mode: str, whole_prompt_watermark_frac: float | None) -> BatchPlan:
+def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
     """Pack decodes, then partial prefills, then FCFS admissions under the budget and the free KV.
 
     Args:
         view: the engine's state.
         mode: the label the step report carries.
-        whole_prompt_watermark_frac: None admits when the first chunk's blocks fit (vLLM v1); a
-            fraction admits only when the whole remaining prompt fits with that share of all
-            blocks kept free (Sarathi's watermark).
+
+    A new request is admitted when its first chunk's blocks fit (vLLM v1); Sarathi-Serve's
+    whole-prompt reservation is services/sim/schedulers/slai.py ``SarathiServeScheduler``.
 
     Returns:
         The plan; preempted requests come from the newest end of ``running``.
@@ -78,17 +78,12 @@ def pack_decode_first(view: EngineView, *, mode: str, whole_prompt_watermark_fra
         budget -= chunk
         prefills.append((request, chunk))
     slots = view.max_num_seqs - len(candidates)
-    reserve = 0 if whole_prompt_watermark_frac is None else int(whole_prompt_watermark_frac * view.kv_blocks_total)
     # A preempted request re-enters at the front of the queue only next iteration, so FCFS order holds.
     for request in view.waiting:
         if budget <= 0 or slots <= 0:
             break
         chunk = min(request.prefill_remaining_tokens, budget)
         need = _extra_blocks(request, chunk, bs)
-        if whole_prompt_watermark_frac is not None:
-            whole = _extra_blocks(request, request.prefill_remaining_tokens, bs)
-            if whole + reserve > free:
-                break
         if need > free:
             break
         free -= need
@@ -109,24 +104,4 @@ class MixedChunkedScheduler:
 
     def schedule(self, view: EngineView) -> BatchPlan:
         """Decodes first, then prefill chunks under the token budget (see ``pack_decode_first``)."""
-        return pack_decode_first(view, mode="mb", whole_prompt_watermark_frac=None)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SarathiScheduler:
-    """Sarathi-Serve FCFS (seed 000 section 6.1): decode-first, chunk budget, whole-prompt KV admission.
-
-    Attributes:
-        watermark_frac: share of the KV blocks an admission must leave free (repo default 1%).
-    """
-
-    watermark_frac: float = 0.01
-
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def schedule(self, view: EngineView) -> BatchPlan:
-        """Decodes first, then one chunk per prefill in FCFS order, admitting only whole-prompt fits."""
-        return pack_decode_first(view, mode="sarathi", whole_prompt_watermark_frac=self.watermark_frac)
+        return pack_decode_first(view, mode="mb")

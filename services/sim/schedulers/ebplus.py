@@ -138,7 +138,7 @@ def plan_for(view: EngineView, step: PhaseStep) -> BatchPlan:
     """Turn one phase-machine step into the engine's batch."""
     action = step.action
     if action.kind is StepKind.MIXED:
-        return pack_decode_first(view, mode=MB_MODE_LABEL, whole_prompt_watermark_frac=None)
+        return pack_decode_first(view, mode=MB_MODE_LABEL)
     if action.kind is StepKind.IDLE:
         return BatchPlan(mode=EB_MODE_LABEL, exclusive=True)
     if action.kind is StepKind.PREFILL:

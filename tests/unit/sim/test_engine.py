@@ -21,7 +21,8 @@ from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routing import LeastLoadedRouter
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiScheduler
+from services.sim.schedulers.baselines import MixedChunkedScheduler
+from services.sim.schedulers.slai import SarathiServeScheduler
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import EbTiming
@@ -53,7 +54,7 @@ def _run(
     requests: list[RequestSpec],
     *,
     config: EngineConfig,
-    scheduler: MixedChunkedScheduler | SarathiScheduler | _PolicyScheduler | None = None,
+    scheduler: MixedChunkedScheduler | SarathiServeScheduler | _PolicyScheduler | None = None,
     timing: EbTiming = HAND,
     until_s: float = 100.0,
     source: StaticPolicySource | None = None,
@@ -173,7 +174,7 @@ class TestConservation:
         """Small KV forces preemptions; arrivals = finished + rejected + in flight; KV, budget, slots hold."""
         requests = _workload_requests(seed, rate, 20.0, prompt, 3.0)
         config = EngineConfig(engine_id="e0", max_num_seqs=32, token_budget_tokens=budget, kv_blocks_total=kv_blocks)
-        scheduler = SarathiScheduler() if sarathi else MixedChunkedScheduler()
+        scheduler = SarathiServeScheduler() if sarathi else MixedChunkedScheduler()
         events, metrics = _run(requests, config=config, scheduler=scheduler, timing=FAST, until_s=4.0)
         arrived = {e.request_id for e in events if isinstance(e, RequestArrived)}
         finished = [e for e in events if isinstance(e, RequestFinished)]

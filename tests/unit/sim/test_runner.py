@@ -42,7 +42,7 @@ class TestScenarios:
         scenario = load_scenario("demo", duration_s=5.0, seed=99, rate_per_s=5.0)
         assert (scenario.duration_s, scenario.seed) == (5.0, 99)
         rates = [phase.arrivals.rate_per_s for phase in scenario.workload.phases]  # type: ignore[attr-defined]
-        assert rates == [5.0, 10.0]
+        assert rates == pytest.approx([5.0, 5.0 * 160.0 / 30.0])  # demo: 30 then 160 req/s, scaled to start at 5
 
     def test_unknown_scenario_names_the_known_ones(self) -> None:
         with pytest.raises(InvalidInputError, match="unknown scenario 'nope'; known: smoke, demo"):
