@@ -7,13 +7,26 @@ event through its validating constructor, only at the moment it is emitted.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Literal, TypedDict
 
 from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import RankStepReport, StepReport
 from services.sdk.protocol import TelemetrySink
 from services.sim.request import RequestSpec, SimRequest
+
+
+class EnvelopeFields(TypedDict):
+    """The envelope fields every event takes (schemas/envelope.py)."""
+
+    event_id: str
+    ts: float
+    deployment: str
+    engine_id: str
+    dp_rank: int | None
+    seq: int
+    source_epoch: int
+    policy_versions: dict[str, int]
 
 
 def _p99(values: list[float]) -> float:
@@ -32,10 +45,20 @@ class EngineTelemetry:
         self.seq = 0
         self.policy_versions: dict[str, int] = {}
 
-    def _next(self) -> tuple[str, int]:
+    def _envelope(self, now_s: float, dp_rank: int | None = None) -> EnvelopeFields:
+        """The next event's envelope: a fresh id and ``seq``, and the policy versions in effect."""
         seq = self.seq
         self.seq = seq + 1
-        return f"{self.engine_id}-{self.source_epoch}-{seq}", seq
+        return EnvelopeFields(
+            event_id=f"{self.engine_id}-{self.source_epoch}-{seq}",
+            ts=now_s,
+            deployment=self.deployment,
+            engine_id=self.engine_id,
+            dp_rank=dp_rank,
+            seq=seq,
+            source_epoch=self.source_epoch,
+            policy_versions=self.policy_versions,
+        )
 
     def registered(
         self,
@@ -53,15 +76,9 @@ class EngineTelemetry:
         dp_size: int = 1,
     ) -> None:
         """Emit ``engine.registered``."""
-        event_id, seq = self._next()
         self.sink.publish(
             EngineRegistered(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s),
                 model=model,
                 gpu=gpu,
                 hardware_profile=hardware_profile,
@@ -77,15 +94,9 @@ class EngineTelemetry:
 
     def heartbeat(self, now_s: float, *, num_running: int, num_waiting: int) -> None:
         """Emit ``engine.heartbeat``."""
-        event_id, seq = self._next()
         self.sink.publish(
             Heartbeat(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s),
                 num_running=num_running,
                 num_waiting=num_waiting,
             )
@@ -94,16 +105,9 @@ class EngineTelemetry:
     def policy_applied(self, now_s: float, *, kind: str, scope: str, version: int) -> None:
         """Record ``version`` as in effect for ``kind`` and emit ``policy.applied``."""
         self.policy_versions = {**self.policy_versions, kind: version}
-        event_id, seq = self._next()
         self.sink.publish(
             PolicyApplied(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                seq=seq,
-                source_epoch=self.source_epoch,
-                policy_versions=self.policy_versions,
+                **self._envelope(now_s),
                 kind=kind,
                 scope=scope,
                 version=version,
@@ -112,15 +116,9 @@ class EngineTelemetry:
 
     def arrived(self, now_s: float, spec: RequestSpec) -> None:
         """Emit ``request.arrived``."""
-        event_id, seq = self._next()
         self.sink.publish(
             RequestArrived(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s),
                 request_id=spec.request_id,
                 prompt_tokens=spec.prompt_tokens,
                 max_tokens=spec.max_tokens,
@@ -131,16 +129,9 @@ class EngineTelemetry:
 
     def admitted(self, now_s: float, request: SimRequest) -> None:
         """Emit ``request.admitted`` (first admission only)."""
-        event_id, seq = self._next()
         self.sink.publish(
             RequestAdmitted(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                dp_rank=request.dp_rank,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s, dp_rank=request.dp_rank),
                 request_id=request.spec.request_id,
                 queue_time_s=max(0.0, now_s - request.spec.arrival_s),
             )
@@ -148,16 +139,9 @@ class EngineTelemetry:
 
     def first_token(self, now_s: float, request: SimRequest) -> None:
         """Emit ``request.first_token``."""
-        event_id, seq = self._next()
         self.sink.publish(
             RequestFirstToken(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                dp_rank=request.dp_rank,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s, dp_rank=request.dp_rank),
                 request_id=request.spec.request_id,
                 ttft_s=max(0.0, now_s - request.spec.arrival_s),
             )
@@ -165,15 +149,9 @@ class EngineTelemetry:
 
     def preempted(self, now_s: float, request: SimRequest) -> None:
         """Emit ``request.preempted``."""
-        event_id, seq = self._next()
         self.sink.publish(
             RequestPreempted(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s),
                 request_id=request.spec.request_id,
                 generated_tokens=request.generated_tokens,
             )
@@ -186,17 +164,9 @@ class EngineTelemetry:
         spec = request.spec
         gaps = request.gaps_s
         slo = spec.tbt_slo_s
-        event_id, seq = self._next()
         self.sink.publish(
             RequestFinished(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                dp_rank=request.dp_rank,
-                seq=seq,
-                source_epoch=self.source_epoch,
-                policy_versions=self.policy_versions,
+                **self._envelope(now_s, dp_rank=request.dp_rank),
                 request_id=spec.request_id,
                 prompt_tokens=spec.prompt_tokens,
                 output_tokens=request.generated_tokens,
@@ -237,16 +207,9 @@ class EngineTelemetry:
         kind: Literal["prefill", "decode", "mixed"] = (
             ("mixed" if num_decode_requests > 0 else "prefill") if sum_prefill_tokens > 0 else "decode"
         )
-        event_id, seq = self._next()
         self.sink.publish(
             StepReport(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                seq=seq,
-                source_epoch=self.source_epoch,
-                policy_versions=self.policy_versions,
+                **self._envelope(now_s),
                 step_id=step_id,
                 duration_s=duration_s,
                 batch_kind=kind,
@@ -279,16 +242,9 @@ class EngineTelemetry:
         completed: int,
     ) -> None:
         """Emit one ``rank.step`` (a DP rank's share of a synchronised step)."""
-        event_id, seq = self._next()
         self.sink.publish(
             RankStepReport(
-                event_id=event_id,
-                ts=now_s,
-                deployment=self.deployment,
-                engine_id=self.engine_id,
-                dp_rank=dp_rank,
-                seq=seq,
-                source_epoch=self.source_epoch,
+                **self._envelope(now_s, dp_rank=dp_rank),
                 step_id=step_id,
                 load_tokens=load_tokens,
                 num_running=num_running,

@@ -25,6 +25,54 @@ def _extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) 
     return blocks_for_tokens(request.computed_tokens + new_tokens, block_size_tokens) - request.kv_blocks
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PackedDecodes:
+    """Decodes packed into a batch: who decodes, who was preempted, and what is left."""
+
+    candidates: list[SimRequest]
+    decodes: list[SimRequest]
+    preempted: list[SimRequest]
+    free_blocks: int
+    budget_tokens: int
+
+
+def pack_decodes(
+    candidates: list[SimRequest], *, free_blocks: int, budget_tokens: int, block_size_tokens: int
+) -> PackedDecodes:
+    """Give every prefill-complete request of ``candidates`` one decode token, oldest first.
+
+    When a decode needs a KV block that is not free, the newest candidates are preempted (their
+    blocks freed) until it fits, the request itself last; ``candidates`` keeps the survivors.
+    """
+    free, budget = free_blocks, budget_tokens
+    survivors = list(candidates)
+    preempted: list[SimRequest] = []
+    decodes: list[SimRequest] = []
+    index = 0
+    while index < len(survivors) and budget > 0:
+        request = survivors[index]
+        if not request.prefill_done:
+            index += 1
+            continue
+        need = _extra_blocks(request, 1, block_size_tokens)
+        while need > free and survivors[-1] is not request:
+            victim = survivors.pop()
+            preempted.append(victim)
+            free += victim.kv_blocks
+        if need > free:
+            survivors.pop()
+            preempted.append(request)
+            free += request.kv_blocks
+            break
+        free -= need
+        budget -= 1
+        decodes.append(request)
+        index += 1
+    return PackedDecodes(
+        candidates=survivors, decodes=decodes, preempted=preempted, free_blocks=free, budget_tokens=budget
+    )
+
+
 def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
     """Pack decodes, then partial prefills, then FCFS admissions under the budget and the free KV.
 
@@ -39,31 +87,14 @@ def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
         The plan; preempted requests come from the newest end of ``running``.
     """
     bs = view.block_size_tokens
-    budget = view.token_budget_tokens
-    free = view.kv_blocks_free
-    candidates = list(view.running)
-    preempted: list[SimRequest] = []
-    decodes: list[SimRequest] = []
-    index = 0
-    while index < len(candidates) and budget > 0:
-        request = candidates[index]
-        if not request.prefill_done:
-            index += 1
-            continue
-        need = _extra_blocks(request, 1, bs)
-        while need > free and candidates[-1] is not request:
-            victim = candidates.pop()
-            preempted.append(victim)
-            free += victim.kv_blocks
-        if need > free:
-            candidates.pop()
-            preempted.append(request)
-            free += request.kv_blocks
-            break
-        free -= need
-        budget -= 1
-        decodes.append(request)
-        index += 1
+    packed = pack_decodes(
+        list(view.running),
+        free_blocks=view.kv_blocks_free,
+        budget_tokens=view.token_budget_tokens,
+        block_size_tokens=bs,
+    )
+    candidates, preempted, decodes = packed.candidates, packed.preempted, packed.decodes
+    free, budget = packed.free_blocks, packed.budget_tokens
     prefills: list[tuple[SimRequest, int]] = []
     for request in candidates:
         if budget <= 0:

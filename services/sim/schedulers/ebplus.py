@@ -31,7 +31,7 @@ from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, KvGate
 from services.sim.request import SimRequest, blocks_for_tokens
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.baselines import pack_decode_first
+from services.sim.schedulers.baselines import pack_decode_first, pack_decodes
 
 EB_MODE_LABEL = "eb"
 MB_MODE_LABEL = "mb"
@@ -73,27 +73,9 @@ def decode_plan(view: EngineView, *, preempt_prefills: bool) -> BatchPlan:
             free += request.kv_blocks
         else:
             candidates.append(request)
-    decodes: list[SimRequest] = []
-    budget = view.token_budget_tokens
-    index = 0
-    while index < len(candidates) and budget > 0:
-        request = candidates[index]
-        if not request.prefill_done:
-            index += 1
-            continue
-        need = _extra_blocks(request, 1, bs)
-        while need > free and candidates[-1] is not request:
-            victim = candidates.pop()
-            preempted.append(victim)
-            free += victim.kv_blocks
-        if need > free:
-            candidates.pop()
-            preempted.append(request)
-            break
-        free -= need
-        budget -= 1
-        decodes.append(request)
-        index += 1
+    packed = pack_decodes(candidates, free_blocks=free, budget_tokens=view.token_budget_tokens, block_size_tokens=bs)
+    preempted.extend(packed.preempted)
+    decodes = packed.decodes
     return BatchPlan(decodes=tuple(decodes), preempted=tuple(preempted), mode=EB_MODE_LABEL, exclusive=True)
 
 
