@@ -18,13 +18,14 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 from pydantic import ValidationError
 
 from schemas.errors import GovernorError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.health import ServiceMetrics
+from services.kafka_clients import Rebalance, group_consumer, record_producer
 from services.policy.decisions import DecisionMaker
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
@@ -68,17 +69,9 @@ class PolicyService:
         self._metrics = metrics
         self.counters = PolicyCounters()
         self._applied: dict[str, int] = {}
-        self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=group_id or f"governor-policy-{deployment}",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_interval_ms=5000,
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
-        )
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1, enable_idempotence=False)
-        self._consumer.subscribe([ESTIMATES_TOPIC], listener=_Rebalance(self))
+        self._consumer = group_consumer(bootstrap, group_id or f"governor-policy-{deployment}")
+        self._producer = record_producer(bootstrap)
+        self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
         self._stopped = False
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
@@ -164,14 +157,3 @@ class PolicyService:
             self.counters.refused += 1
             log.warning("policy_refused", kind=record.kind, scope=record.scope, version=record.version)
         self.counters.last_decision_latency_s = self._clock() - started
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, service: PolicyService) -> None:
-        self._service = service
-
-    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        return
-
-    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self._service.on_assigned(assigned)

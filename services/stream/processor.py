@@ -29,7 +29,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import structlog
-from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 
 from schemas.engines import PolicyApplied
@@ -39,6 +39,7 @@ from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, ac
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
+from services.kafka_clients import Rebalance, group_consumer, record_producer
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 from services.stream.fold import Folder
@@ -95,18 +96,11 @@ class StreamProcessor:
         self.counters = StreamCounters()
         self._applied: dict[str, int] = {}
         self._engine_partition: dict[str, str] = {}
-        self._consumer = KafkaConsumer(
-            bootstrap_servers=bootstrap,
-            group_id=group_id or f"governor-stream-{deployment}",
-            enable_auto_commit=False,
-            auto_offset_reset="earliest",
-            max_poll_records=max_poll_records,
-            max_poll_interval_ms=5000,
-            session_timeout_ms=6000,
-            heartbeat_interval_ms=1000,
+        self._consumer = group_consumer(
+            bootstrap, group_id or f"governor-stream-{deployment}", max_poll_records=max_poll_records
         )
-        self._producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1, enable_idempotence=False)
-        self._consumer.subscribe([TELEMETRY_TOPIC], listener=_Rebalance(self))
+        self._producer = record_producer(bootstrap)
+        self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
         self._commit_interval_s = commit_interval_s
         self._last_commit_s = clock()
@@ -272,17 +266,6 @@ class StreamProcessor:
         self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
         log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)
-
-
-class _Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
-    def __init__(self, processor: StreamProcessor) -> None:
-        self._processor = processor
-
-    def on_partitions_revoked(self, revoked: list[TopicPartition]) -> None:
-        self._processor.on_revoked(revoked)
-
-    def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
-        self._processor.on_assigned(assigned)
 
 
 def snapshot_from_json(raw: bytes) -> EstimateSnapshot:

@@ -21,7 +21,8 @@ from services.sim.request import SimRequest, blocks_for_tokens
 from services.sim.schedulers.base import BatchPlan, EngineView
 
 
-def _extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) -> int:
+def extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) -> int:
+    """KV blocks ``request`` needs beyond those it holds to compute ``new_tokens`` more tokens."""
     return blocks_for_tokens(request.computed_tokens + new_tokens, block_size_tokens) - request.kv_blocks
 
 
@@ -54,7 +55,7 @@ def pack_decodes(
         if not request.prefill_done:
             index += 1
             continue
-        need = _extra_blocks(request, 1, block_size_tokens)
+        need = extra_blocks(request, 1, block_size_tokens)
         while need > free and survivors[-1] is not request:
             victim = survivors.pop()
             preempted.append(victim)
@@ -102,7 +103,7 @@ def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
         if request.prefill_done:
             continue
         chunk = min(request.prefill_remaining_tokens, budget)
-        need = _extra_blocks(request, chunk, bs)
+        need = extra_blocks(request, chunk, bs)
         if need > free:
             continue
         free -= need
@@ -114,7 +115,7 @@ def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
         if budget <= 0 or slots <= 0:
             break
         chunk = min(request.prefill_remaining_tokens, budget)
-        need = _extra_blocks(request, chunk, bs)
+        need = extra_blocks(request, chunk, bs)
         if need > free:
             break
         free -= need

@@ -29,9 +29,9 @@ from policies.ebplus import EngineView as PhaseView
 from policies.ebplus import PhaseState, PhaseStep, StepKind, advance, live_payload
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, KvGate
-from services.sim.request import SimRequest, blocks_for_tokens
+from services.sim.request import SimRequest
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.baselines import pack_decode_first, pack_decodes
+from services.sim.schedulers.baselines import extra_blocks, pack_decode_first, pack_decodes
 
 EB_MODE_LABEL = "eb"
 MB_MODE_LABEL = "mb"
@@ -50,10 +50,6 @@ def phase_view(view: EngineView) -> PhaseView:
         block_size_tokens=view.block_size_tokens,
         max_num_seqs=view.max_num_seqs,
     )
-
-
-def _extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) -> int:
-    return blocks_for_tokens(request.computed_tokens + new_tokens, block_size_tokens) - request.kv_blocks
 
 
 def decode_plan(view: EngineView, *, preempt_prefills: bool) -> BatchPlan:
@@ -95,7 +91,7 @@ def prefill_plan(view: EngineView, *, admit_seqs: int) -> BatchPlan:
         if request.prefill_done:
             continue
         chunk = min(request.prefill_remaining_tokens, budget)
-        need = _extra_blocks(request, chunk, bs)
+        need = extra_blocks(request, chunk, bs)
         if need > free:
             continue
         free -= need
@@ -106,7 +102,7 @@ def prefill_plan(view: EngineView, *, admit_seqs: int) -> BatchPlan:
         if budget <= 0 or slots <= 0:
             break
         chunk = min(request.prefill_remaining_tokens, budget)
-        need = _extra_blocks(request, chunk, bs)
+        need = extra_blocks(request, chunk, bs)
         if need > free:
             break
         free -= need
