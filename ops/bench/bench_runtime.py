@@ -12,13 +12,15 @@ Three figures (DESIGN section 9 targets, never asserted in tests):
 Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or an embedded Valkey),
 prints the figures and writes JSON to ``--out``.
 
-    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--rate 5000] [--out out/bench/runtime.json]
+    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--rate 1000 4000] [--out out/bench/runtime.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -31,7 +33,6 @@ import redis
 
 from schemas.events import Event
 from schemas.names import policy_channel
-from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import ListSink, StaticPolicySource
@@ -95,24 +96,34 @@ def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
     }
 
 
+def _start_service(name: str, bootstrap: str, redis_url: str, deployment: str) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "services.cli",
+        "run",
+        name,
+        "--deployment",
+        deployment,
+        "--kafka-bootstrap",
+        bootstrap,
+        "--redis-url",
+        redis_url,
+        "--metrics-port",
+        "0",
+        "--log-level",
+        "warning",
+    ]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
 def bench_latency(
     bootstrap: str, redis_url: str, events: list[Event], deployment: str, rate: float
 ) -> dict[str, object]:
-    """Publish at ``rate`` events/s with both services running; time each decision's visibility."""
+    """Publish at ``rate`` events/s with both services running as processes; time each decision's visibility."""
+    services = [_start_service(name, bootstrap, redis_url, deployment) for name in ("stream", "policy")]
+    time.sleep(10.0)  # both consumers join their groups
     store = RedisStore.from_url(redis_url, deployment, 5.0)
-    processor = StreamProcessor(
-        deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry(), max_poll_records=500
-    )
-    policy = PolicyService(
-        deployment=deployment,
-        bootstrap=bootstrap,
-        store=RedisStore.from_url(redis_url, deployment, 5.0),
-        registry=default_registry(),
-    )
-    threads = [threading.Thread(target=s.run, daemon=True) for s in (processor, policy)]
-    for thread in threads:
-        thread.start()
-    time.sleep(8.0)  # both consumers join their groups
     published: dict[tuple[str, float], float] = {}
     latencies: list[float] = []
     client = redis.Redis.from_url(redis_url)
@@ -134,7 +145,7 @@ def bench_latency(
 
     listener = threading.Thread(target=listen, daemon=True)
     listener.start()
-    publisher = TelemetryPublisher(bootstrap, linger_ms=0)
+    publisher = TelemetryPublisher(bootstrap)
     started = time.perf_counter()
     for i, event in enumerate(events):
         due = started + i / rate
@@ -148,12 +159,11 @@ def bench_latency(
     done.set()
     listener.join()
     publisher.close()
-    for service in (processor, policy):
-        service.stop()
-    for thread in threads:
-        thread.join(timeout=30)
-    processor.close()
-    policy.close()
+    for service in services:
+        service.terminate()
+        service.wait(timeout=30)
+    pubsub.close()
+    client.close()
     store.close()
     values = np.asarray(latencies) * 1000.0
     return {
@@ -169,7 +179,9 @@ def main() -> int:
     """Run the three benchmarks on a private stack; print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of fleet-8 telemetry")
-    parser.add_argument("--rate", type=float, default=5000.0, help="publish rate of the latency run, events/s")
+    parser.add_argument(
+        "--rate", type=float, nargs="+", default=[1000.0, 4000.0], help="publish rates of the latency runs, events/s"
+    )
     parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
     args = parser.parse_args()
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-"))
@@ -182,14 +194,17 @@ def main() -> int:
         print(f"ingest:   {ingest['events_per_s']:,.0f} events/s through one stream processor (target 20,000)")
         offline = bench_offline(events, f"bench-ingest-{run}")
         print(f"offline:  {offline['events_per_s']:,.0f} events/s folded in-process (target 100,000)")
-        latency_events = _events(f"bench-latency-{run}", args.seconds)
-        latency = bench_latency(
-            state.kafka_bootstrap, state.redis_url, latency_events, f"bench-latency-{run}", args.rate
-        )
-        print(
-            f"latency:  p50 {latency['p50_ms']:.1f} ms, p99 {latency['p99_ms']:.1f} ms event-to-policy-visible "
-            f"over {latency['decisions_timed']} decisions at {args.rate:,.0f} events/s (target p99 100 ms)"
-        )
+        latency = []
+        for rate in args.rate:
+            deployment = f"bench-latency-{run}-{rate:.0f}"
+            figures = bench_latency(
+                state.kafka_bootstrap, state.redis_url, _events(deployment, args.seconds), deployment, rate
+            )
+            latency.append(figures)
+            print(
+                f"latency:  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms event-to-policy-visible "
+                f"over {figures['decisions_timed']} decisions at {rate:,.0f} events/s (target p99 100 ms)"
+            )
     finally:
         stack_down(state_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)

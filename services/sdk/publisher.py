@@ -1,9 +1,9 @@
 """``TelemetryPublisher``: the engine's non-blocking Kafka producer (DESIGN principle 5).
 
-``publish`` puts the event on a bounded queue and returns at once; a background thread sends to
-``gov.telemetry`` keyed by engine. When the queue is full or the broker is away, events are dropped
-and counted, with a warning at most every few seconds: the engine's loop is never blocked and never
-sees an exception.
+``publish`` puts the event on a bounded queue and returns at once; a background thread hands it
+to a Kafka producer that batches by ``linger_ms`` and sends to ``gov.telemetry`` keyed by engine.
+When the queue is full or the broker is away, events are dropped and counted, with a warning at
+most every few seconds: the engine's loop is never blocked and never sees an exception.
 """
 
 from __future__ import annotations
@@ -59,6 +59,7 @@ class TelemetryPublisher:
         self._last_warning_s = 0.0
         self._lock = threading.Lock()
         self._stopped = threading.Event()
+        self._producer: KafkaProducer | None = None
         self._thread = threading.Thread(target=self._run, name="governor-publisher", daemon=True)
         self._thread.start()
 
@@ -82,13 +83,23 @@ class TelemetryPublisher:
             )
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until the queue is drained and sent; return False if ``timeout_s`` passed first."""
+        """Wait until everything queued so far was handed to Kafka and acknowledged (or dropped).
+
+        Returns:
+            False if ``timeout_s`` passed first.
+        """
         deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            if self._queue.unfinished_tasks == 0:
-                return True
-            time.sleep(0.01)
-        return False
+        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if self._queue.unfinished_tasks:
+            return False
+        producer = self._producer
+        if producer is not None:
+            try:
+                producer.flush(timeout=max(0.0, deadline - time.monotonic()))
+            except KafkaError:
+                return False
+        return True
 
     def close(self, timeout_s: float = 10.0) -> None:
         """Send what is queued (up to ``timeout_s``) and stop the background thread."""
@@ -147,11 +158,8 @@ class TelemetryPublisher:
         future = producer.send(self._topic, key=event.engine_id.encode(), value=encode_event(event))
         future.add_callback(self._delivered)
         future.add_errback(self._failed)
-        if self._queue.empty():
-            producer.flush(timeout=2 * self._send_timeout_s + 1.0)
 
     def _run(self) -> None:
-        producer: KafkaProducer | None = None
         retry_at = 0.0
         while True:
             event = self._queue.get()
@@ -159,13 +167,13 @@ class TelemetryPublisher:
                 self._queue.task_done()
                 break
             try:
-                if producer is None and time.monotonic() >= retry_at:
-                    producer = self._connect()
+                if self._producer is None and time.monotonic() >= retry_at:
+                    self._producer = self._connect()
                     retry_at = time.monotonic() + 1.0
-                if producer is None:
+                if self._producer is None:
                     self._drop(1, reason="broker_unavailable")
                     continue
-                self._send(producer, event)
+                self._send(self._producer, event)
             except KafkaError as exc:
                 log.warning("broker_connection_lost", error=str(exc))
                 self._drop(1, reason="broker_unavailable")
@@ -175,5 +183,5 @@ class TelemetryPublisher:
                 self._drop(1, reason="publisher_error")
             finally:
                 self._queue.task_done()
-        if producer is not None:
-            self._release(producer)
+        if self._producer is not None:
+            self._release(self._producer)
