@@ -3,9 +3,9 @@
 Group members commit nothing to Kafka that matters (offsets that count live in Redis, beside the
 state they produced), poll often, and use a short rebalance timeout: on the Tansu broker a
 kafka-python member joins only after ``max_poll_interval_ms`` (DESIGN section 7), so a few seconds
-keeps joins and restarts quick. Fetches wait at most 10 ms on the broker, because on this broker the
-default long poll (500 ms) showed up whole in the event-to-decision latency. Producers ask for a leader ack and no idempotence (Tansu and the
-control plane's own dedup make it unnecessary).
+keeps joins and restarts quick. Fetches wait at most 10 ms on the broker, because on this broker
+the default long poll (500 ms) showed up whole in the event-to-decision latency. Producers ask for
+a leader ack and no idempotence (Tansu and the control plane's own dedup make it unnecessary).
 """
 
 from __future__ import annotations
