@@ -16,7 +16,6 @@ import numpy as np
 
 from estimators import (
     AsymmetricEma,
-    BatchKind,
     EventRate,
     LengthHistogram,
     LinearCostModel,
@@ -24,6 +23,7 @@ from estimators import (
     QuantileSketch,
     fit_linear_hazard,
 )
+from schemas.steps import BatchKind
 
 
 def _rate(n: int, fold: Callable[[int], None]) -> float:
