@@ -35,6 +35,9 @@ class Settings(BaseModel):
     seed: int = Field(default=42, ge=0, description="seed of every random generator")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
     metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
+    fleet_slot_s: float = Field(
+        default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
+    )
 
     @classmethod
     def load(cls, flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None) -> Settings:

@@ -22,7 +22,16 @@ from services.stream.processor import StreamProcessor
 
 log = structlog.get_logger(__name__)
 
-FLAGS = ["deployment", "kafka_bootstrap", "redis_url", "metrics_port", "metrics_host", "log_format", "log_level"]
+FLAGS = [
+    "deployment",
+    "kafka_bootstrap",
+    "redis_url",
+    "metrics_port",
+    "metrics_host",
+    "log_format",
+    "log_level",
+    "fleet_slot_s",
+]
 
 
 class _Service(Protocol):
@@ -82,7 +91,7 @@ def run_stream(args: argparse.Namespace) -> int:
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
-        registry=default_registry(),
+        registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
     )
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
@@ -97,7 +106,7 @@ def run_policy(args: argparse.Namespace) -> int:
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
-        registry=default_registry(),
+        registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
     )
     return _serve("policy", service, metrics, settings, args.idle_exit_s)

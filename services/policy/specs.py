@@ -9,14 +9,33 @@ from services.policy.registry import PolicyRegistry
 from services.policy.wiring.admission import admission_spec
 from services.policy.wiring.bfio import bfio_spec
 from services.policy.wiring.ebplus import ebplus_spec
-from services.policy.wiring.fleetopt import fleetopt_spec
+from services.policy.wiring.fleetopt import FLEET_SLOT_S, fleetopt_spec
 from services.policy.wiring.slai import slai_spec
 
 
 def default_registry(
-    ebplus: EbplusParams | None = None, admission: AdmissionParams | None = None, slai: SlaiParams | None = None
+    ebplus: EbplusParams | None = None,
+    admission: AdmissionParams | None = None,
+    slai: SlaiParams | None = None,
+    *,
+    fleet_slot_s: float = FLEET_SLOT_S,
 ) -> PolicyRegistry:
-    """The default policies: admission, EB+ and SLAI per engine, BF-IO per DP engine, FleetOpt per fleet."""
+    """The default policies: admission, EB+ and SLAI per engine, BF-IO per DP engine, FleetOpt per fleet.
+
+    Args:
+        ebplus: EB+ parameters (default: the paper's).
+        admission: admission parameters (default: ours).
+        slai: SLAI parameters (default: the paper's).
+        fleet_slot_s: event-time slot of the fleet-scope policies, seconds: FleetOpt decides once per
+            closed slot (default 60 s, spec seed-002 section 5.4; the demo uses a shorter one). The
+            stream processor and the policy service must use the same slot.
+    """
     return PolicyRegistry(
-        [admission_spec(admission), bfio_spec(), ebplus_spec(ebplus), fleetopt_spec(), slai_spec(slai)]
+        [
+            admission_spec(admission),
+            bfio_spec(),
+            ebplus_spec(ebplus),
+            fleetopt_spec(slot_s=fleet_slot_s),
+            slai_spec(slai),
+        ]
     )

@@ -3,7 +3,9 @@
 ``Simulation`` owns the entities (engines, the fleet router, the workload's requests) and one
 handler per event type; each handler returns the events it causes (services/sim/core.py). Engines
 register at the start, heartbeat every ``heartbeat_interval_s`` of event time, and step back to
-back while they have work.
+back while they have work. A progress sample shows, per engine, the engine-side state of the policy it
+obeys (the SLAI offset delta in effect) and, over the DP engines, the Eq. 2 rank imbalance and the
+barrier idle share of the last interval (specs/seed-003-bfio.md section 1.4).
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from services.sim.core import EventLoop, SimEvent
+from services.sim.engine import SimEngine
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routing import FleetRouter
+from services.sim.schedulers.slai import SlaiScheduler
 
 
 class SimulatedEngine(Protocol):
@@ -63,11 +67,32 @@ class ProgressDue(SimEvent):
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EngineSample:
+    """One engine at a progress instant.
+
+    Attributes:
+        engine_id: the engine.
+        running_plus_waiting: its requests, running and waiting.
+        kv_use_frac: used / total KV blocks now; None for a DP deployment (its ranks reserve tokens).
+        slai_delta: the SLAI offset delta in effect (the scheduler's ``last_delta``, chosen by the
+            pushed offset rule at the KV use after the last batch); None for other schedulers or
+            before the first batch.
+    """
+
+    engine_id: str
+    running_plus_waiting: int
+    kv_use_frac: float | None
+    slai_delta: float | None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class ProgressSample:
     """Key metrics at one simulated instant, for live progress lines.
 
-    Rates are over the last progress interval; ``policy_versions`` maps ``engine_id/kind`` to the
-    version that engine has applied.
+    Rates, ``dp_imbalance_tokens`` and ``dp_barrier_idle_frac`` are over the last progress interval;
+    the two DP figures cover every DP engine's steps (None without any) and are Eq. 2's
+    G max_g L_g - sum_g L_g averaged per step and the ranks' idle share at the step barrier.
+    ``policy_versions`` maps ``engine_id/kind`` to the version that engine has applied.
     """
 
     now_s: float
@@ -79,6 +104,9 @@ class ProgressSample:
     kv_use_frac: float
     preemptions: int
     policy_versions: dict[str, int]
+    engines: tuple[EngineSample, ...] = ()
+    dp_imbalance_tokens: float | None = None
+    dp_barrier_idle_frac: float | None = None
 
 
 class Simulation:
@@ -106,6 +134,7 @@ class Simulation:
         self._policy_versions = policy_versions
         self.loop = EventLoop()
         self._finished_at_tick = 0
+        self._rank_steps_at_tick = 0
         self._ttft_index = 0
         for index in range(len(self.engines)):
             self.loop.push(HeartbeatDue(time_s=0.0, engine_index=index))
@@ -155,6 +184,9 @@ class Simulation:
         ttfts = sorted(f[2] for f in recent if f[2] is not None)
         self._finished_at_tick = len(finishes)
         kv = [s[4] for s in self.metrics.step_samples[-len(self.engines) :]]
+        rank_steps = self.metrics.rank_samples[self._rank_steps_at_tick :]
+        self._rank_steps_at_tick = len(self.metrics.rank_samples)
+        capacity_s = sum(r[2] for r in rank_steps)
         return ProgressSample(
             now_s=now_s,
             arrived=self.metrics.arrivals,
@@ -165,4 +197,21 @@ class Simulation:
             kv_use_frac=sum(kv) / len(kv) if kv else 0.0,
             preemptions=self.metrics.preemptions,
             policy_versions=self._policy_versions() if self._policy_versions is not None else {},
+            engines=tuple(_engine_sample(engine) for engine in self.engines),
+            dp_imbalance_tokens=sum(r[0] for r in rank_steps) / len(rank_steps) if rank_steps else None,
+            dp_barrier_idle_frac=sum(r[1] for r in rank_steps) / capacity_s if capacity_s > 0 else None,
         )
+
+
+def _engine_sample(engine: SimulatedEngine) -> EngineSample:
+    if not isinstance(engine, SimEngine):
+        return EngineSample(
+            engine_id=engine.engine_id, running_plus_waiting=engine.load, kv_use_frac=None, slai_delta=None
+        )
+    scheduler = engine.scheduler
+    return EngineSample(
+        engine_id=engine.engine_id,
+        running_plus_waiting=engine.load,
+        kv_use_frac=engine.kv_blocks_used / engine.kv_blocks_total,
+        slai_delta=scheduler.last_delta if isinstance(scheduler, SlaiScheduler) else None,
+    )

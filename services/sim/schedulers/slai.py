@@ -270,12 +270,21 @@ class SlaiScheduler(_BuilderScheduler):
     def __init__(self, *, fallback: SlaiPayload | None = None) -> None:
         super().__init__()
         self._fallback = fallback if fallback is not None else safe_default_payload()
-        self.last_delta: float | None = None
+        self._last_delta: float | None = None
 
     @property
     def policy_kind(self) -> str | None:
         """SLAI documents, scoped to this engine."""
         return SLAI_POLICY_KIND
+
+    @property
+    def last_delta(self) -> float | None:
+        """The offset delta in effect: the one the last batch set C with (eq. 8), None before any batch.
+
+        It is what the offset rule gave at the KV use after the previous batch, reservations
+        included; the live demo shows it beside the engine's KV use.
+        """
+        return self._last_delta
 
     def payload(self, view: EngineView) -> SlaiPayload:
         """The pushed payload in effect, or the fallback when none is valid."""
@@ -303,7 +312,7 @@ class SlaiScheduler(_BuilderScheduler):
         kv = _kv_view(view, paused)
         kv_use_frac = 1.0 - kv.free_blocks / kv.total_blocks
         delta = offset_for_kv_use(kv_use_frac, rule)
-        self.last_delta = delta
+        self._last_delta = delta
         tbar_s = book.tbar_s(p.tbar_seed_s)
         for r in advanced:
             if r.spec.request_id in running and r.prefill_done and r.last_token_s is not None:

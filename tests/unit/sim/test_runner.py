@@ -42,7 +42,7 @@ class TestScenarios:
         scenario = load_scenario("demo", duration_s=5.0, seed=99, rate_per_s=5.0)
         assert (scenario.duration_s, scenario.seed) == (5.0, 99)
         rates = [phase.arrivals.rate_per_s for phase in scenario.workload.phases]  # type: ignore[attr-defined]
-        assert rates == pytest.approx([5.0, 5.0 * 160.0 / 30.0])  # demo: 30 then 160 req/s, scaled to start at 5
+        assert rates == pytest.approx([5.0, 5.0 * 130.0 / 40.0])  # demo: 40 then 130 req/s, scaled to start at 5
 
     def test_unknown_scenario_names_the_known_ones(self) -> None:
         with pytest.raises(InvalidInputError, match="unknown scenario 'nope'; known: smoke, demo"):
@@ -91,6 +91,30 @@ class TestRunLive:
         offline = ListSink()
         run_offline(scenario, sink=offline, policy_source=StaticPolicySource())
         assert samples[-1].finished == sum(1 for e in offline.events if e.event_type == "request.finished")
+
+    def test_progress_shows_each_engine_with_the_slai_delta_in_effect_and_dp_imbalance(self) -> None:
+        """The demo fleet's samples carry one entry per engine; only SLAI engines have a delta, only DP has no KV."""
+        samples: list[ProgressSample] = []
+        run_live(
+            load_scenario("demo", duration_s=2.0),
+            sink=ListSink(),
+            policy_source=StaticPolicySource(),
+            speed=1e6,
+            clock=FakeClock(),
+            progress=samples.append,
+        )
+        last = samples[-1]
+        engines = {e.engine_id: e for e in last.engines}
+        assert sorted(engines) == ["dp-0", "h200-0", "h200-1", "rtx-0", "rtx-1", "slai-0", "slai-1"]
+        assert sum(e.running_plus_waiting for e in last.engines) == last.running_plus_waiting
+        assert [engines[e].slai_delta for e in ("slai-0", "slai-1")] == [5.0, 5.0]  # safe default: 5 below 96% KV
+        assert all(engines[e].slai_delta is None for e in ("h200-0", "rtx-0", "dp-0"))
+        assert engines["dp-0"].kv_use_frac is None
+        assert all(0.0 < (engines[e].kv_use_frac or 0.0) < 0.96 for e in ("slai-0", "slai-1"))
+        assert last.dp_imbalance_tokens is not None
+        assert last.dp_imbalance_tokens >= 0.0
+        assert last.dp_barrier_idle_frac is not None
+        assert 0.0 <= last.dp_barrier_idle_frac < 1.0
 
     def test_non_positive_speed_is_refused(self) -> None:
         with pytest.raises(InvalidInputError, match="speed must be > 0, got 0"):
