@@ -83,6 +83,11 @@ class PolicyService:
             applied = self._applied.get(f"{tp.topic}:{tp.partition}")
             if applied is not None:
                 self._consumer.seek(tp, applied + 1)
+        log.info(
+            "partitions_assigned",
+            partitions=sorted(tp.partition for tp in partitions),
+            aggregators=sorted(self._decider.aggregators),
+        )
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch."""
