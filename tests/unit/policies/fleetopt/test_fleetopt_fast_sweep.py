@@ -18,6 +18,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from estimators import FLEETOPT_BREAKPOINTS_TOKENS
 from policies.fleetopt.calibration import PREFILL_QUANTILE_FRAC, PoolCalibration, prefill_s, slots_per_gpu, split_tokens
 from policies.fleetopt.cdf import LengthCdf
 from policies.fleetopt.compression import split_traffic
@@ -28,26 +29,7 @@ from policies.fleetopt.sizing import PoolSizing, evaluate_pool, min_gpus
 from policies.fleetopt.sweep import FleetPlan, b_short_candidates, plan_fleet
 
 DATA = Path(__file__).resolve().parents[4] / "services" / "sim" / "data"
-BREAKPOINTS = (
-    64,
-    128,
-    256,
-    512,
-    768,
-    1024,
-    1536,
-    2048,
-    3072,
-    4096,
-    6144,
-    8192,
-    12288,
-    16384,
-    24576,
-    32768,
-    49152,
-    65536,
-)
+BREAKPOINTS = FLEETOPT_BREAKPOINTS_TOKENS  # the paper's 18 breakpoints (seed-002 section 3.3)
 
 
 def _shipped(name: str) -> LengthCdf:

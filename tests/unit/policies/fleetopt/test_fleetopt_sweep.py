@@ -9,6 +9,7 @@ import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from estimators import FLEETOPT_BREAKPOINTS_TOKENS
 from policies.fleetopt.cdf import LengthCdf
 from policies.fleetopt.inputs import FleetoptInputs
 from policies.fleetopt.params import FleetoptParams, PlannerMode
@@ -16,26 +17,7 @@ from policies.fleetopt.sweep import b_short_candidates, plan_fleet
 from schemas.errors import InvalidInputError
 
 DATA = Path(__file__).resolve().parents[4] / "services" / "sim" / "data"
-BREAKPOINTS = (
-    64,
-    128,
-    256,
-    512,
-    768,
-    1024,
-    1536,
-    2048,
-    3072,
-    4096,
-    6144,
-    8192,
-    12288,
-    16384,
-    24576,
-    32768,
-    49152,
-    65536,
-)
+BREAKPOINTS = FLEETOPT_BREAKPOINTS_TOKENS  # the paper's 18 breakpoints (seed-002 section 3.3)
 
 
 def _azure() -> LengthCdf:
