@@ -31,6 +31,7 @@ from schemas.policy_docs.base import PolicyDocument
 from services.cli.options import add_settings_flags, settings_from_args
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
+from services.settings import child_environment
 from services.sim import ProgressSample, Scenario, load_scenario, run_live, write_plots
 from services.sim.simulation import EngineSample
 from services.stack.launcher import StackState, stack_up
@@ -39,6 +40,7 @@ from services.store.redis_store import RedisStore
 PROGRESS_EVERY_S = 5.0
 DEMO_FLEET_SLOT_S = 10.0  # FleetOpt replans per closed fleet slot: 60 s by default, too slow for a 1-minute demo
 SERVICES_READY_TIMEOUT_S = 60.0
+VLLM_ENGINE_ID = "vllm-0"
 FLEET_SCOPE = "fleet"
 
 
@@ -49,6 +51,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     demo.add_argument("--duration-s", type=float, default=None, help="simulated seconds (default: the scenario's)")
     demo.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second (default 1)")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="output folder (default out/demo)")
+    demo.add_argument(
+        "--engine",
+        choices=["sim", "vllm"],
+        default="sim",
+        help="vllm: also run one real vLLM engine (the EB+ scheduler, a tiny random model) under live control; "
+        "needs `bash ops/install.sh --vllm` (docs/engines/vllm.md)",
+    )
     add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
     demo.set_defaults(handler=run)
 
@@ -73,6 +82,20 @@ def _start_service(service: str, state: StackState, deployment: str, log_path: P
     ]
     with log_path.open("ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _start_vllm(state: StackState, deployment: str, seconds: float, seed: int) -> subprocess.Popen[bytes]:
+    """One real vLLM engine under Governor (services/engines/vllm/drive.py), printing its own progress lines."""
+    environment = child_environment(
+        {
+            "GOVERNOR_ENGINE_ID": VLLM_ENGINE_ID,
+            "GOVERNOR_DEPLOYMENT": deployment,
+            "GOVERNOR_KAFKA_BOOTSTRAP": state.kafka_bootstrap,
+            "REDIS_URL": state.redis_url,
+        }
+    )
+    argv = [sys.executable, "-m", "services.engines.vllm.drive", "--seconds", f"{seconds:g}", "--seed", str(seed)]
+    return subprocess.Popen(argv, env=environment)
 
 
 def _stop(process: subprocess.Popen[bytes]) -> int:
@@ -315,6 +338,9 @@ def run(args: argparse.Namespace) -> int:
     try:
         if not _wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
             print("warning: the stream processor has not joined its group yet; starting the fleet anyway")
+        if args.engine == "vllm":
+            services["vllm"] = _start_vllm(state, deployment, scenario.duration_s / args.speed, settings.seed)
+            print(f"vLLM: engine {VLLM_ENGINE_ID} (EB+ scheduler, tiny random Llama) pid {services['vllm'].pid}")
         publisher = TelemetryPublisher(state.kafka_bootstrap)
         client = PolicyClient(state.redis_url, deployment, poll_interval_s=0.25)
         print(f"fleet: {args.scenario}: {scenario.description} ({scenario.duration_s:.0f} s at speed {args.speed:g})")
@@ -330,6 +356,8 @@ def run(args: argparse.Namespace) -> int:
         finally:
             publisher.close()
             client.close()
+        if "vllm" in services:
+            services["vllm"].wait(timeout=SERVICES_READY_TIMEOUT_S + 120.0)
         caught_up = _wait_for_services(state, deployment, timeout_s=60.0)
     finally:
         codes = {name: _stop(process) for name, process in services.items()}

@@ -20,7 +20,7 @@ from policies.ebplus import decide as decide_ebplus
 from policies.ebplus.calibration import CALIBRATION_PROFILES
 from schemas.policy_docs import EbplusPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EveryEvents, PolicySpec
+from services.policy.registry import EveryEvents, PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, number_at
 
 
@@ -137,4 +137,5 @@ def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
         document_type=EbplusPolicy,
         inputs_from_snapshot=ebplus_inputs,
         decide=bind_params(decide_ebplus, ebplus_params),
+        applies_to=engine_obeys("ebplus"),
     )
