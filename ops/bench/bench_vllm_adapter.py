@@ -6,7 +6,10 @@ tests/integration/vllm_model) four ways, in-process so that the scheduler's call
 - ``stock``: vLLM's own ``Scheduler``, no plugin (Governor off);
 - ``plugin``: vLLM's ``Scheduler`` with the ``GovernorStatLogger`` plugin (telemetry from the front end);
 - ``governor``: ``GovernorScheduler`` (stock scheduling, exact telemetry from the engine core);
-- ``ebplus-mb``: ``EbplusScheduler`` under a live EB+ document in MB mode (policy read and ack path).
+- ``ebplus-mb``: ``EbplusScheduler`` under a live EB+ document in MB mode (policy read and ack path);
+- ``ebplus-eb``: the same in EB mode (theta 0.5, N 16): the engine runs exclusive prefill and decode
+  batches. Its tokens/s beside ``ebplus-mb`` is what EB did to this CPU engine and tiny random model,
+  not a measure of EB+ on a GPU (the paper's regime); its step cost is the phase machine's.
 
 For each, the wall time of the scheduler's ``schedule`` + ``update_from_output`` per step (where the
 schedulers' Governor work happens) and of the plugin's ``record`` (where the plugin's happens), p50
@@ -34,8 +37,7 @@ from services.settings import Settings
 from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port
 
-MODEL_DIR = Path(__file__).resolve().parents[2] / "services" / "engines" / "vllm" / "tiny_model"
-VARIANTS = ("stock", "plugin", "governor", "ebplus-mb")
+VARIANTS = ("stock", "plugin", "governor", "ebplus-mb", "ebplus-eb")
 
 
 def _timed(base: type, sink: list[float]) -> type:
@@ -64,13 +66,9 @@ def _timed(base: type, sink: list[float]) -> type:
 
 def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str) -> dict[str, float]:
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.core.sched.scheduler import Scheduler
-    from vllm.v1.engine.llm_engine import LLMEngine
 
-    from schemas.policy_docs.base import InputsDigest
-    from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
-    from services.engines.vllm.drive import KV_CACHE_BYTES
+    from services.engines.vllm.drive import build_engine, pinned_ebplus
     from services.engines.vllm.scheduler import EbplusScheduler, GovernorScheduler
     from services.engines.vllm.stat_logger import GovernorStatLogger
     from services.store.redis_store import RedisStore
@@ -87,7 +85,13 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
     os.environ.update(environment)
     step_s: list[float] = []
     record_s: list[float] = []
-    base = {"stock": Scheduler, "plugin": Scheduler, "governor": GovernorScheduler, "ebplus-mb": EbplusScheduler}
+    base = {
+        "stock": Scheduler,
+        "plugin": Scheduler,
+        "governor": GovernorScheduler,
+        "ebplus-mb": EbplusScheduler,
+        "ebplus-eb": EbplusScheduler,
+    }
     loggers: list[Any] | None = None
     if variant == "plugin":
 
@@ -98,54 +102,24 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
                 record_s.append(time.perf_counter() - started)
 
         loggers = [TimedPlugin]
-    if variant == "ebplus-mb":
-        now = time.time()
-        document = EbplusPolicy(
-            scope=engine_id,
-            deployment=deployment,
-            version=1,
-            computed_at=now,
-            valid_until=now + 3600.0,
-            inputs=InputsDigest(snapshot_id="bench"),
-            payload=EbplusPayload(
-                mode="MB",
-                theta=0.5,
-                k=8,
-                n=16,
-                kv_gate=KvGate(),
-                mu_l_tokens=64.0,
-                mu_o_tokens=32.0,
-                calib_id="bench",
-                fallback=EbplusFallback(n=16),
-            ),
-            state=EbplusState(),
-        )
+    if variant.startswith("ebplus-"):
         store = RedisStore.from_url(redis_url, deployment, 5.0)
+        mode = variant.removeprefix("ebplus-").upper()
+        document = pinned_ebplus(deployment, engine_id, 1, mode, now_s=time.time(), valid_for_s=3600.0)
         store.put_policy("ebplus", engine_id, 1, document.model_dump_json())
         store.close()
-    args = EngineArgs(
-        model=str(MODEL_DIR),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype="float32",
-        max_model_len=1024,
-        max_num_seqs=16,
-        enforce_eager=True,
-        kv_cache_memory_bytes=KV_CACHE_BYTES,
-        disable_log_stats=variant != "plugin",
-        enable_logging_iteration_details=variant == "plugin",
-        scheduler_cls=_timed(base[variant], step_s),
-        seed=0,
-    )
-    engine = LLMEngine.from_engine_args(args, stat_loggers=loggers)
+    engine = build_engine(_timed(base[variant], step_s), stat_loggers=loggers, iteration_details=variant == "plugin")
     rng = np.random.default_rng(seed)
     for index in range(requests):
         prompt = rng.integers(100, 1000, size=int(rng.integers(32, 256))).tolist()
         params = SamplingParams(max_tokens=int(rng.integers(16, 96)), ignore_eos=True, detokenize=False)
         engine.add_request(f"b-{index}", {"prompt_token_ids": prompt}, params)
     started = time.perf_counter()
+    output_tokens = 0
     while engine.has_unfinished_requests():
-        engine.step()
+        for output in engine.step():
+            if output.finished:
+                output_tokens += len(output.outputs[0].token_ids)
     wall_s = time.perf_counter() - started
     scheduler = engine.engine_core.engine_core.scheduler
     link = getattr(scheduler, "link", None)
@@ -171,6 +145,7 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
         "step_p99_us": float(np.percentile(governor_s, 99) * 1e6),
         "events": published,
         "events_per_s": published / wall_s,
+        "output_tokens_per_s": output_tokens / wall_s,
     }
 
 
@@ -201,7 +176,7 @@ def main() -> int:
         added = f"{result.get('added_p50_us', 0.0):8.0f} {result.get('added_p99_us', 0.0):8.0f}"
         print(
             f"{variant:10s} {result['steps']:6.0f} {result['step_p50_us']:8.0f} {result['step_p99_us']:8.0f} "
-            f"{added} {result['events_per_s']:9.0f}"
+            f"{added} {result['events_per_s']:9.0f} {result['output_tokens_per_s']:7.0f}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(results, indent=2) + "\n")

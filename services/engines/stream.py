@@ -28,6 +28,7 @@ from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
+from services.sdk.token_gaps import token_gap_summary
 
 log = structlog.get_logger(__name__)
 
@@ -98,11 +99,6 @@ class StepCounts:
     scheduler_mode: str | None = None
 
 
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
-
-
 class EngineStream:
     """One engine's events: registration, requests, steps, heartbeats and policy acks, in order."""
 
@@ -140,16 +136,7 @@ class EngineStream:
         """Start tracking ``track`` and emit ``request.arrived``."""
         with self._lock:
             self._requests[track.request_id] = track
-            self._emit(
-                lambda: RequestArrived(
-                    **self._stamper.next(now_s),
-                    request_id=track.request_id,
-                    prompt_tokens=track.prompt_tokens,
-                    max_tokens=track.max_tokens,
-                    tier=track.tier,
-                    tbt_slo_s=track.tbt_slo_s,
-                )
-            )
+            self._emit(lambda: self._arrival(now_s, track))
 
     def scheduled(self, now_s: float, request_id: str) -> None:
         """Note the first time ``request_id`` was scheduled (its admission)."""
@@ -210,17 +197,18 @@ class EngineStream:
         (late by the request's end-to-end latency) with the true ``arrived_ts`` on the finish.
         """
         with self._lock:
-            self._emit(
-                lambda: RequestArrived(
-                    **self._stamper.next(now_s),
-                    request_id=track.request_id,
-                    prompt_tokens=track.prompt_tokens,
-                    max_tokens=track.max_tokens,
-                    tier=track.tier,
-                    tbt_slo_s=track.tbt_slo_s,
-                )
-            )
+            self._emit(lambda: self._arrival(now_s, track))
             self._publish_finished(now_s, track, reason, ttft_s=ttft_s, tbt_mean_s=tbt_mean_s)
+
+    def _arrival(self, now_s: float, track: RequestTrack) -> RequestArrived:
+        return RequestArrived(
+            **self._stamper.next(now_s),
+            request_id=track.request_id,
+            prompt_tokens=track.prompt_tokens,
+            max_tokens=track.max_tokens,
+            tier=track.tier,
+            tbt_slo_s=track.tbt_slo_s,
+        )
 
     def _emit(self, build: Callable[[], Event]) -> None:
         """Build one event and hand it over; an event that fails its schema is counted, logged, never raised."""
@@ -242,12 +230,11 @@ class EngineStream:
         ttft_s: float | None,
         tbt_mean_s: float | None,
     ) -> None:
-        gaps = track.gaps_s
-        slo = track.tbt_slo_s
         if ttft_s is None and track.first_token_s is not None:
             ttft_s = max(0.0, track.first_token_s - track.arrived_s)
-        if tbt_mean_s is None and gaps:
-            tbt_mean_s = sum(gaps) / len(gaps)
+        gaps = token_gap_summary(track.gaps_s, track.tbt_slo_s)
+        if tbt_mean_s is not None and gaps["tbt_gaps"] == 0:
+            gaps["tbt_mean_s"] = tbt_mean_s
         self._emit(
             lambda: RequestFinished(
                 **self._stamper.next(now_s),
@@ -256,16 +243,12 @@ class EngineStream:
                 output_tokens=track.output_tokens,
                 finish_reason=reason,
                 tier=track.tier,
-                tbt_slo_s=slo,
+                tbt_slo_s=track.tbt_slo_s,
                 arrived_ts=min(track.arrived_s, now_s),
                 admitted_ts=track.admitted_s,
                 ttft_s=ttft_s,
-                tbt_mean_s=tbt_mean_s,
-                tbt_p99_s=_p99(gaps) if gaps else None,
-                tbt_max_s=max(gaps) if gaps else None,
-                tbt_gaps=len(gaps),
-                tbt_gaps_over_slo=0 if slo is None else sum(1 for gap in gaps if gap > slo),
                 preemptions=track.preemptions,
+                **gaps,
             )
         )
 

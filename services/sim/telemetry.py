@@ -14,12 +14,8 @@ from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, R
 from schemas.steps import RankStepReport, StepReport
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
+from services.sdk.token_gaps import token_gap_summary
 from services.sim.request import RequestSpec, SimRequest
-
-
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 class EngineTelemetry:
@@ -141,8 +137,6 @@ class EngineTelemetry:
     ) -> None:
         """Emit ``request.finished`` with the request's TTFT and token-gap summary."""
         spec = request.spec
-        gaps = request.gaps_s
-        slo = spec.tbt_slo_s
         self.sink.publish(
             RequestFinished(
                 **self._envelope(now_s, dp_rank=request.dp_rank),
@@ -151,16 +145,12 @@ class EngineTelemetry:
                 output_tokens=request.generated_tokens,
                 finish_reason=finish_reason,
                 tier=spec.tier,
-                tbt_slo_s=slo,
+                tbt_slo_s=spec.tbt_slo_s,
                 arrived_ts=spec.arrival_s,
                 admitted_ts=request.admitted_s,
                 ttft_s=None if request.first_token_s is None else request.first_token_s - spec.arrival_s,
-                tbt_mean_s=sum(gaps) / len(gaps) if gaps else None,
-                tbt_p99_s=_p99(gaps) if gaps else None,
-                tbt_max_s=max(gaps) if gaps else None,
-                tbt_gaps=len(gaps),
-                tbt_gaps_over_slo=0 if slo is None else sum(1 for gap in gaps if gap > slo),
                 preemptions=request.preemptions,
+                **token_gap_summary(request.gaps_s, spec.tbt_slo_s),
             )
         )
 

@@ -22,7 +22,6 @@ from kafka import KafkaConsumer
 from schemas.events import Event, parse_event
 from schemas.names import TELEMETRY_TOPIC, estimate_key
 from schemas.policy_docs.base import InputsDigest
-from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy, SlaiState
 from schemas.requests import RequestFinished
 from schemas.steps import StepReport
@@ -39,11 +38,10 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     vllm = pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
     from vllm import SamplingParams
-    from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import load_stat_logger_plugin_factories
 
-    from services.engines.vllm.drive import KV_CACHE_BYTES, TINY_MODEL_DIR
+    from services.engines.vllm.drive import build_engine, pinned_ebplus
     from services.engines.vllm.stat_logger import GovernorStatLogger
 
 pytestmark = [
@@ -53,29 +51,18 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),
 ]
 
-MODEL_DIR = TINY_MODEL_DIR
 STOP_TOKENS = list(range(64))  # about 1 in 16 of a near-uniform random model's tokens: mean output ~16
 SCHEDULERS = "services.engines.vllm.scheduler"
 _ENGINES: list[Any] = []  # engines a test started, shut down (their Governor links closed) at its teardown
 
 
 def _engine(scheduler_cls: str | None, *, plugin: bool = False) -> LLMEngine:
-    args = EngineArgs(
-        model=str(MODEL_DIR),
-        load_format="dummy",
-        skip_tokenizer_init=True,
-        dtype="float32",
-        max_model_len=1024,
-        max_num_seqs=16,
+    engine = build_engine(
+        scheduler_cls,
+        stat_loggers=load_stat_logger_plugin_factories() if plugin else None,
+        iteration_details=plugin,
         max_num_batched_tokens=512,
-        enforce_eager=True,
-        kv_cache_memory_bytes=KV_CACHE_BYTES,
-        disable_log_stats=False,
-        enable_logging_iteration_details=plugin,
-        scheduler_cls=scheduler_cls,
-        seed=0,
     )
-    engine = LLMEngine.from_engine_args(args, stat_loggers=load_stat_logger_plugin_factories() if plugin else None)
     _ENGINES.append(engine)
     return engine
 
@@ -121,30 +108,6 @@ def _fold(stack: StackState, deployment: str) -> StreamProcessor:
     processor.run(idle_exit_s=4.0)
     processor.close()
     return processor
-
-
-def _ebplus(deployment: str, engine_id: str, version: int, mode: str, *, valid_for_s: float = 600.0) -> EbplusPolicy:
-    now = time.time()
-    return EbplusPolicy(
-        scope=engine_id,
-        deployment=deployment,
-        version=version,
-        computed_at=now - 1.0,
-        valid_until=now + valid_for_s,
-        inputs=InputsDigest(snapshot_id="test"),
-        payload=EbplusPayload(
-            mode=mode,  # type: ignore[arg-type]
-            theta=0.5,
-            k=8,
-            n=16,
-            kv_gate=KvGate(),
-            mu_l_tokens=56.0,
-            mu_o_tokens=16.0,
-            calib_id="test",
-            fallback=EbplusFallback(n=16),
-        ),
-        state=EbplusState(),
-    )
 
 
 def _slai(deployment: str, engine_id: str, version: int, delta: float) -> SlaiPolicy:
@@ -229,6 +192,14 @@ def test_stock_engine_with_the_plugin_feeds_estimates_with_censored_length_finis
     summary = json.loads(governed._client.get(estimate_key(deployment, "vllm-stock", "summary")))
     assert summary["completions_total"] == 64
     assert summary["hazard"]["n_censored"] == censored
+    assert summary["engine"]["obeys"] == []
+    service = PolicyService(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=governed, registry=default_registry()
+    )
+    service.run(idle_exit_s=4.0)
+    service.close()
+    assert governed.get_policy("admission", "vllm-stock") is not None, "decided from the plugin's telemetry"
+    assert governed.get_policy("ebplus", "vllm-stock") is None, "a stock engine is sent no EB+ document"
 
 
 def _plugin(engine: LLMEngine) -> GovernorStatLogger:
@@ -259,11 +230,11 @@ def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
     assert decided is not None, "the policy service decided EB+ from the engine's own telemetry"
 
     for version, mode in ((100, "EB"), (101, "MB")):
-        document = _ebplus(deployment, "vllm-eb", version, mode)
+        document = pinned_ebplus(deployment, "vllm-eb", version, mode, now_s=time.time())
         assert governed.put_policy("ebplus", "vllm-eb", version, document.model_dump_json())
         _await_ack(engine, "ebplus", version)
         _serve(engine, 48, prefix=f"{mode}", seed=version)
-    stale = _ebplus(deployment, "vllm-eb", 102, "EB", valid_for_s=0.5)
+    stale = pinned_ebplus(deployment, "vllm-eb", 102, "EB", now_s=time.time(), valid_for_s=0.5)
     assert governed.put_policy("ebplus", "vllm-eb", 102, stale.model_dump_json())
     _await_ack(engine, "ebplus", 102)
     time.sleep(1.0)

@@ -19,6 +19,8 @@ from typing import Any
 
 import numpy as np
 
+from schemas.policy_docs.base import InputsDigest
+from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 from services.settings import default_environment
 
 TINY_MODEL_DIR = Path(__file__).resolve().parent / "tiny_model"
@@ -55,9 +57,21 @@ class DriveResult:
     steps_by_mode: dict[str, int]
 
 
-def build_engine(model: Path, scheduler: str, *, max_num_seqs: int = 16, seed: int = 0) -> Any:
-    """An in-process vLLM engine on ``model`` (dummy weights) under Governor's ``scheduler``."""
-    default_environment("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # in-process: the drive reads the scheduler
+def build_engine(
+    scheduler_cls: str | type | None,
+    *,
+    model: Path = TINY_MODEL_DIR,
+    stat_loggers: list[Any] | None = None,
+    iteration_details: bool = False,
+    max_num_seqs: int = 16,
+    max_num_batched_tokens: int | None = None,
+    seed: int = 0,
+) -> Any:
+    """An in-process vLLM engine on ``model`` (dummy weights) under ``scheduler_cls`` (None: vLLM's own).
+
+    In-process, so the caller can read the scheduler (``engine.engine_core.engine_core.scheduler``).
+    """
+    default_environment("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     from vllm.engine.arg_utils import EngineArgs
     from vllm.v1.engine.llm_engine import LLMEngine
 
@@ -68,13 +82,41 @@ def build_engine(model: Path, scheduler: str, *, max_num_seqs: int = 16, seed: i
         dtype="float32",
         max_model_len=1024,
         max_num_seqs=max_num_seqs,
+        max_num_batched_tokens=max_num_batched_tokens,
         enforce_eager=True,
         kv_cache_memory_bytes=KV_CACHE_BYTES,
         disable_log_stats=False,
-        scheduler_cls=SCHEDULERS[scheduler],
+        enable_logging_iteration_details=iteration_details,
+        scheduler_cls=scheduler_cls,
         seed=seed,
     )
-    return LLMEngine.from_engine_args(args)
+    return LLMEngine.from_engine_args(args, stat_loggers=stat_loggers)
+
+
+def pinned_ebplus(
+    deployment: str, engine_id: str, version: int, mode: str, *, now_s: float, valid_for_s: float = 600.0
+) -> EbplusPolicy:
+    """A hand-made EB+ document (mode EB or MB, theta 0.5, N 16) for driving an engine without a decision."""
+    return EbplusPolicy(
+        scope=engine_id,
+        deployment=deployment,
+        version=version,
+        computed_at=now_s,
+        valid_until=now_s + valid_for_s,
+        inputs=InputsDigest(snapshot_id="pinned"),
+        payload=EbplusPayload(
+            mode="EB" if mode == "EB" else "MB",
+            theta=0.5,
+            k=8,
+            n=16,
+            kv_gate=KvGate(),
+            mu_l_tokens=64.0,
+            mu_o_tokens=32.0,
+            calib_id="pinned",
+            fallback=EbplusFallback(n=16),
+        ),
+        state=EbplusState(),
+    )
 
 
 def drive(engine: Any, *, rate_per_s: float, seconds: float, seed: int, label: str = "vLLM") -> DriveResult:
@@ -145,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.rate <= 0.0 or args.seconds <= 0.0:
         parser.error("--rate and --seconds must be > 0")
-    engine = build_engine(args.model, args.scheduler, seed=args.seed)
+    engine = build_engine(SCHEDULERS[args.scheduler], model=args.model, seed=args.seed)
     result = drive(engine, rate_per_s=args.rate, seconds=args.seconds, seed=args.seed)
     engine.engine_core.shutdown()
     ttft = "-" if result.ttft_p50_s is None else f"{result.ttft_p50_s * 1000:.0f} ms"

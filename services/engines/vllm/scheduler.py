@@ -45,8 +45,8 @@ from vllm.v1.request import Request, RequestStatus
 from policies.ebplus.phase_machine import EngineView as PhaseView
 from policies.ebplus.phase_machine import PhaseState, StepKind, advance
 from policies.slai.deadline import last_schedulable_time
-from policies.slai.offset_rule import OffsetRule, offset_for_kv_use
-from policies.slai.params import OffsetMode
+from policies.slai.decide import offset_rule_of
+from policies.slai.offset_rule import offset_for_kv_use
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.ebplus import EbplusPolicy
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy
@@ -345,7 +345,7 @@ class SlaiScheduler(GovernorScheduler):
                 bookkeeping.clear()
             return
         used = max(0, self.kv_blocks_total - self.kv_blocks_free)
-        delta = offset_for_kv_use(min(1.0, used / self.kv_blocks_total), _rule(payload))
+        delta = offset_for_kv_use(min(1.0, used / self.kv_blocks_total), offset_rule_of(payload))
         for request_id in advanced:
             request = self.requests.get(request_id)
             if request is None or request.is_finished():
@@ -380,14 +380,3 @@ class SlaiScheduler(GovernorScheduler):
             self.waiting.remove_request(request)
         for request in queued:
             self.waiting.add_request(request)
-
-
-def _rule(payload: SlaiPayload) -> OffsetRule:
-    return OffsetRule(
-        mode=OffsetMode(payload.mode),
-        delta_fixed=payload.delta_fixed,
-        delta_lo=payload.delta_lo,
-        delta_hi=payload.delta_hi,
-        kv_threshold_frac=payload.kv_threshold_frac,
-        delta_override=payload.delta_override,
-    )
