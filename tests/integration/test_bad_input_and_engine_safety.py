@@ -90,6 +90,25 @@ def test_a_stream_with_ten_percent_malformed_events_loses_no_valid_event(
     store.close()
 
 
+def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: StackState, deployment: str) -> None:
+    valid = synthetic_stream(engines=1, requests=40, deployment=deployment, seed=3)
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
+    producer.send(TELEMETRY_TOPIC, key=valid[0].engine_id.encode(), value=None)
+    for event in valid:
+        producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=encode_event(event))
+    producer.flush()
+    producer.close()
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+    )
+    processor.run(idle_exit_s=4.0)
+    processor.close()
+    store.close()
+    assert processor.counters.folded == len(valid)
+    assert processor.counters.dead_lettered >= 1
+
+
 def _document(deployment: str, version: int, valid_until: float) -> AdmissionPolicy:
     return AdmissionPolicy(
         scope="eng-0",
