@@ -9,7 +9,6 @@ from policies.ebplus.memory_safe_batch import NStarMethod, n_star, n_star_clt, n
 from policies.ebplus.mode_selection import CrossoverSignal, ModeChoice, crossover_signal, select_mode, surge_triggered
 from policies.ebplus.online_update import ThresholdUpdate, update_threshold
 from policies.ebplus.params import EbplusParams, RhsThreshold
-from policies.ebplus.tbt_guard import TbtGuard, apply_tbt_guard, refill_stall_s, tbt_guard
 from policies.ebplus.phase_machine import (
     EngineView,
     Phase,
@@ -23,6 +22,7 @@ from policies.ebplus.phase_machine import (
     live_payload,
     step,
 )
+from policies.ebplus.tbt_guard import TbtGuard, apply_tbt_guard, refill_stall_s, tbt_guard
 
 __all__ = [
     "BaseThreshold",
