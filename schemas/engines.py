@@ -23,6 +23,15 @@ class EngineRegistered(Envelope):
     kv_blocks_total: int = Field(ge=1)
     block_size_tokens: int = Field(ge=1, le=4096)
     dp_size: int = Field(default=1, ge=1, le=4096)
+    scheduler: Identifier | None = Field(
+        default=None, description="the scheduler the engine runs (vllm, ebplus, slai, ...)"
+    )
+    obeys: list[Identifier] | None = Field(
+        default=None,
+        max_length=16,
+        description="engine-scope policy kinds the engine's scheduler or router obeys; None: not declared, so the "
+        "control plane decides every engine-scope policy for it",
+    )
 
 
 class Heartbeat(Envelope):

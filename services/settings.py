@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -19,28 +19,13 @@ ENV_PREFIX = "GOVERNOR_"
 ENV_ALIASES = {"redis_url": "REDIS_URL"}
 
 
-class Settings(BaseModel):
-    """Runtime settings of every Governor service and command."""
+class EnvSettings(BaseModel):
+    """Settings read as flag over environment over default; subclasses list the fields."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
 
-    deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
-    kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
-    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
-    state_dir: Path = Field(default=Path(".governor"), description="where the local stack keeps its state file")
-    log_format: Literal["json", "console"] = Field(default="console", description="log renderer")
-    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="lowest level logged")
-    redis_timeout_s: float = Field(default=2.0, gt=0.0, description="timeout of each Redis call, seconds")
-    kafka_timeout_s: float = Field(default=10.0, gt=0.0, description="timeout of Kafka admin and flush, seconds")
-    seed: int = Field(default=42, ge=0, description="seed of every random generator")
-    metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
-    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
-    fleet_slot_s: float = Field(
-        default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
-    )
-
     @classmethod
-    def load(cls, flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+    def load(cls, flags: Mapping[str, object] | None = None, environ: Mapping[str, str] | None = None) -> Self:
         """Build settings from explicit flags (None values ignored) over the environment over defaults.
 
         Raises:
@@ -66,6 +51,25 @@ class Settings(BaseModel):
             msg = f"{field}={values.get(field)!r} from {sources.get(field, 'default')}: {first['msg']}"
             raise ConfigError(msg) from exc
 
+
+class Settings(EnvSettings):
+    """Runtime settings of every Governor service and command."""
+
+    deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
+    kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
+    state_dir: Path = Field(default=Path(".governor"), description="where the local stack keeps its state file")
+    log_format: Literal["json", "console"] = Field(default="console", description="log renderer")
+    log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="lowest level logged")
+    redis_timeout_s: float = Field(default=2.0, gt=0.0, description="timeout of each Redis call, seconds")
+    kafka_timeout_s: float = Field(default=10.0, gt=0.0, description="timeout of Kafka admin and flush, seconds")
+    seed: int = Field(default=42, ge=0, description="seed of every random generator")
+    metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
+    metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
+    fleet_slot_s: float = Field(
+        default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
+    )
+
     def redacted(self) -> dict[str, object]:
         """Return the settings for the ``settings_loaded`` log line, with credentials in URLs hidden."""
         shown = self.model_dump(mode="json")
@@ -78,3 +82,39 @@ def _redact_url(url: str) -> str:
     if "@" not in rest:
         return url
     return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"
+
+
+class EngineSettings(EnvSettings):
+    """What an engine adapter (services/engines) needs to join a deployment: where, and who it is.
+
+    The engine side reads these from the environment of the engine's process (``GOVERNOR_ENGINE_ID``
+    and the others), so installing the adapter and exporting them is all an operator does.
+    """
+
+    deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
+    kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
+    redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
+    engine_id: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_.:/@-]+$",
+        description="this engine's id; the stat-logger plugin stays off while it is unset",
+    )
+    gpu: str = Field(default="unknown", min_length=1, max_length=128, description="GPU model, for the registration")
+    hardware_profile: str | None = Field(default=None, description="EB+ calibration profile id (policies/ebplus)")
+    pool: str = Field(default="default", min_length=1, max_length=128, description="fleet pool of the engine")
+    tier: str = Field(default="default", min_length=1, max_length=128, description="tier of requests that name none")
+    tbt_slo_s: float | None = Field(default=None, gt=0.0, le=60.0, description="TBT SLO of requests that name none")
+    policy_poll_s: float = Field(default=1.0, gt=0.0, le=60.0, description="how often policies are re-read, seconds")
+    heartbeat_s: float = Field(default=5.0, gt=0.0, le=600.0, description="heartbeat period of an engine, seconds")
+
+
+def child_environment(overrides: Mapping[str, str]) -> dict[str, str]:
+    """This process's environment with ``overrides``: what a child process (an engine the demo runs) gets."""
+    return {**os.environ, **overrides}
+
+
+def default_environment(name: str, value: str) -> None:
+    """Set ``name`` for this process and its children unless the operator set it (a library's own switch)."""
+    os.environ.setdefault(name, value)

@@ -246,13 +246,15 @@ class _WeightedSums:
         """Rows summed over L = 1..x for each x in 0..top; shape (9, len(x))."""
         k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
         part = self._law.running[:, x_tokens] - self._at_edges[:, k]
-        return self._below[:, k] + self._weights[k] * part
+        rows: npt.NDArray[np.float64] = self._below[:, k] + self._weights[k] * part
+        return rows
 
     def suffix(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """Rows summed over L = x..top for each x in 1..top + 1; shape (9, len(x))."""
         k = np.minimum(np.searchsorted(self._edges, x_tokens, side="left") - 1, self._weights.size - 1)
         part = self._at_edges[:, k + 1] - self._law.running[:, x_tokens - 1]
-        return self._above[:, k + 1] + self._weights[k] * part
+        rows: npt.NDArray[np.float64] = self._above[:, k + 1] + self._weights[k] * part
+        return rows
 
     def cum_mass(self, x_tokens: int) -> float:
         """F(x) for an integer 0 <= x <= top, from the bucket weights."""

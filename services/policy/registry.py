@@ -71,6 +71,20 @@ class PolicySpec:
     applies_to: Callable[[Mapping[str, Any]], bool] | None = None
 
 
+def engine_obeys(kind: str) -> Callable[[Mapping[str, Any]], bool]:
+    """An ``applies_to`` for a policy that an engine's scheduler or router must obey to be worth deciding.
+
+    An engine whose registration lists the kinds it obeys (``obeys``) gets documents of those kinds only;
+    one that declares nothing (an engine that predates the field) gets every kind, as before.
+    """
+
+    def applies(engine: Mapping[str, Any]) -> bool:
+        obeys = engine.get("obeys")
+        return not isinstance(obeys, list) or kind in obeys
+
+    return applies
+
+
 class PolicyRegistry:
     """The policies a deployment runs, by kind."""
 

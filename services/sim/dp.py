@@ -209,6 +209,7 @@ class DpEngine:
             kv_blocks_total=c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens),
             block_size_tokens=c.block_size_tokens,
             dp_size=c.ranks,
+            obeys=[] if self.router.policy_kind is None else [self.router.policy_kind],
         )
 
     def heartbeat(self, now_s: float) -> None:

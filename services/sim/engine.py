@@ -153,6 +153,7 @@ class SimEngine:
             max_model_len=c.max_model_len,
             kv_blocks_total=c.kv_blocks_total,
             block_size_tokens=c.block_size_tokens,
+            obeys=[] if self.scheduler.policy_kind is None else [self.scheduler.policy_kind],
         )
 
     def heartbeat(self, now_s: float) -> None:

@@ -7,31 +7,15 @@ event through its validating constructor, only at the moment it is emitted.
 
 from __future__ import annotations
 
-from typing import Literal, TypedDict
+from typing import Literal
 
 from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import RankStepReport, StepReport
+from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
+from services.sdk.token_gaps import token_gap_summary
 from services.sim.request import RequestSpec, SimRequest
-
-
-class EnvelopeFields(TypedDict):
-    """The envelope fields every event takes (schemas/envelope.py)."""
-
-    event_id: str
-    ts: float
-    deployment: str
-    engine_id: str
-    dp_rank: int | None
-    seq: int
-    source_epoch: int
-    policy_versions: dict[str, int]
-
-
-def _p99(values: list[float]) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
 
 
 class EngineTelemetry:
@@ -41,24 +25,13 @@ class EngineTelemetry:
         self.engine_id = engine_id
         self.deployment = deployment
         self.sink = sink
-        self.source_epoch = source_epoch
-        self.seq = 0
-        self.policy_versions: dict[str, int] = {}
+        self._stamper = EnvelopeStamper(engine_id=engine_id, deployment=deployment, source_epoch=source_epoch)
+        self._envelope = self._stamper.next
 
-    def _envelope(self, now_s: float, dp_rank: int | None = None) -> EnvelopeFields:
-        """The next event's envelope: a fresh id and ``seq``, and the policy versions in effect."""
-        seq = self.seq
-        self.seq = seq + 1
-        return EnvelopeFields(
-            event_id=f"{self.engine_id}-{self.source_epoch}-{seq}",
-            ts=now_s,
-            deployment=self.deployment,
-            engine_id=self.engine_id,
-            dp_rank=dp_rank,
-            seq=seq,
-            source_epoch=self.source_epoch,
-            policy_versions=self.policy_versions,
-        )
+    @property
+    def policy_versions(self) -> dict[str, int]:
+        """Policy kind -> version in effect, as the engine's last ack recorded it."""
+        return self._stamper.policy_versions
 
     def registered(
         self,
@@ -74,8 +47,9 @@ class EngineTelemetry:
         kv_blocks_total: int,
         block_size_tokens: int,
         dp_size: int = 1,
+        obeys: list[str] | None = None,
     ) -> None:
-        """Emit ``engine.registered``."""
+        """Emit ``engine.registered``; ``obeys`` lists the policy kinds the engine's scheduler or router reads."""
         self.sink.publish(
             EngineRegistered(
                 **self._envelope(now_s),
@@ -89,6 +63,7 @@ class EngineTelemetry:
                 kv_blocks_total=kv_blocks_total,
                 block_size_tokens=block_size_tokens,
                 dp_size=dp_size,
+                obeys=obeys,
             )
         )
 
@@ -104,7 +79,7 @@ class EngineTelemetry:
 
     def policy_applied(self, now_s: float, *, kind: str, scope: str, version: int) -> None:
         """Record ``version`` as in effect for ``kind`` and emit ``policy.applied``."""
-        self.policy_versions = {**self.policy_versions, kind: version}
+        self._stamper.applied(kind, version)
         self.sink.publish(
             PolicyApplied(
                 **self._envelope(now_s),
@@ -162,8 +137,6 @@ class EngineTelemetry:
     ) -> None:
         """Emit ``request.finished`` with the request's TTFT and token-gap summary."""
         spec = request.spec
-        gaps = request.gaps_s
-        slo = spec.tbt_slo_s
         self.sink.publish(
             RequestFinished(
                 **self._envelope(now_s, dp_rank=request.dp_rank),
@@ -172,16 +145,12 @@ class EngineTelemetry:
                 output_tokens=request.generated_tokens,
                 finish_reason=finish_reason,
                 tier=spec.tier,
-                tbt_slo_s=slo,
+                tbt_slo_s=spec.tbt_slo_s,
                 arrived_ts=spec.arrival_s,
                 admitted_ts=request.admitted_s,
                 ttft_s=None if request.first_token_s is None else request.first_token_s - spec.arrival_s,
-                tbt_mean_s=sum(gaps) / len(gaps) if gaps else None,
-                tbt_p99_s=_p99(gaps) if gaps else None,
-                tbt_max_s=max(gaps) if gaps else None,
-                tbt_gaps=len(gaps),
-                tbt_gaps_over_slo=0 if slo is None else sum(1 for gap in gaps if gap > slo),
                 preemptions=request.preemptions,
+                **token_gap_summary(request.gaps_s, spec.tbt_slo_s),
             )
         )
 

@@ -116,6 +116,8 @@ class EngineEstimates:
                     "kv_blocks_total",
                     "block_size_tokens",
                     "dp_size",
+                    "scheduler",
+                    "obeys",
                 },
             )
 

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 import yaml
 
-from services.settings import ENV_ALIASES, ENV_PREFIX, Settings
+from services.settings import ENV_ALIASES, ENV_PREFIX, EngineSettings, Settings
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -61,3 +61,16 @@ def test_governor_services_wait_for_healthy_backends_and_read_only_known_setting
     assert environment["REDIS_URL"] == "redis://redis:6379/0"
     assert "9100" in service["healthcheck"]["test"][-1]
     Settings.load({}, {k: str(v) for k, v in environment.items() if "${" not in str(v)})
+
+
+def test_the_vllm_engine_is_optional_and_runs_a_governor_scheduler_with_engine_settings(
+    compose: dict[str, Any],
+) -> None:
+    engine = compose["services"]["vllm"]
+    assert engine["profiles"] == ["vllm"]
+    assert (ROOT / engine["build"]["dockerfile"]).is_file()
+    module, _, name = engine["command"][engine["command"].index("--scheduler-cls") + 1].rpartition(".")
+    assert (ROOT / (module.replace(".", "/") + ".py")).read_text().count(f"class {name}(") == 1
+    names = {ENV_ALIASES.get(field, ENV_PREFIX + field.upper()) for field in EngineSettings.model_fields}
+    assert set(engine["environment"]) <= names
+    assert engine["environment"]["GOVERNOR_KAFKA_BOOTSTRAP"] == "kafka:9092"

@@ -20,7 +20,7 @@ from policies.bfio import BfioInputs, BfioParams, SurvivalTable
 from policies.bfio import decide as decide_bfio
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec
+from services.policy.registry import EverySeconds, PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, number_at
 
 BFIO_INTERVAL_S = 1.0  # spec 6.2: tier-1 loop every 100 ms to 5 s
@@ -90,6 +90,6 @@ def bfio_spec(params: BfioParams | None = None, *, interval_s: float = BFIO_INTE
 
 
 def is_dp_engine(engine: Mapping[str, Any]) -> bool:
-    """True for an engine registered with more than one data-parallel rank."""
+    """True for an engine registered with more than one data-parallel rank whose router obeys BF-IO."""
     dp_size = engine.get("dp_size")
-    return isinstance(dp_size, int) and dp_size > 1
+    return isinstance(dp_size, int) and dp_size > 1 and engine_obeys("bfio")(engine)

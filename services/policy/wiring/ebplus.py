@@ -22,7 +22,7 @@ from policies.ebplus import decide as decide_ebplus
 from policies.ebplus.calibration import CALIBRATION_PROFILES
 from schemas.policy_docs import EbplusPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EveryEvents, PolicySpec
+from services.policy.registry import EveryEvents, PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, number_at
 
 
@@ -55,10 +55,12 @@ def _cost_model(s: dict[str, Any]) -> CostModel | None:
 def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False) -> EbplusInputs | None:
     """EB+ inputs: the censoring-aware hazard fit, mu_L, mu_O, N_obs, KV capacity and the cost model.
 
-    The cost model is the engine's registered calibration profile (or, with ``online_cost_model``,
-    the online fits from its step events); None falls back to the params' profile. Calibration is
-    preferred by default because a running engine under mixed batching sees few pure-prefill
-    batches to fit alpha_p from (spec seed-001 P15). The KV capacity is the registered
+    The cost model is the engine's registered calibration profile, else (an engine with no profile,
+    such as a real vLLM engine on hardware we have not calibrated) the online fits from its step
+    events once prefill and decode fits both exist, else None, which falls back to the params'
+    profile; ``online_cost_model`` uses the online fits alone. Calibration is preferred because a
+    running engine under mixed batching sees few pure-prefill batches to fit alpha_p from (spec
+    seed-001 P15). The KV capacity is the registered
     kv_blocks_total * block_size_tokens, else the last step's.
 
     Returns:
@@ -89,7 +91,7 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
         or mu_o <= 0.0
     ):
         return None
-    cost = _cost_model(s) if online_cost_model else _registered_calibration(s)
+    cost = _cost_model(s) if online_cost_model else (_registered_calibration(s) or _cost_model(s))
     return EbplusInputs(
         p0=min(1.0, p0 if p0 > 0.0 else 1.0 / mu_o),
         eta=eta,
@@ -166,4 +168,5 @@ def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
         document_type=EbplusPolicy,
         inputs_from_snapshot=ebplus_inputs,
         decide=bind_params(decide_ebplus, ebplus_params),
+        applies_to=engine_obeys("ebplus"),
     )

@@ -25,7 +25,7 @@ from policies.slai import SlaiInputs, SlaiParams, TierObservation
 from policies.slai import decide as decide_slai
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec
+from services.policy.registry import EverySeconds, PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, number_at
 
 SLAI_INTERVAL_S = 2.0  # spec §3.4: the control plane's cadence is seconds; the engine switches per batch
@@ -91,4 +91,5 @@ def slai_spec(params: SlaiParams | None = None) -> PolicySpec:
         document_type=SlaiPolicy,
         inputs_from_snapshot=slai_inputs,
         decide=bind_params(decide_slai, params or SlaiParams()),
+        applies_to=engine_obeys("slai"),
     )

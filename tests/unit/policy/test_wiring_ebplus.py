@@ -55,6 +55,17 @@ class TestEbplusInputs:
         assert inputs is not None
         assert inputs.cost_model is None
 
+    def test_unknown_hardware_with_online_fits_uses_the_engines_own_cost_model(self) -> None:
+        snapshot = _snapshot(engine={"model": "m", "gpu": "g", "max_num_seqs": 8})
+        snapshot.estimates["cost"] = {
+            "prefill": {"alpha_s": 0.02, "beta_s_per_unit": 1e-4},
+            "decode": {"alpha_s": 0.01, "beta_s_per_unit": 2e-4},
+        }
+        inputs = ebplus_inputs(snapshot)
+        assert inputs is not None
+        assert inputs.cost_model is not None
+        assert (inputs.cost_model.alpha_p_s, inputs.cost_model.beta_d_s_per_seq) == (0.02, 2e-4)
+
     def test_kv_capacity_comes_from_the_registration_else_the_last_step(self) -> None:
         registered = ebplus_inputs(_snapshot())
         unregistered = ebplus_inputs(_snapshot(engine={"max_num_seqs": 8}))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 
+from schemas.engines import EngineRegistered
 from schemas.policy_docs.base import SourceOffset
 from services.policy.specs import default_registry
 from services.stream.estimates import EngineEstimates
@@ -26,6 +27,20 @@ class TestFolder:
         ebplus = [s for s in _fold_all(folder, events) if s.trigger.startswith("ebplus:")]
         assert [s.estimates["completions_total"] for s in ebplus] == [100, 200]
         assert [s.version for s in ebplus] == sorted({s.version for s in ebplus})
+
+    def test_engine_that_declares_what_it_obeys_gets_snapshots_of_those_kinds_only(self) -> None:
+        events = synthetic_stream(engines=1, requests=400)
+        registration = events[0]
+        assert isinstance(registration, EngineRegistered)
+        events[0] = registration.model_copy(update={"scheduler": "slai", "obeys": ["slai"]})
+        kinds = {s.trigger.split(":")[0] for s in _fold_all(Folder("dep", default_registry()), events)}
+        assert "slai" in kinds
+        assert "admission" in kinds
+        assert "ebplus" not in kinds
+
+    def test_engine_that_declares_nothing_gets_every_engine_kind(self) -> None:
+        kinds = {s.trigger.split(":")[0] for s in _fold_all(Folder("dep", default_registry()), synthetic_stream())}
+        assert {"admission", "ebplus", "slai"} <= kinds
 
     def test_admission_snapshot_fires_every_five_seconds_of_event_time(self) -> None:
         events = synthetic_stream(engines=1, requests=400)

@@ -1,0 +1,5 @@
+"""Engine adapters: what runs inside a real serving engine to feed Governor and obey it."""
+
+from services.engines.stream import EngineStream, RequestTrack, StepCounts
+
+__all__ = ["EngineStream", "RequestTrack", "StepCounts"]

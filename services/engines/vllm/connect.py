@@ -1,0 +1,195 @@
+"""``EngineLink``: how a vLLM engine joins Governor (registration, publisher, policy client, heartbeat).
+
+Both the stat-logger plugin and the schedulers open one link from the engine's environment
+(``EngineSettings``: ``GOVERNOR_ENGINE_ID``, ``GOVERNOR_DEPLOYMENT``, ``GOVERNOR_KAFKA_BOOTSTRAP``,
+``REDIS_URL``...). This module reads vLLM objects by attribute only and imports nothing of vLLM, so
+it loads in any process of the engine.
+
+Per request, vLLM carries no tier: a client names one in the sampling parameters' ``extra_args``
+(``{"governor_tier": "paid", "governor_tbt_slo_s": 0.1}``; over the OpenAI API, ``vllm_xargs``),
+and a request that names none gets the engine's ``GOVERNOR_TIER`` and ``GOVERNOR_TBT_SLO_S``.
+"""
+
+from __future__ import annotations
+
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import structlog
+
+from schemas.envelope import MAX_ID_CHARS
+from schemas.policy_docs.base import PolicyDocument
+from services.engines.stream import EngineStream, FinishReasonName, RequestTrack
+from services.sdk.envelope import EnvelopeStamper
+from services.sdk.policy_client import PolicyClient
+from services.sdk.publisher import TelemetryPublisher
+from services.settings import EngineSettings
+
+log = structlog.get_logger(__name__)
+
+TIER_ARG = "governor_tier"
+TBT_SLO_ARG = "governor_tbt_slo_s"
+_NOT_IDENTIFIER = re.compile(r"[^A-Za-z0-9_.:/@-]+")
+
+# vLLM's finish reasons (vllm.v1.engine.FINISH_REASON_STRINGS) to Governor's. ``repetition`` is vLLM
+# cutting a looping output short: its natural length is unknown, so it is right-censored like abort.
+FINISH_REASONS: dict[str, FinishReasonName] = {
+    "stop": "stop",
+    "length": "length",
+    "abort": "abort",
+    "error": "error",
+    "repetition": "abort",
+}
+
+
+def finish_reason_name(vllm_reason: str) -> FinishReasonName:
+    """Governor's finish reason for vLLM's (``length``, ``abort`` and ``repetition`` are censored)."""
+    return FINISH_REASONS.get(vllm_reason, "error")
+
+
+def identifier(text: str) -> str:
+    """``text`` made a valid schema identifier (model paths, served names)."""
+    cleaned = _NOT_IDENTIFIER.sub("-", text).strip("-") or "unknown"
+    return cleaned[-MAX_ID_CHARS:]
+
+
+def request_tier(request: Any, settings: EngineSettings) -> tuple[str, float | None]:
+    """The request's tier and TBT SLO from its ``extra_args``, else the engine's defaults."""
+    extra = getattr(getattr(request, "sampling_params", None), "extra_args", None)
+    tier, tbt_slo_s = settings.tier, settings.tbt_slo_s
+    if isinstance(extra, dict):
+        named = extra.get(TIER_ARG)
+        if isinstance(named, str) and named:
+            tier = identifier(named)
+        slo = extra.get(TBT_SLO_ARG)
+        if isinstance(slo, int | float) and 0.0 < float(slo) <= 60.0:
+            tbt_slo_s = float(slo)
+    return tier, tbt_slo_s
+
+
+def request_track(request: Any, settings: EngineSettings) -> RequestTrack:
+    """A ``RequestTrack`` of a vLLM ``Request`` as it is queued."""
+    tier, tbt_slo_s = request_tier(request, settings)
+    max_tokens = getattr(request, "max_tokens", None)
+    return RequestTrack(
+        request_id=identifier(str(request.request_id)),
+        arrived_s=float(request.arrival_time),
+        prompt_tokens=int(request.num_prompt_tokens),
+        max_tokens=max_tokens if isinstance(max_tokens, int) and max_tokens >= 1 else None,
+        tier=tier,
+        tbt_slo_s=tbt_slo_s,
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class EngineLink:
+    """An engine's live connection to Governor: its event stream, its policies and its heartbeat.
+
+    Attributes:
+        settings: the engine's Governor settings.
+        stream: the engine's event stream (registration first).
+        publisher: the non-blocking Kafka producer behind ``stream``.
+        policies: the policy client, or None for an engine that obeys no policy.
+    """
+
+    settings: EngineSettings
+    stream: EngineStream
+    publisher: TelemetryPublisher
+    policies: PolicyClient | None
+    _stopped: threading.Event = field(default_factory=threading.Event)
+    _tiers: dict[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def open(
+        cls,
+        vllm_config: Any,
+        *,
+        block_size_tokens: int,
+        kv_blocks_total: int,
+        scheduler: str,
+        obeys: list[str],
+        load: Callable[[], tuple[int, int]],
+        settings: EngineSettings | None = None,
+    ) -> EngineLink:
+        """Connect (never blocking on the broker or Redis), register the engine and start its heartbeat.
+
+        Args:
+            vllm_config: the engine's ``VllmConfig`` (model, scheduler and cache settings are read).
+            block_size_tokens: tokens per KV block.
+            kv_blocks_total: usable KV blocks.
+            scheduler: what the engine runs (``vllm``, ``ebplus``, ``slai``).
+            obeys: the policy kinds it obeys (registered, so the control plane sends only those).
+            load: returns (running, waiting) for the heartbeat.
+            settings: the engine's settings (default: from the environment).
+        """
+        settings = settings if settings is not None else EngineSettings.load()
+        engine_id = settings.engine_id or identifier(f"vllm-{socket.gethostname()}")
+        publisher = TelemetryPublisher(settings.kafka_bootstrap)
+        stamper = EnvelopeStamper(
+            engine_id=engine_id, deployment=settings.deployment, source_epoch=time.time_ns() // 1_000_000
+        )
+        stream = EngineStream(stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens)
+        policies = (
+            PolicyClient(settings.redis_url, settings.deployment, poll_interval_s=settings.policy_poll_s)
+            if obeys
+            else None
+        )
+        link = cls(settings=settings, stream=stream, publisher=publisher, policies=policies)
+        model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
+        served = getattr(model_config, "served_model_name", None) or model_config.model
+        stream.registered(
+            time.time(),
+            model=identifier(str(served[0] if isinstance(served, list | tuple) else served)),
+            gpu=identifier(settings.gpu),
+            hardware_profile=settings.hardware_profile,
+            pool=identifier(settings.pool),
+            max_num_seqs=int(scheduler_config.max_num_seqs),
+            max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens),
+            max_model_len=int(model_config.max_model_len),
+            kv_blocks_total=kv_blocks_total,
+            block_size_tokens=block_size_tokens,
+            scheduler=scheduler,
+            obeys=obeys,
+        )
+        for kind in obeys:
+            if policies is not None:
+                policies.watch(kind, engine_id)
+        threading.Thread(target=link._beat, args=(load,), name="governor-heartbeat", daemon=True).start()
+        log.info("governor_engine_linked", engine_id=engine_id, scheduler=scheduler, obeys=obeys)
+        return link
+
+    def document(self, kind: str | None, now_s: float) -> PolicyDocument | None:
+        """The live document of ``kind`` for this engine (from the cache), acknowledging each new version."""
+        if kind is None or self.policies is None:
+            return None
+        document = self.policies.current(kind, self.stream.engine_id, now_s)
+        if document is not None and self.stream.policy_versions.get(kind) != document.version:
+            self.stream.applied(now_s, document)
+        return document
+
+    def tier_of(self, request: Any) -> str:
+        """The Governor tier of a vLLM request (memoised per request id)."""
+        request_id = str(request.request_id)
+        tier = self._tiers.get(request_id)
+        if tier is None:
+            tier = self._tiers[request_id] = request_tier(request, self.settings)[0]
+            if len(self._tiers) > 100_000:
+                self._tiers.clear()
+        return tier
+
+    def close(self, timeout_s: float = 5.0) -> None:
+        """Stop the heartbeat and the policy client, and send what is queued (up to ``timeout_s``)."""
+        self._stopped.set()
+        if self.policies is not None:
+            self.policies.close()
+        self.publisher.close(timeout_s)
+
+    def _beat(self, load: Callable[[], tuple[int, int]]) -> None:
+        while not self._stopped.wait(self.settings.heartbeat_s):
+            running, waiting = load()
+            self.stream.heartbeat(time.time(), num_running=running, num_waiting=waiting)
