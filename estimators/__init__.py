@@ -27,6 +27,7 @@ from estimators.least_squares import LeastSquares, LeastSquaresFit, NotEnoughDat
 from estimators.quantiles import QuantileSketch, QuantileSummary, WindowedQuantileSketch
 from estimators.rates import EventRate, RateSnapshot
 from estimators.survival import (
+    InFlightAges,
     OutputLengthSample,
     OutputLengthWindow,
     SurvivalCurve,
@@ -50,6 +51,7 @@ __all__ = [
     "EmaSnapshot",
     "EventRate",
     "HazardTable",
+    "InFlightAges",
     "LeastSquares",
     "LeastSquaresFit",
     "LengthDistribution",

@@ -312,3 +312,114 @@ class OutputLengthWindow:
             out._entries.append((require_finite("ts", ts), n, bool(c)))
         out.newest_ts_s = None if d["newest_ts_s"] is None else float(d["newest_ts_s"])
         return out
+
+
+DEFAULT_IN_FLIGHT_CAPACITY = 65_536  # ours: far above any engine's running set (G B = 32 x 72 = 2,304)
+
+
+class InFlightAges:
+    """Lower bounds on the output tokens generated so far by an engine's running requests.
+
+    seed-003 section 1.5 and 6.3 (and seed-001 pitfall P2): a request still running is right-censored
+    at its current age, and counting it removes the length bias of a window of finished requests.
+    Engines do not emit per-token events (spec 6.3), so the age is rebuilt from the events they do
+    emit: ``request.first_token`` starts a request at age 1, and each later ``step`` in which the
+    engine decoded at least as many requests as are tracked here (``num_decode_requests``) adds one
+    token to every tracked request. A step that decoded fewer (a scheduler deferring decodes, as SLAI
+    may) adds nothing, so the age never exceeds the true count and censoring at it stays valid. A
+    request whose first token arrived after the previous step report starts counting at the next
+    one, because that report may be the step that produced its first token. ``request.preempted``
+    carries the exact count; the request is then frozen at it (recompute does not re-announce a first
+    token). ``request.finished`` drops the request.
+
+    Memory: at most ``capacity`` requests, the oldest first-token evicted (a request whose finish was
+    lost must not leak). Pure: ages are counted in events, never in wall time.
+    """
+
+    __slots__ = ("_frozen", "_pending", "_started_at_tick", "capacity", "ticks")
+
+    def __init__(self, *, capacity: int = DEFAULT_IN_FLIGHT_CAPACITY) -> None:
+        """Create an empty tracker holding at most ``capacity`` requests (>= 1)."""
+        self.capacity = require_count("capacity", capacity, minimum=1)
+        self.ticks = 0
+        self._started_at_tick: dict[str, int] = {}
+        self._pending: dict[str, None] = {}
+        self._frozen: dict[str, int] = {}
+
+    def __len__(self) -> int:
+        """Requests tracked."""
+        return len(self._started_at_tick) + len(self._pending) + len(self._frozen)
+
+    def first_token(self, request_id: str) -> None:
+        """A request produced its first token: track it from age 1."""
+        self._drop(request_id)
+        self._pending[request_id] = None
+        if len(self) > self.capacity:
+            self._evict_oldest()
+
+    def step(self, *, num_decode_requests: int) -> None:
+        """One engine step: advance every counting request if the step decoded all of them.
+
+        Raises:
+            InvalidInputError: a negative ``num_decode_requests``.
+        """
+        require_count("num_decode_requests", num_decode_requests)
+        if self._started_at_tick and num_decode_requests >= len(self._started_at_tick):
+            self.ticks += 1
+        for request_id in self._pending:
+            self._started_at_tick[request_id] = self.ticks
+        self._pending.clear()
+
+    def preempted(self, request_id: str, *, generated_tokens: int) -> None:
+        """A running request was preempted with ``generated_tokens`` output so far: freeze it there."""
+        require_count("generated_tokens", generated_tokens)
+        self._drop(request_id)
+        if generated_tokens >= 1:
+            self._frozen[request_id] = generated_tokens
+
+    def finished(self, request_id: str) -> None:
+        """A request left the engine (its finish goes to the output-length window)."""
+        self._drop(request_id)
+
+    def ages_tokens(self) -> tuple[int, ...]:
+        """Each tracked request's age lower bound (tokens >= 1), in a deterministic order."""
+        counting = (1 + self.ticks - start for start in self._started_at_tick.values())
+        return (*counting, *(1 for _ in self._pending), *self._frozen.values())
+
+    def _drop(self, request_id: str) -> None:
+        self._started_at_tick.pop(request_id, None)
+        self._pending.pop(request_id, None)
+        self._frozen.pop(request_id, None)
+
+    def _evict_oldest(self) -> None:
+        for group in (self._frozen, self._started_at_tick, self._pending):
+            if group:
+                del group[next(iter(group))]
+                return
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-compatible state (format 1); insertion order is kept, so ages replay identically."""
+        return {
+            "kind": "in_flight_ages",
+            "format": 1,
+            "capacity": self.capacity,
+            "ticks": self.ticks,
+            "started_at_tick": [[r, t] for r, t in self._started_at_tick.items()],
+            "pending": list(self._pending),
+            "frozen": [[r, n] for r, n in self._frozen.items()],
+        }
+
+    @classmethod
+    def from_dict(cls, data: object) -> InFlightAges:
+        """Rebuild from ``to_dict`` output.
+
+        Raises:
+            InvalidInputError: wrong kind or format version, or a bad entry.
+        """
+        d = check_format(data, kind="in_flight_ages", version=1)
+        out = cls(capacity=int(d["capacity"]))
+        out.ticks = require_count("ticks", d["ticks"])
+        out._started_at_tick = {str(r): require_count("started_at_tick", t) for r, t in d["started_at_tick"]}
+        out._pending = dict.fromkeys(str(r) for r in d["pending"])
+        out._frozen = {str(r): require_count("generated_tokens", n, minimum=1) for r, n in d["frozen"]}
+        return out

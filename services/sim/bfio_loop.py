@@ -8,7 +8,8 @@ telemetry sink and the policy source, with the chosen rank router (FCFS index fi
 BF-IO under the pushed bundle, optionally with central-pool assignments), and returns the paper's
 metrics.
 
-Metrics (paper section 6.3): AvgImbalance is Eq. 2 averaged per step; throughput is
+Metrics (paper section 6.3): AvgImbalance is Eq. 2 averaged per step, measured before each step's
+admissions as the reference code does (the post-admission figure is reported beside it); throughput is
 sum_k |A(k)| / sum_k Delta_t(k) (tokens decoded per second of step time); TPOT is the mean over
 finished requests of (finish - admission) / output tokens; barrier idle is the time-based share of
 rank time spent waiting at the barrier.
@@ -16,12 +17,15 @@ rank time spent waiting at the barrier.
 Deviations: the BurstGPT sample is not shipped, so lengths are drawn from a correlated log-normal pair
 fitted to the sample's statistics (spec 5.3: prompt mean 363, std 502, max 14117; output median 7,
 max 3206, correlation 0.37); arrivals are an open (optionally bursty) process at a rate above the
-deployment's capacity instead of the paper's closed-loop revelation, so the queue never runs dry; the
-imbalance is recorded after the step's admissions (the reference code records it before).
+deployment's capacity instead of the paper's closed-loop revelation, so the queue never runs dry.
+With a ``decision_clock`` the router's wall time is charged to every step and its solver budget runs
+on that clock (so budget fallbacks are real); without one the router is free and the run is
+deterministic, and ``fallback_rate`` then only counts fallbacks for a missing bundle.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -40,7 +44,7 @@ from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
 from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
 from services.sim.metrics import MetricsRecorder
-from services.sim.routers_bfio import BfioRankRouter, CentralPoolPlanner, PlannerStats, RouterStats
+from services.sim.routers_bfio import BfioRankRouter, CentralPoolPlanner, PlannerStats, RouterStats, frozen_clock
 from services.sim.routing import LeastLoadedRouter
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
@@ -98,25 +102,34 @@ class DpLoopResult:
 
     Attributes:
         router: the rank router.
-        avg_imbalance_tokens: Eq. 2 averaged per step.
+        avg_imbalance_tokens: Eq. 2 averaged per step, before each step's admissions (reference point).
+        avg_imbalance_post_admission_tokens: Eq. 2 averaged per step, just after admissions.
         throughput_tokens_per_s: sum_k |A(k)| / sum_k Delta_t(k).
         tpot_s: mean (finish - admission) / output tokens over finished requests.
         barrier_idle_frac: rank time waiting at the barrier over all rank time.
         steps: decode steps run.
         finished: requests finished.
         bundles_applied: BF-IO bundle versions the engine acknowledged.
+        fallback_rate: share of BF-IO router calls that fell back to JSQ-by-load (any reason); 0 for
+            a baseline.
+        decision_mean_s: mean wall time of a router call charged to the steps (0 without a clock).
+        decision_max_s: the longest one.
         router_stats: BF-IO router counters, None for a baseline.
         planner_stats: central-pool counters, None without central pool.
     """
 
     router: RouterName
     avg_imbalance_tokens: float
+    avg_imbalance_post_admission_tokens: float
     throughput_tokens_per_s: float
     tpot_s: float
     barrier_idle_frac: float
     steps: int
     finished: int
     bundles_applied: int
+    fallback_rate: float
+    decision_mean_s: float
+    decision_max_s: float
     router_stats: RouterStats | None
     planner_stats: PlannerStats | None
 
@@ -186,6 +199,7 @@ def run_dp_loop(
     visible_pool: int | None = None,
     central_pool: CentralPool | None = None,
     bundle_interval_s: float = 1.0,
+    decision_clock: Callable[[], float] | None = None,
 ) -> DpLoopResult:
     """Run one DP deployment in offline loop mode and measure it.
 
@@ -202,6 +216,8 @@ def run_dp_loop(
         visible_pool: R, waiting requests the BF-IO router sees (None: all).
         central_pool: central-pool mode for the BF-IO router, or None.
         bundle_interval_s: event time between bundle decisions.
+        decision_clock: wall-clock seconds (time.perf_counter) that times the router, charges it to
+            each step and runs the solver's budget; None: a free router on a frozen clock.
 
     Raises:
         InvalidInputError: central pool requested for a baseline router.
@@ -211,12 +227,12 @@ def run_dp_loop(
         raise InvalidInputError(msg, field="router", value=router)
     bfio_params = params or BfioParams()
     control_plane = OfflineControlPlane(DEPLOYMENT, bfio_registry(bfio_params, interval_s=bundle_interval_s))
-    meter = _StepMeter(control_plane)
-    sink: TelemetrySink = meter
+    step_meter = _StepMeter(control_plane)
+    sink: TelemetrySink = step_meter
     planner: CentralPoolPlanner | None = None
     if central_pool is not None:
         planner = CentralPoolPlanner(
-            inner=meter,
+            inner=step_meter,
             policy_source=control_plane,
             engine_id=ENGINE_ID,
             num_ranks=ranks,
@@ -230,7 +246,9 @@ def run_dp_loop(
     rank_router: RankRouter
     bfio_router: BfioRankRouter | None = None
     if router == "bfio":
-        bfio_router = BfioRankRouter(visible_pool=visible_pool, assignments=planner)
+        bfio_router = BfioRankRouter(
+            visible_pool=visible_pool, assignments=planner, clock=decision_clock or frozen_clock
+        )
         rank_router = bfio_router
     elif router == "jsq-load":
         rank_router = JsqLoadRankRouter()
@@ -244,19 +262,27 @@ def run_dp_loop(
         telemetry=EngineTelemetry(engine_id=ENGINE_ID, deployment=DEPLOYMENT, sink=sink),
         policy_source=control_plane,
         metrics=metrics,
+        decision_clock=decision_clock,
     )
     requests = workload.generate(duration_s, np.random.default_rng(seed))
     Simulation(engines=[engine], router=LeastLoadedRouter(), requests=requests, metrics=metrics).run(duration_s)
     summary = metrics.summarize(duration_s)
+    meter = engine.imbalance
+    stats = None if bfio_router is None else bfio_router.stats
+    fallbacks = 0 if stats is None else sum(stats.fallbacks.values())
     return DpLoopResult(
         router=router,
-        avg_imbalance_tokens=summary.avg_imbalance_tokens or 0.0,
-        throughput_tokens_per_s=meter.active_tokens / meter.step_s if meter.step_s > 0 else 0.0,
-        tpot_s=meter.tpot_sum_s / meter.tpot_count if meter.tpot_count else 0.0,
+        avg_imbalance_tokens=meter.avg_pre_admission_tokens or 0.0,
+        avg_imbalance_post_admission_tokens=meter.avg_post_admission_tokens or 0.0,
+        throughput_tokens_per_s=step_meter.active_tokens / step_meter.step_s if step_meter.step_s > 0 else 0.0,
+        tpot_s=step_meter.tpot_sum_s / step_meter.tpot_count if step_meter.tpot_count else 0.0,
         barrier_idle_frac=summary.barrier_idle_frac or 0.0,
         steps=summary.steps,
         finished=summary.finished,
-        bundles_applied=meter.acks,
-        router_stats=None if bfio_router is None else bfio_router.stats,
+        bundles_applied=step_meter.acks,
+        fallback_rate=fallbacks / stats.steps if stats is not None and stats.steps else 0.0,
+        decision_mean_s=meter.decision_sum_s / meter.decisions if meter.decisions else 0.0,
+        decision_max_s=meter.decision_max_s,
+        router_stats=stats,
         planner_stats=None if planner is None else planner.stats,
     )

@@ -8,6 +8,15 @@ its own batch, the step lasts the slowest rank's time (the barrier), and every r
 load, free slots, local compute and barrier wait (``rank.step``). Routers implement ``RankRouter``;
 FCFS (index fill, the reference code's Table 1 variant) and JSQ by token load ship as baselines.
 
+Imbalance (Eq. 2) is measured where the reference code measures it (spec section 1.4): after the
+step's decode and the removal of finished requests, before the next step's admissions (the
+pre-admission load). That figure goes to ``MetricsRecorder.rank_step``; ``ImbalanceMeter`` keeps it
+beside the post-admission figure (what the router's h = 0 term sees), so both can be reported.
+
+The router's own compute time is charged to the step when a ``decision_clock`` is given: the step
+then lasts the router's measured wall time plus the slowest rank's time (every rank waits for the
+router). Without it the router is free and a run is a pure function of its seed.
+
 Deviation: the paper has no KV limit; a rank here also reserves prompt + output tokens at
 admission against ``kv_tokens_per_rank``, so no preemption is ever needed.
 """
@@ -15,7 +24,7 @@ admission against ``kv_tokens_per_rank``, so no preemption is ever needed.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -126,6 +135,38 @@ class JsqLoadRankRouter:
         return out
 
 
+@dataclass(slots=True)
+class ImbalanceMeter:
+    """Eq. 2 imbalance summed per step at both measurement points, and the router's charged time.
+
+    Attributes:
+        steps: decode steps measured.
+        pre_admission_sum_tokens: sum over steps of G max_g L_g - sum_g L_g after decode and removals,
+            before the next admissions (the reference code's point, spec section 1.4).
+        post_admission_sum_tokens: the same just after the step's admissions, before its decode.
+        decisions: router calls timed (only with a ``decision_clock``).
+        decision_sum_s: their summed wall time, charged to the steps.
+        decision_max_s: the longest one.
+    """
+
+    steps: int = 0
+    pre_admission_sum_tokens: float = 0.0
+    post_admission_sum_tokens: float = 0.0
+    decisions: int = 0
+    decision_sum_s: float = 0.0
+    decision_max_s: float = 0.0
+
+    @property
+    def avg_pre_admission_tokens(self) -> float | None:
+        """AvgImbalance at the reference point, or None before the first step."""
+        return self.pre_admission_sum_tokens / self.steps if self.steps else None
+
+    @property
+    def avg_post_admission_tokens(self) -> float | None:
+        """AvgImbalance just after admissions, or None before the first step."""
+        return self.post_admission_sum_tokens / self.steps if self.steps else None
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DpConfig:
     """Shape and identity of a DP deployment.
@@ -163,7 +204,20 @@ class DpEngine:
         telemetry: EngineTelemetry,
         policy_source: PolicySource,
         metrics: MetricsRecorder,
+        decision_clock: Callable[[], float] | None = None,
     ) -> None:
+        """Build the deployment.
+
+        Args:
+            config: shape and identity.
+            router: assigns waiting requests to ranks at each step.
+            timing: prices each rank's batch.
+            telemetry: where request, rank and step events go.
+            policy_source: where the router's policy document is read.
+            metrics: the run's recorder.
+            decision_clock: wall-clock seconds (time.perf_counter) to time the router and charge it
+                to the step; None leaves the router free (deterministic runs).
+        """
         self.config = config
         self.engine_id = config.engine_id
         self.pool = config.pool
@@ -182,6 +236,9 @@ class DpEngine:
         self._step_started_s = 0.0
         self._policy: PolicyDocument | None = None
         self._in_step = False
+        self._decision_clock = decision_clock
+        self._decision_s = 0.0
+        self.imbalance = ImbalanceMeter()
         self.busy = False
 
     @property
@@ -258,7 +315,16 @@ class DpEngine:
             ]
             waiting = list(self._waiting)
             taken: set[int] = set()
-            for index, g in self.router.assign(waiting, views, self._policy):
+            clock = self._decision_clock
+            started_s = 0.0 if clock is None else clock()
+            assigned = self.router.assign(waiting, views, self._policy)
+            if clock is not None:
+                self._decision_s = clock() - started_s
+                meter = self.imbalance
+                meter.decisions += 1
+                meter.decision_sum_s += self._decision_s
+                meter.decision_max_s = max(meter.decision_max_s, self._decision_s)
+            for index, g in assigned:
                 request = waiting[index]
                 taken.add(index)
                 request.dp_rank = g
@@ -289,7 +355,8 @@ class DpEngine:
         self._step_started_s = now_s
         self._in_step = True
         self.busy = True
-        return max(self._local_s)
+        charged_s, self._decision_s = self._decision_s, 0.0
+        return charged_s + max(self._local_s)
 
     def end_step(self, now_s: float) -> None:
         """Every active request decodes one token; finished ones leave; rank and step reports go out."""
@@ -347,9 +414,12 @@ class DpEngine:
                 completed=completed[g],
             )
             self._admitted_now[g] = 0
-        max_load = max(loads_before)
+        pre_admission = float(c.ranks * max(self._loads) - sum(self._loads))
+        self.imbalance.steps += 1
+        self.imbalance.pre_admission_sum_tokens += pre_admission
+        self.imbalance.post_admission_sum_tokens += float(c.ranks * max(loads_before) - sum(loads_before))
         self.metrics.rank_step(
-            imbalance_tokens=float(c.ranks * max_load - sum(loads_before)),
+            imbalance_tokens=pre_admission,
             idle_s=sum(max(0.0, step_s - local) for local in self._local_s),
             capacity_s=c.ranks * step_s,
         )

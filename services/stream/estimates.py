@@ -3,7 +3,9 @@
 This is the glue between the event contract and the estimators (STYLE section 7: fold.py and its
 helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
 
-- request side: the censoring-aware output-length window (EB+ hazard fit, BF-IO survival table),
+- request side: the censoring-aware output-length window (EB+ hazard fit, BF-IO survival table)
+  and the running requests' ages, censored at their current length in both (seed-001 pitfall P2,
+  seed-003 sections 1.5 and 6.4: a window of finished requests alone under-represents long ones),
   prompt and output means (mu_L, mu_O), arrival and completion rates, the total-length histogram
   (FleetOpt), TTFT and per-request P99 TBT sketches per tier and TBT-gap SLO counters per tier;
 - step side: N_obs (asymmetric EMA of running + waiting), the last queue and KV state, the batch
@@ -28,10 +30,12 @@ from estimators import (
     CountWindowMean,
     DpLoadTracker,
     EventRate,
+    InFlightAges,
     LengthHistogram,
     LinearCostModel,
     MixedCostModel,
     NotEnoughData,
+    OutputLengthSample,
     OutputLengthWindow,
     StepTimeModel,
     WindowedQuantileSketch,
@@ -41,12 +45,13 @@ from estimators import (
     survival_table,
 )
 from schemas.engines import EngineRegistered
+from schemas.errors import InvalidInputError
 from schemas.events import Event
-from schemas.requests import RequestArrived, RequestFinished
+from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import BatchKind, RankStepReport, StepReport
 from services.stream.fleet import FleetSlot
 
-FORMAT = 1
+FORMAT = 2  # 2: in-flight ages (``in_flight``)
 OUTPUT_WINDOW_REQUESTS = 500  # seed-001 Alg. 1: W = 500
 RATE_WINDOW_S = 600.0
 SURVIVAL_MAX_TOKENS = 32_768
@@ -64,6 +69,7 @@ class EngineEstimates:
         self.last_ts: float | None = None
         self.events_folded = 0
         self.outputs = OutputLengthWindow(capacity=OUTPUT_WINDOW_REQUESTS)
+        self.in_flight = InFlightAges()
         self.prompt_mean = CountWindowMean(capacity=OUTPUT_WINDOW_REQUESTS)
         self.output_mean = CountWindowMean(capacity=OUTPUT_WINDOW_REQUESTS)
         self.arrivals = EventRate(window_s=RATE_WINDOW_S)
@@ -97,7 +103,12 @@ class EngineEstimates:
         elif isinstance(event, RankStepReport):
             self._fold_rank(event)
         elif isinstance(event, RequestFinished):
+            self.in_flight.finished(event.request_id)
             self._fold_finished(event)
+        elif isinstance(event, RequestFirstToken):
+            self.in_flight.first_token(event.request_id)
+        elif isinstance(event, RequestPreempted):
+            self.in_flight.preempted(event.request_id, generated_tokens=event.generated_tokens)
         elif isinstance(event, RequestArrived):
             self.arrivals.update(ts_s=event.ts)
             if event.tbt_slo_s is not None:
@@ -122,6 +133,7 @@ class EngineEstimates:
             )
 
     def _fold_step(self, step: StepReport) -> None:
+        self.in_flight.step(num_decode_requests=step.num_decode_requests)
         self.n_obs.update(float(step.num_running + step.num_waiting))
         self.last_step = {
             "num_running": float(step.num_running),
@@ -183,7 +195,9 @@ class EngineEstimates:
 
     def summary(self) -> dict[str, JsonValue]:
         """Return the current estimates, JSON-compatible; ``None`` marks "not enough data"."""
-        sample = self.outputs.snapshot()
+        finished = self.outputs.snapshot()
+        ages = self.in_flight.ages_tokens()
+        sample = finished.with_in_flight(ages)
         hazard = fit_linear_hazard(sample)
         arrivals = self.arrivals.snapshot()
         completions = self.completions.snapshot()
@@ -213,7 +227,8 @@ class EngineEstimates:
                 "t_start_tokens": hazard.t_start_tokens,
                 "t95_tokens": hazard.t95_tokens,
             },
-            "output_samples": sample.n_samples,
+            "output_samples": finished.n_samples,
+            "in_flight_censored": len(ages),
             "cost": self._cost_summary(),
             "tiers": self._tier_summary(),
             "survival": self._survival_summary(sample),
@@ -262,7 +277,7 @@ class EngineEstimates:
             }
         return tiers
 
-    def _survival_summary(self, sample: Any) -> JsonValue:
+    def _survival_summary(self, sample: OutputLengthSample) -> JsonValue:
         if sample.n_samples == 0:
             return None
         table = survival_table(kaplan_meier(sample), log_bin_edges_tokens(max_tokens=SURVIVAL_MAX_TOKENS))
@@ -306,6 +321,7 @@ class EngineEstimates:
             "events_folded": self.events_folded,
             "finished_total": self.finished_total,
             "outputs": self.outputs.to_dict(),
+            "in_flight": self.in_flight.to_dict(),
             "prompt_mean": self.prompt_mean.to_dict(),
             "output_mean": self.output_mean.to_dict(),
             "arrivals": self.arrivals.to_dict(),
@@ -332,7 +348,14 @@ class EngineEstimates:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> EngineEstimates:
-        """Rebuild the state ``to_dict`` wrote."""
+        """Rebuild the state ``to_dict`` wrote.
+
+        Raises:
+            InvalidInputError: a state of another format version (rebuild it by replaying the log).
+        """
+        if data["format"] != FORMAT:
+            msg = f"engine estimates format must be {FORMAT}, got {data['format']!r} (engine {data['engine_id']})"
+            raise InvalidInputError(msg, field="format", value=data["format"])
         state = cls(str(data["engine_id"]))
         state.engine = data["engine"]
         state.trigger_counts = {str(k): int(v) for k, v in data["trigger_counts"].items()}
@@ -342,6 +365,7 @@ class EngineEstimates:
         state.events_folded = int(data["events_folded"])
         state.finished_total = int(data["finished_total"])
         state.outputs = OutputLengthWindow.from_dict(data["outputs"])
+        state.in_flight = InFlightAges.from_dict(data["in_flight"])
         state.prompt_mean = CountWindowMean.from_dict(data["prompt_mean"])
         state.output_mean = CountWindowMean.from_dict(data["output_mean"])
         state.arrivals = EventRate.from_dict(data["arrivals"])

@@ -9,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from estimators.survival import (
+    InFlightAges,
     OutputLengthSample,
     OutputLengthWindow,
     kaplan_meier,
@@ -133,3 +134,64 @@ class TestOutputLengthWindow:
         state = OutputLengthWindow().to_dict() | {"format": 99}
         with pytest.raises(InvalidInputError, match="format"):
             OutputLengthWindow.from_dict(state)
+
+
+class TestInFlightAges:
+    def test_a_request_counts_from_age_one_and_gains_a_token_per_full_decode_step(self) -> None:
+        """first_token, then the report of the step that produced it, then two decode steps: age 3."""
+        ages = InFlightAges()
+        ages.first_token("a")
+        ages.step(num_decode_requests=0)
+        assert ages.ages_tokens() == (1,)
+        ages.step(num_decode_requests=1)
+        ages.step(num_decode_requests=1)
+        assert ages.ages_tokens() == (3,)
+
+    def test_a_step_that_decoded_fewer_than_the_tracked_requests_adds_nothing(self) -> None:
+        """A scheduler deferring decodes: the age stays a lower bound instead of overshooting."""
+        ages = InFlightAges()
+        for request_id in ("a", "b"):
+            ages.first_token(request_id)
+        ages.step(num_decode_requests=2)
+        ages.step(num_decode_requests=1)
+        assert ages.ages_tokens() == (1, 1)
+        ages.step(num_decode_requests=5)
+        assert ages.ages_tokens() == (2, 2)
+
+    def test_finish_drops_and_preemption_freezes_at_the_reported_count(self) -> None:
+        ages = InFlightAges()
+        for request_id in ("a", "b", "c"):
+            ages.first_token(request_id)
+        ages.step(num_decode_requests=3)
+        for _ in range(4):
+            ages.step(num_decode_requests=3)
+        ages.finished("a")
+        ages.preempted("b", generated_tokens=5)
+        ages.step(num_decode_requests=1)
+        assert sorted(ages.ages_tokens()) == [5, 6]
+
+    def test_capacity_evicts_the_oldest_request(self) -> None:
+        ages = InFlightAges(capacity=2)
+        for request_id in ("a", "b", "c"):
+            ages.first_token(request_id)
+            ages.step(num_decode_requests=3)
+        assert len(ages) == 2
+        assert ages.ages_tokens() == (2, 1)
+
+    def test_to_dict_round_trip_continues_identically(self) -> None:
+        ages = InFlightAges()
+        ages.first_token("a")
+        ages.step(num_decode_requests=0)
+        ages.first_token("b")
+        ages.preempted("c", generated_tokens=4)
+        copy = InFlightAges.from_dict(ages.to_dict())
+        for tracker in (ages, copy):
+            tracker.step(num_decode_requests=2)
+        assert copy.ages_tokens() == ages.ages_tokens() == (2, 1, 4)
+
+    def test_negative_counts_raise(self) -> None:
+        ages = InFlightAges()
+        with pytest.raises(InvalidInputError):
+            ages.step(num_decode_requests=-1)
+        with pytest.raises(InvalidInputError):
+            ages.preempted("a", generated_tokens=-2)

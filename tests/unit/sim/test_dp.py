@@ -44,7 +44,9 @@ class TestDpEngine:
     def test_fcfs_fills_rank_zero_first_and_the_barrier_waits_for_it(self) -> None:
         """r0 (prompt 1000) starts step 0 alone; r1 (prompt 10) joins rank 0 at step 1 (FCFS index fill).
 
-        Step 1: L = (1001 + 10, 0), so it lasts C + t_l * 1011 and rank 1 waits all of it.
+        Step 1: L = (1001 + 10, 0), so it lasts C + t_l * 1011 and rank 1 waits all of it. Its Eq. 2
+        imbalance is taken after the decode, before the next admissions (the reference code's point):
+        L = (1002 + 11, 0), so 2 * 1013 - 1013.
         """
         events, metrics = _run(FcfsRankRouter(), _requests([1000, 10], 3))
         ranks = [e for e in events if isinstance(e, RankStepReport)]
@@ -54,10 +56,10 @@ class TestDpEngine:
         assert steps[1].duration_s == pytest.approx(0.005 + 1e-6 * 1011)
         assert ranks[3].barrier_wait_s == pytest.approx(steps[1].duration_s)
         assert ranks[2].barrier_wait_s == pytest.approx(0.0)
-        assert metrics.rank_samples[1][0] == 2 * 1011 - 1011
+        assert metrics.rank_samples[1][0] == 2 * 1013 - 1013
 
     def test_jsq_by_load_sends_the_second_request_to_the_idle_rank(self) -> None:
-        """JSQ-load: step 1 loads are (1001, 10), so the Eq. 2 imbalance is 2 * 1001 - 1011 = 991."""
+        """JSQ-load: step 1 loads are (1001, 10), (1002, 11) after its decode, so Eq. 2 gives 2 * 1002 - 1013 = 991."""
         events, metrics = _run(JsqLoadRankRouter(), _requests([1000, 10], 3))
         ranks = [e for e in events if isinstance(e, RankStepReport)]
         assert [(r.dp_rank, r.load_tokens) for r in ranks[2:4]] == [(0, 1001), (1, 10)]

@@ -5,8 +5,13 @@ from __future__ import annotations
 import itertools
 import json
 
+import pytest
+
 from schemas.engines import EngineRegistered
+from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
+from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
+from schemas.steps import StepReport
 from services.policy.specs import default_registry
 from services.stream.estimates import EngineEstimates
 from services.stream.fold import Folder
@@ -86,3 +91,97 @@ class TestEngineEstimates:
         assert summary["completions_total"] == 300
         assert summary["engine"]["max_num_seqs"] == 256  # type: ignore[index]
         json.dumps(summary)
+
+
+def _long_requests_still_running() -> list[Event]:
+    """40 requests start together; the 20 short ones finish at 4 tokens, the 20 long ones are still
+    running after 60 decode steps (their true lengths are 1,000 tokens)."""
+    seq = 0
+
+    def envelope(ts: float) -> dict[str, object]:
+        nonlocal seq
+        seq += 1
+        return {"event_id": f"e{seq}", "ts": ts, "deployment": "dep", "engine_id": "eng-0", "seq": seq}
+
+    events: list[Event] = []
+    ids = [f"r{i}" for i in range(40)]
+    for request_id in ids:
+        events.append(RequestArrived(request_id=request_id, prompt_tokens=100, **envelope(0.0)))
+    running = set(ids)
+    for step in range(61):
+        ts = 0.01 * (step + 1)
+        for request_id in ids if step == 0 else ():
+            events.append(RequestFirstToken(request_id=request_id, ttft_s=ts, **envelope(ts)))
+        for request_id in ids[:20] if step == 3 else ():
+            running.discard(request_id)
+            events.append(
+                RequestFinished(
+                    request_id=request_id,
+                    prompt_tokens=100,
+                    output_tokens=4,
+                    finish_reason="stop",
+                    arrived_ts=0.0,
+                    **envelope(ts),
+                )
+            )
+        prefill = 4000 if step == 0 else 0
+        events.append(
+            StepReport(
+                step_id=step,
+                duration_s=0.01,
+                batch_kind="prefill" if step == 0 else "decode",
+                num_prefill_requests=40 if step == 0 else 0,
+                sum_prefill_tokens=prefill,
+                num_decode_requests=0 if step == 0 else len(running) + (20 if step == 3 else 0),
+                sum_decode_kv_tokens=0 if step == 0 else 100 * len(running),
+                num_running=len(running),
+                num_waiting=0,
+                kv_blocks_used=10,
+                kv_blocks_total=1000,
+                **envelope(ts),
+            )
+        )
+    return events
+
+
+class TestInFlightCensoring:
+    def test_running_long_requests_keep_the_survival_up_where_finished_ones_alone_say_zero(self) -> None:
+        """Finished-only, S(n) = 0 from 4 tokens on; with the 20 running requests censored at age 61,
+        Kaplan-Meier gives S(n) = 1/2 for 4 <= n < 61 (20 of 40 finished at 4, none after)."""
+        estimates = EngineEstimates("eng-0")
+        for event in _long_requests_still_running():
+            estimates.fold(event)
+        summary = estimates.summary()
+        survival = summary["survival"]
+        assert isinstance(survival, dict)
+        edges = survival["bin_edges_tokens"]
+        values = survival["survival"]
+        assert isinstance(edges, list)
+        assert isinstance(values, list)
+        at = dict(zip(edges, values, strict=True))
+        assert at[3] == 1.0
+        assert at[4] == pytest.approx(0.5)
+        assert at[32] == pytest.approx(0.5)
+        assert (survival["n_samples"], survival["n_censored"]) == (40, 20)
+        assert summary["in_flight_censored"] == 20
+        assert summary["output_samples"] == 20
+
+    def test_ages_are_the_decode_steps_since_the_first_token(self) -> None:
+        """The 60 decode steps after the prefill step each decoded every running request: age 1 + 60."""
+        estimates = EngineEstimates("eng-0")
+        for event in _long_requests_still_running():
+            estimates.fold(event)
+        assert estimates.in_flight.ages_tokens() == (61,) * 20
+
+    def test_in_flight_state_round_trips(self) -> None:
+        events = _long_requests_still_running()
+        whole = EngineEstimates("eng-0")
+        half = EngineEstimates("eng-0")
+        for event in events[: len(events) // 2]:
+            whole.fold(event)
+            half.fold(event)
+        resumed = EngineEstimates.from_dict(json.loads(json.dumps(half.to_dict())))
+        for event in events[len(events) // 2 :]:
+            whole.fold(event)
+            resumed.fold(event)
+        assert resumed.summary() == whole.summary()
