@@ -22,6 +22,7 @@ from policies.ebplus.phase_machine import (
     live_payload,
     step,
 )
+from policies.ebplus.tbt_guard import TbtGuard, apply_tbt_guard, refill_stall_s, tbt_guard
 
 __all__ = [
     "BaseThreshold",
@@ -40,8 +41,10 @@ __all__ = [
     "PhaseStep",
     "RhsThreshold",
     "StepKind",
+    "TbtGuard",
     "ThresholdUpdate",
     "advance",
+    "apply_tbt_guard",
     "base_threshold",
     "calibration_profile",
     "crossover_signal",
@@ -54,10 +57,12 @@ __all__ = [
     "n_star_clt",
     "n_star_eq6",
     "psi",
+    "refill_stall_s",
     "select_mode",
     "slot_tokens_at_decode_start",
     "solve_theta0",
     "step",
     "surge_triggered",
+    "tbt_guard",
     "update_threshold",
 ]

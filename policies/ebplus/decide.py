@@ -5,6 +5,8 @@
 completions have arrived since the last update and the hazard window holds W_min samples, evaluates
 Eq. 8 with hysteresis (mode_selection.py) whenever the window is usable, and pushes (mode, theta, k, N,
 KV gate, fallback) with every clamp flagged. Everything that carries over lives in ``EbplusState``.
+With ``params.tbt_guard`` and a TBT SLO among the engine's tiers, EB is refused (or left at once)
+when its refill stall would break the tightest SLO (tbt_guard.py; Governor's, not the paper's).
 
 Deviation: the reference code keeps the hazard fit, the EMAs and the mode in the engine. Here the
 estimators fit the hazard and the policy floors it as the code's estimator does (p0 >= 1/mu_O,
@@ -25,6 +27,7 @@ from policies.ebplus.inputs import CostModel, EbplusInputs
 from policies.ebplus.mode_selection import crossover_signal, select_mode
 from policies.ebplus.online_update import update_threshold
 from policies.ebplus.params import EbplusParams, RhsThreshold
+from policies.ebplus.tbt_guard import apply_tbt_guard, tbt_guard
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 
@@ -85,7 +88,8 @@ def decide(
         prev.last_switch_s,
     )
     evaluations = prev.evaluations
-    if inputs.hazard_samples < params.w_min_samples:
+    enough_samples = inputs.hazard_samples >= params.w_min_samples
+    if not enough_samples:
         diagnostics["mode_reason"] = "insufficient_samples"
     else:
         since_update = inputs.completions - (last_update or 0)
@@ -113,6 +117,16 @@ def decide(
                 theta_raw=update.theta_raw,
                 n_star_raw=update.n_star_raw,
             )
+    theta_push = clamp(
+        theta_hat if theta_hat is not None else params.theta_default,
+        Bound(name="theta", lo=params.theta_min, hi=params.theta_max),
+        clamps,
+    )
+    n_bound = Bound(name="n", lo=1, hi=inputs.max_num_seqs)
+    n_push = int(clamp(n_hat if n_hat is not None else inputs.max_num_seqs, n_bound, clamps))
+    k_push = int(clamp(max(1, math.floor(theta_push * n_push)), Bound(name="k", lo=1, hi=n_push), clamps))
+    diagnostics.update(theta=theta_push, k=k_push, n=n_push)
+    if enough_samples:
         base = base_threshold(p0=p0, alpha_p_s=cost.alpha_p_s, alpha_d_s=cost.alpha_d_s)
         diagnostics.update(gamma=base.gamma, theta0=base.theta0, zeta=base.zeta)
         theta_rhs = base.theta0
@@ -147,6 +161,19 @@ def decide(
             cooldown_evaluations=params.cooldown_evaluations,
             n_obs_min=params.n_obs_min,
         )
+        if params.tbt_guard and inputs.tbt_slo_min_s is not None:
+            guard = tbt_guard(
+                cost=cost,
+                k=k_push,
+                n=n_push,
+                mu_l_tokens=inputs.mu_l_tokens,
+                token_budget_tokens=inputs.token_budget_tokens,
+                tbt_slo_min_s=inputs.tbt_slo_min_s,
+            )
+            diagnostics.update(refill_stall_s=guard.refill_stall_s, tbt_slo_min_s=guard.tbt_slo_min_s)
+            choice = apply_tbt_guard(
+                choice, current=mode, guard=guard, cooldown_evaluations=params.cooldown_evaluations
+            )
         evaluations += 1
         mode, cooldown = choice.mode, choice.cooldown_remaining
         if choice.switched:
@@ -159,15 +186,7 @@ def decide(
             delta_to_eb=choice.delta_to_eb_s_per_token,
             delta_to_mb=choice.delta_to_mb_s_per_token,
         )
-    theta_push = clamp(
-        theta_hat if theta_hat is not None else params.theta_default,
-        Bound(name="theta", lo=params.theta_min, hi=params.theta_max),
-        clamps,
-    )
-    n_bound = Bound(name="n", lo=1, hi=inputs.max_num_seqs)
-    n_push = int(clamp(n_hat if n_hat is not None else inputs.max_num_seqs, n_bound, clamps))
-    k_push = int(clamp(max(1, math.floor(theta_push * n_push)), Bound(name="k", lo=1, hi=n_push), clamps))
-    diagnostics.update(theta=theta_push, k=k_push, n=n_push, cooldown_remaining=cooldown, switch_count=switch_count)
+    diagnostics.update(cooldown_remaining=cooldown, switch_count=switch_count)
     payload = EbplusPayload(
         mode=mode,
         theta=theta_push,

@@ -85,6 +85,10 @@ class EbplusInputs:
         max_num_seqs: the engine's slot limit (>= 1).
         completions: completed requests the engine has reported so far (>= 0); drives the
             T_upd cadence of Algorithm 1.
+        tbt_slo_min_s: the tightest TBT SLO among the tiers the engine serves, seconds (> 0), or
+            None when no tier has one; read by the TBT guard (tbt_guard.py).
+        token_budget_tokens: the engine's per-iteration token budget (``max_num_batched_tokens``,
+            >= 1), or None when unknown; the guard then prices a refill as one prefill chunk.
     """
 
     p0: float
@@ -97,6 +101,8 @@ class EbplusInputs:
     kv_capacity_tokens: int
     max_num_seqs: int
     completions: int
+    tbt_slo_min_s: float | None = None
+    token_budget_tokens: int | None = None
 
     def __post_init__(self) -> None:
         _require("p0", self.p0, 0.0 < self.p0 <= 1.0, "finite and in (0, 1]")
@@ -108,3 +114,7 @@ class EbplusInputs:
         _require("kv_capacity_tokens", self.kv_capacity_tokens, self.kv_capacity_tokens > 0, "> 0")
         _require("max_num_seqs", self.max_num_seqs, self.max_num_seqs >= 1, ">= 1")
         _require("completions", self.completions, self.completions >= 0, ">= 0")
+        if self.tbt_slo_min_s is not None:
+            _require("tbt_slo_min_s", self.tbt_slo_min_s, self.tbt_slo_min_s > 0.0, "finite and > 0")
+        if self.token_budget_tokens is not None:
+            _require("token_budget_tokens", self.token_budget_tokens, self.token_budget_tokens >= 1, ">= 1")

@@ -52,6 +52,7 @@ class EbplusParams:
     kv_gate_f0: float = 0.0  # paper Eq. 23 f0
     kv_gate_f_min: float = 0.05  # paper Eq. 23 lower clip
     kv_gate_f_max: float = 0.6  # paper Eq. 23 upper clip; code VLLM_PD_KV_THRESHOLD_MAX
+    tbt_guard: bool = True  # Governor (not the paper): EB only when its refill stall fits the tightest TBT SLO
     valid_for_s: float = 60.0  # Governor: about 6 T_max ticks of spec section 8 P11; engines then fall back to MB
 
     def __post_init__(self) -> None:

@@ -116,6 +116,7 @@ class EbplusParamsInput(ContractModel):
     n_obs_min: float | None = Field(default=None, ge=0.0)
     cold_start_mode: EbplusMode | None = None
     calibration_id: str | None = Field(default=None, min_length=1, max_length=128)
+    tbt_guard: bool | None = None
     valid_for_s: float | None = Field(default=None, gt=0.0, le=86_400.0)
 
 
@@ -132,5 +133,11 @@ class EbplusWhatIfInput(ContractModel):
     kv_capacity_tokens: int = Field(gt=0, description="KV capacity C = num_gpu_blocks * block_size, tokens")
     max_num_seqs: int = Field(ge=1, le=1_000_000)
     completions: int = Field(ge=0, description="completions reported so far")
+    tbt_slo_min_s: float | None = Field(
+        default=None, gt=0.0, le=3600.0, description="tightest TBT SLO of the engine's tiers, seconds (TBT guard)"
+    )
+    token_budget_tokens: int | None = Field(
+        default=None, ge=1, le=10_000_000, description="max_num_batched_tokens (TBT guard's prefill chunks)"
+    )
     now_s: float = Field(default=0.0, ge=0.0, description="event time of the decision, seconds")
     params: EbplusParamsInput = Field(default_factory=EbplusParamsInput)

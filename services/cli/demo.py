@@ -9,6 +9,10 @@ fleet load and latency, then one indented line per policy group: admission level
 engine's mode, each SLAI engine's offset delta in effect beside its KV use and pushed rule, each
 BF-IO engine's bundle with the DP rank imbalance, and the FleetOpt plan. At the end it prints the
 documents stored and acknowledged per kind, and writes ``summary.json`` and the timeline plots.
+
+With ``--compare`` (the default) it then runs the same scenario and seed offline without control
+and on the papers' baselines (services/sim/compare.py), prints the table of deltas, adds the
+comparison to ``summary.json`` and its plots, and ends with one line saying what governing bought.
 """
 
 from __future__ import annotations
@@ -17,31 +21,27 @@ import argparse
 import json
 import subprocess
 import sys
-import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from kafka import KafkaConsumer, TopicPartition
-
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC
 from schemas.policy_docs import AdmissionPolicy, BfioPolicy, EbplusPolicy, FleetoptPolicy, SlaiPolicy
 from schemas.policy_docs.base import PolicyDocument
+from services.cli.live import run_governed_live
 from services.cli.options import add_settings_flags, settings_from_args
 from services.sdk.policy_client import PolicyClient
-from services.sdk.publisher import TelemetryPublisher
 from services.settings import child_environment
-from services.sim import ProgressSample, Scenario, load_scenario, run_live, write_plots
+from services.sim import ProgressSample, Scenario, load_scenario
+from services.sim.compare import FLEET_SCOPE, Arm, Comparison, Control, compare_arms, fleet_gpus
+from services.sim.plots import write_comparison_plots, write_plots
 from services.sim.simulation import EngineSample
-from services.stack.launcher import StackState, stack_up
+from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 
 PROGRESS_EVERY_S = 5.0
 DEMO_FLEET_SLOT_S = 10.0  # FleetOpt replans per closed fleet slot: 60 s by default, too slow for a 1-minute demo
-SERVICES_READY_TIMEOUT_S = 60.0
 VLLM_ENGINE_ID = "vllm-0"
-FLEET_SCOPE = "fleet"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -58,30 +58,15 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="vllm: also run one real vLLM engine (the EB+ scheduler, a tiny random model) under live control; "
         "needs `bash ops/install.sh --vllm` (docs/engines/vllm.md)",
     )
+    demo.add_argument(
+        "--compare",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also run the same workload and seed ungoverned and on the papers' baselines (offline), "
+        "print the deltas and what governing bought (default on)",
+    )
     add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
     demo.set_defaults(handler=run)
-
-
-def _start_service(service: str, state: StackState, deployment: str, log_path: Path) -> subprocess.Popen[bytes]:
-    argv = [
-        sys.executable,
-        "-m",
-        "services.cli",
-        "run",
-        service,
-        "--deployment",
-        deployment,
-        "--kafka-bootstrap",
-        state.kafka_bootstrap,
-        "--redis-url",
-        state.redis_url,
-        "--metrics-port",
-        "0",
-        "--fleet-slot-s",
-        f"{DEMO_FLEET_SLOT_S:g}",
-    ]
-    with log_path.open("ab") as log:
-        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
 
 def _start_vllm(state: StackState, deployment: str, seconds: float, seed: int) -> subprocess.Popen[bytes]:
@@ -96,15 +81,6 @@ def _start_vllm(state: StackState, deployment: str, seconds: float, seed: int) -
     )
     argv = [sys.executable, "-m", "services.engines.vllm.drive", "--seconds", f"{seconds:g}", "--seed", str(seed)]
     return subprocess.Popen(argv, env=environment)
-
-
-def _stop(process: subprocess.Popen[bytes]) -> int:
-    process.terminate()
-    try:
-        return process.wait(timeout=30)
-    except subprocess.TimeoutExpired:
-        process.kill()
-        return process.wait(timeout=10)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,53 +226,6 @@ def _progress_printer(client: PolicyClient, groups: PolicyGroups) -> Callable[[P
     return show
 
 
-def _wait_for_services(state: StackState, deployment: str, timeout_s: float) -> bool:
-    """Wait until the stream processor and the policy service have consumed everything produced so far."""
-    store = RedisStore.from_url(state.redis_url, deployment, 2.0)
-    consumer = KafkaConsumer(bootstrap_servers=state.kafka_bootstrap)
-    policy_group = KafkaConsumer(
-        bootstrap_servers=state.kafka_bootstrap, group_id=f"governor-policy-{deployment}", enable_auto_commit=False
-    )
-    telemetry = [TopicPartition(TELEMETRY_TOPIC, p) for p in consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()]
-    estimates = [TopicPartition(ESTIMATES_TOPIC, p) for p in consumer.partitions_for_topic(ESTIMATES_TOPIC) or ()]
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            ends = consumer.end_offsets(telemetry + estimates)
-            applied = store.applied_offsets("stream")
-            stream_done = all(
-                applied.get(f"{tp.topic}:{tp.partition}", -1) >= ends[tp] - 1 for tp in telemetry if ends[tp] > 0
-            )
-            policy_done = all((policy_group.committed(tp) or 0) >= ends[tp] for tp in estimates if ends[tp] > 0)
-            if stream_done and policy_done:
-                return True
-            time.sleep(0.25)
-        return False
-    finally:
-        consumer.close()
-        policy_group.close()
-        store.close()
-
-
-def _wait_until_consuming(log_path: Path, process: subprocess.Popen[bytes], timeout_s: float) -> bool:
-    """Wait until the service logs ``partitions_assigned`` with partitions (its JSON log), or it exits.
-
-    The fleet starts only then, so that the first policies reach the engines within seconds of
-    event time instead of after the services' start-up (imports and the group join take ~15 s here).
-    """
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline and process.poll() is None:
-        for line in log_path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            if isinstance(record, dict) and record.get("event") == "partitions_assigned" and record.get("partitions"):
-                return True
-        time.sleep(0.25)
-    return False
-
-
 def _documents_and_acks(
     state: StackState, deployment: str, groups: PolicyGroups, timeout_s: float
 ) -> tuple[dict[str, int], dict[str, int]]:
@@ -320,60 +249,63 @@ def _documents_and_acks(
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when every event reached the services and they consumed it all."""
     settings = settings_from_args(args)
-    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=args.seed)
+    seed = None if args.seed is None else settings.seed
+    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=seed)
     run_id = uuid.uuid4().hex[:8]
     deployment = f"demo-{run_id}"
-    scenario = replace(scenario, deployment=deployment)
-    groups = PolicyGroups.of(scenario)
+    governed = replace(scenario, deployment=deployment)
+    groups = PolicyGroups.of(governed)
     out_dir: Path = args.out / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
-    state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s)
-    print(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
-    logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
-    services = {name: _start_service(name, state, deployment, log) for name, log in logs.items()}
-    print(
-        f"services: stream processor pid {services['stream'].pid}, policy service pid {services['policy'].pid} "
-        f"(logs in {out_dir}); fleet slot {DEMO_FLEET_SLOT_S:g} s"
+
+    def companions(state: StackState) -> dict[str, subprocess.Popen[bytes]]:
+        if args.engine != "vllm":
+            return {}
+        process = _start_vllm(state, deployment, scenario.duration_s / args.speed, settings.seed)
+        print(f"vLLM: engine {VLLM_ENGINE_ID} (EB+ scheduler, tiny random Llama) pid {process.pid}")
+        return {"vllm": process}
+
+    live = run_governed_live(
+        governed,
+        settings=settings,
+        out_dir=out_dir,
+        speed=args.speed,
+        fleet_slot_s=DEMO_FLEET_SLOT_S,
+        say=print,
+        progress=lambda client: _progress_printer(client, groups),
+        companions=companions,
     )
-    try:
-        if not _wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
-            print("warning: the stream processor has not joined its group yet; starting the fleet anyway")
-        if args.engine == "vllm":
-            services["vllm"] = _start_vllm(state, deployment, scenario.duration_s / args.speed, settings.seed)
-            print(f"vLLM: engine {VLLM_ENGINE_ID} (EB+ scheduler, tiny random Llama) pid {services['vllm'].pid}")
-        publisher = TelemetryPublisher(state.kafka_bootstrap)
-        client = PolicyClient(state.redis_url, deployment, poll_interval_s=0.25)
-        print(f"fleet: {args.scenario}: {scenario.description} ({scenario.duration_s:.0f} s at speed {args.speed:g})")
-        started = time.monotonic()
-        try:
-            summary = run_live(
-                scenario,
-                sink=publisher,
-                policy_source=client,
-                speed=args.speed,
-                progress=_progress_printer(client, groups),
-            )
-        finally:
-            publisher.close()
-            client.close()
-        if "vllm" in services:
-            services["vllm"].wait(timeout=SERVICES_READY_TIMEOUT_S + 120.0)
-        caught_up = _wait_for_services(state, deployment, timeout_s=60.0)
-    finally:
-        codes = {name: _stop(process) for name, process in services.items()}
-    documents, acks = _documents_and_acks(state, deployment, groups, settings.redis_timeout_s)
-    summary_path = out_dir / "summary.json"
-    summary_path.write_text(json.dumps(summary.to_dict(), indent=2, sort_keys=True) + "\n")
-    plots = write_plots(summary, out_dir, title=f"governor demo {run_id}")
-    stats = publisher.stats()
-    if not caught_up:
+    documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
+    summary_body: dict[str, object] = dict(live.summary.to_dict())
+    plots = write_plots(
+        live.summary, out_dir, title=f"governor demo {run_id} (governed live)", policy_changes=live.policy_changes
+    )
+    if not live.caught_up:
         print("warning: the services had not consumed everything when they were stopped")
     print(
-        f"done in {time.monotonic() - started:.0f} s: {stats.delivered} events delivered, {stats.dropped} dropped; "
-        f"services exited {codes}"
+        f"done in {live.elapsed_s:.0f} s: {live.delivered} events delivered, {live.dropped} dropped; "
+        f"services exited {live.service_codes}"
     )
     print(f"documents per kind {documents}; acks per kind {acks}")
+    comparison = None
+    if args.compare:
+        governed_arm = Arm(
+            name="governed",
+            control=Control.LIVE,
+            summary=live.summary,
+            policy_changes=live.policy_changes,
+            fleet_gpus=fleet_gpus(scenario),
+            planned_gpus=live.planned_gpus,
+        )
+        comparison = Comparison.of(scenario, compare_arms(scenario, main=governed_arm, fleet_slot_s=DEMO_FLEET_SLOT_S))
+        summary_body["comparison"] = comparison.to_dict()
+        plots.extend(write_comparison_plots(comparison, out_dir))
+    summary_path = out_dir / "summary.json"
+    summary_path.write_text(json.dumps(summary_body, indent=2, sort_keys=True) + "\n")
     print(f"summary: {summary_path}")
     for path in plots:
         print(f"plot:    {path}")
-    return 0 if stats.dropped == 0 and caught_up else 1
+    if comparison is not None:
+        print(comparison.table())
+        print(comparison.verdict())
+    return 0 if live.dropped == 0 and live.caught_up else 1

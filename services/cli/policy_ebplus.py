@@ -84,6 +84,8 @@ def _inputs(snapshot: EbplusWhatIfInput) -> EbplusInputs:
         kv_capacity_tokens=snapshot.kv_capacity_tokens,
         max_num_seqs=snapshot.max_num_seqs,
         completions=snapshot.completions,
+        tbt_slo_min_s=snapshot.tbt_slo_min_s,
+        token_budget_tokens=snapshot.token_budget_tokens,
     )
 
 

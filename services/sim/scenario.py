@@ -38,12 +38,15 @@ SCENARIOS_PATH = Path(__file__).resolve().parent / "scenarios.toml"
 Table = Mapping[str, object]
 
 
+SchedulerName = Literal["mixed", "sarathi", "sarathi-spf", "slai", "vllm", "ebplus", "fcfs", "jsq-load", "bfio"]
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EngineSpec:
     """One engine of a scenario: a single engine with a scheduler, or a DP deployment with a rank router."""
 
     config: EngineConfig | DpConfig
-    scheduler: Literal["mixed", "sarathi", "sarathi-spf", "slai", "vllm", "ebplus", "fcfs", "jsq-load", "bfio"]
+    scheduler: SchedulerName
     timing: TimingModel
 
 

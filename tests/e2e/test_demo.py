@@ -53,9 +53,14 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
     summary_line = next(line for line in out.splitlines() if line.startswith("summary: "))
     summary = json.loads(Path(summary_line.removeprefix("summary: ")).read_text())
     assert summary["finished"] > 100
+    comparison = summary["comparison"]
+    assert set(comparison["arms"]) == {"baseline", "ungoverned", "governed"}
+    assert comparison["arms"]["governed"]["control"] == "live"
+    assert comparison["arms"]["ungoverned"]["summary"]["arrived"] == summary["arrived"]
+    assert out.splitlines()[-1] == comparison["verdict"]
     assert summary["duration_s"] == 30.0
     plots = [Path(line.removeprefix("plot:    ")) for line in out.splitlines() if line.startswith("plot: ")]
-    assert len(plots) == 2
+    assert [p.name for p in plots] == ["timeline.png", "latency.png", "compare_timeline.png", "compare_tiers.png"]
     assert all(p.stat().st_size > 10_000 for p in plots)
     counts = next(line for line in out.splitlines() if line.startswith("documents per kind "))
     documents, acks = (ast.literal_eval(part.split(" kind ")[1]) for part in counts.split("; "))

@@ -3,7 +3,9 @@
 The inputs are the ones Algorithm 1 and Eq. 8 read (specs/seed-001-ebplus.md sections 3.1, 4.2): the
 censoring-aware hazard fit (p0, eta), mu_L, mu_O (completed outputs), N_obs (asymmetric EMA of
 running + waiting per step), the KV capacity C in tokens, max_num_seqs, the completion count that
-paces Algorithm 1, and the cost model of the engine's calibration profile (or the online fits).
+paces Algorithm 1, and the cost model of the engine's calibration profile (or the online fits); the
+TBT guard (policies/ebplus/tbt_guard.py) also reads the tightest TBT SLO among the engine's tiers and
+its token budget.
 
 Deviation: a hazard fit with p0 <= 0 (bounded-support lengths such as the paper's uniform +-25%
 distribution-shift outputs give a negative intercept, spec Appendix A item 4) is floored to
@@ -101,7 +103,24 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
         kv_capacity_tokens=int(kv),
         max_num_seqs=int(max_seqs),
         completions=int(completions),
+        tbt_slo_min_s=_tightest_tbt_slo_s(s),
+        token_budget_tokens=_token_budget_tokens(s),
     )
+
+
+def _tightest_tbt_slo_s(s: dict[str, Any]) -> float | None:
+    """The smallest positive ``tbt_slo_s`` among the engine's tiers (the EB+ TBT guard's bound), or None."""
+    tiers = s.get("tiers")
+    if not isinstance(tiers, dict):
+        return None
+    slos = [number_at(tier, "tbt_slo_s") for tier in tiers.values() if isinstance(tier, dict)]
+    positive = [slo for slo in slos if slo is not None and slo > 0.0]
+    return min(positive) if positive else None
+
+
+def _token_budget_tokens(s: dict[str, Any]) -> int | None:
+    budget = number_at(s, "engine", "max_num_batched_tokens")
+    return int(budget) if budget is not None and budget >= 1 else None
 
 
 def _kv_capacity_tokens(s: dict[str, Any]) -> float | None:
@@ -135,7 +154,17 @@ def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
         kind="ebplus",
         scope="engine",
         trigger=EveryEvents(event_type="request.finished", n=ebplus_params.t_upd_completions),
-        reads=("hazard", "mu_l_tokens", "mu_o_tokens", "n_obs", "last_step", "engine", "completions_total", "cost"),
+        reads=(
+            "hazard",
+            "mu_l_tokens",
+            "mu_o_tokens",
+            "n_obs",
+            "last_step",
+            "engine",
+            "completions_total",
+            "cost",
+            "tiers",
+        ),
         document_type=EbplusPolicy,
         inputs_from_snapshot=ebplus_inputs,
         decide=bind_params(decide_ebplus, ebplus_params),

@@ -87,6 +87,24 @@ class TestEbplusInputs:
         )
         assert ebplus_inputs(bare) is None
 
+    def test_guard_reads_the_tightest_tier_slo_and_the_token_budget(self) -> None:
+        snapshot = _snapshot(
+            engine={"model": "Qwen3-8B", "gpu": "RTX-PRO-6000", "max_num_seqs": 8, "max_num_batched_tokens": 8192}
+        )
+        estimates = dict(snapshot.estimates)
+        estimates["tiers"] = {"free": {"tbt_slo_s": 0.5}, "paid": {"tbt_slo_s": 0.1}, "batch": {"tbt_slo_s": None}}
+        tiered = EstimateSnapshot(
+            deployment="d", scope="e0", snapshot_id="s", version=1, ts=1.0, trigger="t", estimates=estimates
+        )
+        inputs = ebplus_inputs(tiered)
+        assert inputs is not None
+        assert (inputs.tbt_slo_min_s, inputs.token_budget_tokens) == (0.1, 8192)
+
+    def test_no_tier_slo_leaves_the_guard_without_a_bound(self) -> None:
+        inputs = ebplus_inputs(_snapshot())
+        assert inputs is not None
+        assert (inputs.tbt_slo_min_s, inputs.token_budget_tokens) == (None, None)
+
 
 class TestEbplusSpec:
     def test_fires_every_t_upd_completions_and_reads_the_cost_fits(self) -> None:

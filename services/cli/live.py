@@ -1,0 +1,218 @@
+"""A simulated fleet under live control: the local stack, the two services, and a paced run against them.
+
+Shared by ``governor demo`` and ``governor sim --control live``. ``run_governed_live`` starts the
+local stack (broker and Redis), the stream processor and the policy service as child processes,
+waits until the stream processor consumes, runs the scenario in live mode (engines publish through
+the SDK publisher and obey what they read through the SDK policy client), waits until the services
+have consumed everything, stops them, and returns the run with the policy versions the engines
+applied and the GPUs of the last FleetOpt plan.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from kafka import KafkaConsumer, TopicPartition
+
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from services.sdk.policy_client import PolicyClient
+from services.sdk.publisher import TelemetryPublisher
+from services.settings import Settings
+from services.sim import ProgressSample, Scenario, run_live
+from services.sim.compare import PolicyChange, PolicyChangeRecorder, planned_gpus
+from services.sim.metrics import RunSummary
+from services.stack.launcher import StackState, stack_up
+from services.store.redis_store import RedisStore
+
+SERVICES_READY_TIMEOUT_S = 60.0
+SERVICES_CATCH_UP_TIMEOUT_S = 60.0
+COMPANION_TIMEOUT_S = SERVICES_READY_TIMEOUT_S + 120.0  # a real engine loads its model before it serves
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class LiveRun:
+    """What a live governed run produced.
+
+    Attributes:
+        summary: the fleet's metrics.
+        policy_changes: the policy versions the engines applied (their ``policy.applied`` events).
+        planned_gpus: n_s + n_l of the FleetOpt plan in Redis at the end, or None without one.
+        delivered: telemetry events the publisher delivered.
+        dropped: telemetry events it dropped (the broker was away or its buffer full).
+        caught_up: whether the services had consumed everything before they were stopped.
+        service_codes: each service's exit code.
+        state: the stack the run used.
+        elapsed_s: wall seconds from the fleet's start to the services' stop.
+    """
+
+    summary: RunSummary
+    policy_changes: tuple[PolicyChange, ...]
+    planned_gpus: int | None
+    delivered: int
+    dropped: int
+    caught_up: bool
+    service_codes: dict[str, int]
+    state: StackState
+    elapsed_s: float
+
+
+def _start_service(
+    service: str, state: StackState, deployment: str, fleet_slot_s: float, log_path: Path
+) -> subprocess.Popen[bytes]:
+    argv = [
+        sys.executable,
+        "-m",
+        "services.cli",
+        "run",
+        service,
+        "--deployment",
+        deployment,
+        "--kafka-bootstrap",
+        state.kafka_bootstrap,
+        "--redis-url",
+        state.redis_url,
+        "--metrics-port",
+        "0",
+        "--fleet-slot-s",
+        f"{fleet_slot_s:g}",
+    ]
+    with log_path.open("ab") as log:
+        return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+
+
+def _stop(process: subprocess.Popen[bytes]) -> int:
+    process.terminate()
+    try:
+        return process.wait(timeout=30)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        return process.wait(timeout=10)
+
+
+def _wait_for_services(state: StackState, deployment: str, timeout_s: float) -> bool:
+    """Wait until the stream processor and the policy service have consumed everything produced so far."""
+    store = RedisStore.from_url(state.redis_url, deployment, 2.0)
+    consumer = KafkaConsumer(bootstrap_servers=state.kafka_bootstrap)
+    policy_group = KafkaConsumer(
+        bootstrap_servers=state.kafka_bootstrap, group_id=f"governor-policy-{deployment}", enable_auto_commit=False
+    )
+    telemetry = [TopicPartition(TELEMETRY_TOPIC, p) for p in consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()]
+    estimates = [TopicPartition(ESTIMATES_TOPIC, p) for p in consumer.partitions_for_topic(ESTIMATES_TOPIC) or ()]
+    deadline = time.monotonic() + timeout_s
+    try:
+        while time.monotonic() < deadline:
+            ends = consumer.end_offsets(telemetry + estimates)
+            applied = store.applied_offsets("stream")
+            stream_done = all(
+                applied.get(f"{tp.topic}:{tp.partition}", -1) >= ends[tp] - 1 for tp in telemetry if ends[tp] > 0
+            )
+            policy_done = all((policy_group.committed(tp) or 0) >= ends[tp] for tp in estimates if ends[tp] > 0)
+            if stream_done and policy_done:
+                return True
+            time.sleep(0.25)
+        return False
+    finally:
+        consumer.close()
+        policy_group.close()
+        store.close()
+
+
+def _wait_until_consuming(log_path: Path, process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+    """Wait until the service logs ``partitions_assigned`` with partitions (its JSON log), or it exits.
+
+    The fleet starts only then, so that the first policies reach the engines within seconds of
+    event time instead of after the services' start-up (imports and the group join take ~15 s here).
+    """
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline and process.poll() is None:
+        for line in log_path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(record, dict) and record.get("event") == "partitions_assigned" and record.get("partitions"):
+                return True
+        time.sleep(0.25)
+    return False
+
+
+def run_governed_live(
+    scenario: Scenario,
+    *,
+    settings: Settings,
+    out_dir: Path,
+    speed: float,
+    fleet_slot_s: float,
+    say: Callable[[str], None],
+    progress: Callable[[PolicyClient], Callable[[ProgressSample], None]] | None = None,
+    companions: Callable[[StackState], dict[str, subprocess.Popen[bytes]]] | None = None,
+) -> LiveRun:
+    """Run ``scenario`` (its ``deployment`` names the run in Kafka and Redis) under the live services.
+
+    Args:
+        scenario: the fleet and workload; give it a deployment of its own per run.
+        settings: state dir, Redis URL and timeouts of the local stack.
+        out_dir: where the services' logs go.
+        speed: simulated seconds per wall second.
+        fleet_slot_s: the services' fleet-scope slot (FleetOpt decides once per closed slot), seconds.
+        say: prints one line of what is happening (the stack, the services, the fleet).
+        progress: builds the progress callback from the run's policy client, or None.
+        companions: starts further processes once the services consume (a real engine beside the
+            simulated fleet); each is awaited after the run and stopped with the services.
+    """
+    deployment = scenario.deployment
+    state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s)
+    say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
+    logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
+    services = {name: _start_service(name, state, deployment, fleet_slot_s, log) for name, log in logs.items()}
+    say(
+        f"services: stream processor pid {services['stream'].pid}, policy service pid {services['policy'].pid} "
+        f"(logs in {out_dir}); fleet slot {fleet_slot_s:g} s"
+    )
+    started = time.monotonic()
+    try:
+        if not _wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
+            say("warning: the stream processor has not joined its group yet; starting the fleet anyway")
+        if companions is not None:
+            services.update(companions(state))
+        publisher = TelemetryPublisher(state.kafka_bootstrap)
+        recorder = PolicyChangeRecorder(publisher)
+        client = PolicyClient(state.redis_url, deployment, poll_interval_s=0.25)
+        say(f"fleet: {scenario.name}: {scenario.description} ({scenario.duration_s:.0f} s at speed {speed:g})")
+        started = time.monotonic()
+        try:
+            summary = run_live(
+                scenario,
+                sink=recorder,
+                policy_source=client,
+                speed=speed,
+                progress=None if progress is None else progress(client),
+            )
+            plan_gpus = planned_gpus(client, scenario.duration_s)
+        finally:
+            publisher.close()
+            client.close()
+        for name, process in services.items():
+            if name not in ("stream", "policy"):
+                process.wait(timeout=COMPANION_TIMEOUT_S)
+        caught_up = _wait_for_services(state, deployment, timeout_s=SERVICES_CATCH_UP_TIMEOUT_S)
+    finally:
+        codes = {name: _stop(process) for name, process in services.items()}
+    stats = publisher.stats()
+    return LiveRun(
+        summary=summary,
+        policy_changes=tuple(recorder.changes),
+        planned_gpus=plan_gpus,
+        delivered=stats.delivered,
+        dropped=stats.dropped,
+        caught_up=caught_up,
+        service_codes=codes,
+        state=state,
+        elapsed_s=time.monotonic() - started,
+    )
