@@ -138,6 +138,19 @@ def _slai(deployment: str, engine_id: str, version: int, delta: float) -> SlaiPo
     )
 
 
+@pytest.fixture(autouse=True)
+def _shut_down_engines() -> Iterator[None]:
+    """Shut down every engine a test started: its Governor link closes, so no publisher thread outlives it.
+
+    A link left open keeps heartbeating to a broker that may be gone, and kafka-python's reconnect
+    back-off draws from ``random`` in that thread while later tests run (Hypothesis reports that).
+    """
+    yield
+    for engine in _ENGINES:
+        engine.engine_core.shutdown()
+    _ENGINES.clear()
+
+
 @pytest.fixture
 def governed(stack: StackState, deployment: str, monkeypatch: pytest.MonkeyPatch) -> Iterator[RedisStore]:
     """The engine's Governor environment for ``deployment``, and a store of its keys."""
@@ -149,9 +162,6 @@ def governed(stack: StackState, deployment: str, monkeypatch: pytest.MonkeyPatch
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     yield store
     store.close()
-    for engine in _ENGINES:
-        engine.engine_core.shutdown()
-    _ENGINES.clear()
 
 
 def _await_ack(engine: LLMEngine, kind: str, version: int) -> None:
