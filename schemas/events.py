@@ -62,11 +62,11 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     return path, first["msg"]
 
 
-def parse_event(raw: bytes | str, *, source: str | None = None) -> Event:
+def parse_event(raw: bytes | str | None, *, source: str | None = None) -> Event:
     """Validate one JSON-encoded event.
 
     Args:
-        raw: the JSON text of one event.
+        raw: the JSON text of one event (a Kafka record's value, which may be None: a tombstone).
         source: where it came from (``line 17``, ``gov.telemetry[0]@42``), for the message.
 
     Returns:
@@ -77,6 +77,10 @@ def parse_event(raw: bytes | str, *, source: str | None = None) -> Event:
             names the field path and the reason.
     """
     where = f" ({source})" if source else ""
+    if not isinstance(raw, bytes | str):
+        kind = "no value (a tombstone)" if raw is None else f"a {type(raw).__name__}, not JSON text"
+        msg = f"the record holds {kind}{where}"
+        raise InvalidInputError(msg, source=source)
     if len(raw) > MAX_EVENT_BYTES:
         msg = f"event is {len(raw)} bytes, more than {MAX_EVENT_BYTES}{where}"
         raise InvalidInputError(msg, source=source)

@@ -27,6 +27,9 @@ class ServiceMetrics:
             "governor_events_dead_lettered", "invalid events dead-lettered", registry=self.registry
         )
         self.snapshots = Counter("governor_snapshots", "estimate snapshots taken", registry=self.registry)
+        self.foreign_events = Counter(
+            "governor_foreign_events", "events of another deployment, skipped", registry=self.registry
+        )
         self.decisions = Counter("governor_decisions", "policy decisions stored", ["kind"], registry=self.registry)
         self.lag = Gauge("governor_consumer_lag", "records behind the end of the log", registry=self.registry)
         self.loop_latency = Histogram(

@@ -1,7 +1,7 @@
 """vLLM adapter cost: microseconds Governor adds to each engine step, and events per second one engine sends.
 
-The same prompts (seeded) run on a real vLLM engine (the CPU build and the tiny random Llama of
-tests/integration/vllm_model) four ways, in-process so that the scheduler's calls can be timed:
+The same seeded prompts run on a real vLLM engine (the CPU build and the tiny random Llama shipped in
+services/engines/vllm/tiny_model), in-process so that the scheduler's calls can be timed, five ways:
 
 - ``stock``: vLLM's own ``Scheduler``, no plugin (Governor off);
 - ``plugin``: vLLM's ``Scheduler`` with the ``GovernorStatLogger`` plugin (telemetry from the front end);
@@ -9,15 +9,19 @@ tests/integration/vllm_model) four ways, in-process so that the scheduler's call
 - ``ebplus-mb``: ``EbplusScheduler`` under a live EB+ document in MB mode (policy read and ack path);
 - ``ebplus-eb``: the same in EB mode (theta 0.5, N 16): the engine runs exclusive prefill and decode
   batches. Its tokens/s beside ``ebplus-mb`` is what EB did to this CPU engine and tiny random model,
-  not a measure of EB+ on a GPU (the paper's regime); its step cost is the phase machine's.
+  not a measure of EB+ on a GPU (the paper's regime).
 
-For each, the wall time of the scheduler's ``schedule`` + ``update_from_output`` per step (where the
-schedulers' Governor work happens) and of the plugin's ``record`` (where the plugin's happens), p50
-and p99 in microseconds; Governor's added cost is the difference to ``stock`` at the same percentile.
-Events are published through the real ``TelemetryPublisher`` to a broker of a local stack started
-here; events/s is what the engine handed over divided by the run's wall time.
+Governor's cost per step is measured directly, not as a difference of two noisy runs: vLLM's own
+``Scheduler.schedule`` and ``update_from_output`` are wrapped with timers (in this script only), the
+scheduler class the engine runs is wrapped by an outer timer, and the step's Governor time is outer
+minus inner; for the plugin it is the time inside ``record``. For ``stock`` the same subtraction
+measures the timers themselves (the floor). p50 and p99 over the steps of a round, median over
+``--rounds`` rounds with the min-max spread, after one discarded warm-up round. Events go through the
+real ``TelemetryPublisher`` to the broker of a local stack started here; events/s is what the engine
+handed over divided by the round's wall time.
 
-    PYTHONPATH=. python ops/bench/bench_vllm_adapter.py [--requests 256] [--out out/bench/vllm_adapter.json]
+    PYTHONPATH=. python ops/bench/bench_vllm_adapter.py [--requests 192] [--rounds 3]
+        [--out out/bench/vllm_adapter.json]
 """
 
 from __future__ import annotations
@@ -25,9 +29,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import tempfile
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,31 +46,51 @@ from services.stack.processes import free_port
 VARIANTS = ("stock", "plugin", "governor", "ebplus-mb", "ebplus-eb")
 
 
-def _timed(base: type, sink: list[float]) -> type:
-    """A subclass of scheduler ``base`` recording schedule + update_from_output wall time per step, seconds."""
+class StepClock:
+    """Per-step timings: the outer scheduler calls, vLLM's own inside them, and the plugin's ``record``."""
 
-    class Timed(base):  # type: ignore[misc, valid-type]
-        _started = 0.0
-        _spent = 0.0
+    def __init__(self) -> None:
+        self.outer_s = 0.0
+        self.inner_s = 0.0
+        self.governor_s: list[float] = []
+        self.record_s: list[float] = []
 
-        def schedule(self, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            output = super().schedule(*args, **kwargs)
-            self._spent = time.perf_counter() - started
-            return output
-
-        def update_from_output(self, *args: Any, **kwargs: Any) -> Any:
-            started = time.perf_counter()
-            result = super().update_from_output(*args, **kwargs)
-            sink.append(self._spent + time.perf_counter() - started)
-            return result
-
-    Timed.__module__ = base.__module__
-    Timed.__qualname__ = base.__qualname__
-    return Timed
+    def close_step(self) -> None:
+        self.governor_s.append(max(0.0, self.outer_s - self.inner_s))
+        self.outer_s = self.inner_s = 0.0
 
 
-def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str) -> dict[str, float]:
+def _wrap(method: Callable[..., Any], add: Callable[[float], None]) -> Callable[..., Any]:
+    def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        try:
+            return method(self, *args, **kwargs)
+        finally:
+            add(time.perf_counter() - started)
+
+    return timed
+
+
+def _outer(base: type, clock: StepClock) -> type:
+    """A subclass of ``base`` whose schedule + update_from_output time per step is the outer time."""
+
+    def add_outer(seconds: float) -> None:
+        clock.outer_s += seconds
+
+    def update(self: Any, *args: Any, **kwargs: Any) -> Any:
+        started = time.perf_counter()
+        result = base.update_from_output(self, *args, **kwargs)
+        clock.outer_s += time.perf_counter() - started
+        clock.close_step()
+        return result
+
+    attributes = {"schedule": _wrap(base.schedule, add_outer), "update_from_output": update}
+    return type(base.__name__, (base,), {"__module__": base.__module__, **attributes})
+
+
+def _run(
+    variant: str, *, requests: int, seed: int, bootstrap: str, redis_url: str, clock: StepClock
+) -> dict[str, float]:
     from vllm import SamplingParams
     from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -83,8 +109,6 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
         "REDIS_URL": redis_url,
     }
     os.environ.update(environment)
-    step_s: list[float] = []
-    record_s: list[float] = []
     base = {
         "stock": Scheduler,
         "plugin": Scheduler,
@@ -99,7 +123,7 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
             def record(self, *args: Any, **kwargs: Any) -> None:
                 started = time.perf_counter()
                 super().record(*args, **kwargs)
-                record_s.append(time.perf_counter() - started)
+                clock.record_s.append(time.perf_counter() - started)
 
         loggers = [TimedPlugin]
     if variant.startswith("ebplus-"):
@@ -108,12 +132,14 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
         document = pinned_ebplus(deployment, engine_id, 1, mode, now_s=time.time(), valid_for_s=3600.0)
         store.put_policy("ebplus", engine_id, 1, document.model_dump_json())
         store.close()
-    engine = build_engine(_timed(base[variant], step_s), stat_loggers=loggers, iteration_details=variant == "plugin")
+    engine = build_engine(_outer(base[variant], clock), stat_loggers=loggers, iteration_details=variant == "plugin")
     rng = np.random.default_rng(seed)
     for index in range(requests):
         prompt = rng.integers(100, 1000, size=int(rng.integers(32, 256))).tolist()
         params = SamplingParams(max_tokens=int(rng.integers(16, 96)), ignore_eos=True, detokenize=False)
         engine.add_request(f"b-{index}", {"prompt_token_ids": prompt}, params)
+    clock.governor_s.clear()
+    clock.record_s.clear()
     started = time.perf_counter()
     output_tokens = 0
     while engine.has_unfinished_requests():
@@ -121,8 +147,7 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
             if output.finished:
                 output_tokens += len(output.outputs[0].token_ids)
     wall_s = time.perf_counter() - started
-    scheduler = engine.engine_core.engine_core.scheduler
-    link = getattr(scheduler, "link", None)
+    link = getattr(engine.engine_core.engine_core.scheduler, "link", None)
     if variant == "plugin":
         manager = engine.logger_manager
         link = next(
@@ -134,52 +159,72 @@ def _run(variant: str, requests: int, seed: int, bootstrap: str, redis_url: str)
     published = 0
     if link is not None:
         link.publisher.flush(60.0)
-        stats = link.publisher.stats()
-        published = stats.published
+        published = link.publisher.stats().published
     engine.engine_core.shutdown()
-    governor_s = [a + b for a, b in zip(step_s, record_s, strict=False)] if record_s else step_s
+    per_step = clock.record_s if variant == "plugin" else clock.governor_s
     return {
-        "steps": len(step_s),
+        "steps": len(clock.governor_s),
         "wall_s": wall_s,
-        "step_p50_us": float(np.percentile(governor_s, 50) * 1e6),
-        "step_p99_us": float(np.percentile(governor_s, 99) * 1e6),
+        "governor_p50_us": float(np.percentile(per_step, 50) * 1e6),
+        "governor_p99_us": float(np.percentile(per_step, 99) * 1e6),
         "events": published,
         "events_per_s": published / wall_s,
         "output_tokens_per_s": output_tokens / wall_s,
     }
 
 
+def _median(rounds: list[dict[str, float]], key: str) -> dict[str, float]:
+    values = [result[key] for result in rounds]
+    return {"median": statistics.median(values), "min": min(values), "max": max(values)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--requests", type=int, default=256, help="requests per variant")
+    parser.add_argument("--requests", type=int, default=192, help="requests per variant and round")
+    parser.add_argument("--rounds", type=int, default=3, help="measured rounds (after one warm-up)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--out", type=Path, default=Path("out/bench/vllm_adapter.json"))
     args = parser.parse_args()
+    from vllm.v1.core.sched.scheduler import Scheduler
+
+    clock = StepClock()
+
+    def add_inner(seconds: float) -> None:
+        clock.inner_s += seconds
+
+    Scheduler.schedule = _wrap(Scheduler.schedule, add_inner)  # type: ignore[method-assign]
+    Scheduler.update_from_output = _wrap(Scheduler.update_from_output, add_inner)  # type: ignore[method-assign]
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-vllm-"))
     state = stack_up(state_dir, Settings.load({}).redis_url, free_port())
-    results: dict[str, dict[str, float]] = {}
+    rounds: dict[str, list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
     try:
-        for variant in VARIANTS:
-            results[variant] = _run(variant, args.requests, args.seed, state.kafka_bootstrap, state.redis_url)
-            print(f"{variant:10s} {results[variant]}", flush=True)
+        for round_index in range(-1, args.rounds):  # round -1: the warm-up, not recorded
+            for variant in VARIANTS if round_index >= 0 else ("stock",):
+                result = _run(
+                    variant,
+                    requests=args.requests,
+                    seed=args.seed,
+                    bootstrap=state.kafka_bootstrap,
+                    redis_url=state.redis_url,
+                    clock=clock,
+                )
+                if round_index < 0:
+                    continue
+                rounds[variant].append(result)
+                print(f"round {round_index + 1} {variant:10s} {result}", flush=True)
     finally:
         stack_down(state_dir)
-    stock = results["stock"]
-    for variant in VARIANTS[1:]:
-        result = results[variant]
-        result["added_p50_us"] = result["step_p50_us"] - stock["step_p50_us"]
-        result["added_p99_us"] = result["step_p99_us"] - stock["step_p99_us"]
-    print(
-        f"{'variant':10s} {'steps':>6s} {'p50 us':>8s} {'p99 us':>8s} {'+p50 us':>8s} {'+p99 us':>8s} {'events/s':>9s}"
-    )
-    for variant, result in results.items():
-        added = f"{result.get('added_p50_us', 0.0):8.0f} {result.get('added_p99_us', 0.0):8.0f}"
+    keys = ("governor_p50_us", "governor_p99_us", "events_per_s", "output_tokens_per_s", "steps")
+    summary = {variant: {key: _median(results, key) for key in keys} for variant, results in rounds.items()}
+    print(f"{'variant':10s} {'steps':>6s} {'gov p50 us':>11s} {'gov p99 us':>11s} {'events/s':>9s} {'tok/s':>7s}")
+    for variant, figures in summary.items():
         print(
-            f"{variant:10s} {result['steps']:6.0f} {result['step_p50_us']:8.0f} {result['step_p99_us']:8.0f} "
-            f"{added} {result['events_per_s']:9.0f} {result['output_tokens_per_s']:7.0f}"
+            f"{variant:10s} {figures['steps']['median']:6.0f} {figures['governor_p50_us']['median']:11.1f} "
+            f"{figures['governor_p99_us']['median']:11.1f} {figures['events_per_s']['median']:9.0f} "
+            f"{figures['output_tokens_per_s']['median']:7.0f}"
         )
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    args.out.write_text(json.dumps({"summary": summary, "rounds": rounds}, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -31,7 +31,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.bfio.baselines import jsq_load
-from policies.bfio.objective import fillable_slots, marginal_scores, objective_j
+from policies.bfio.objective import fillable_slots, objective_j, scores_from_margins
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -96,7 +96,6 @@ def solve_fast(
     def out_of_time() -> bool:
         return budget is not None and budget.clock() - start_s > budget.budget_s
 
-    num_ranks = base_loads.shape[0]
     num_waiting = contributions.shape[0]
     loads = base_loads.astype(np.float64, copy=True)
     cap = free_slots.astype(np.int64, copy=True)
@@ -105,52 +104,21 @@ def solve_fast(
     must = np.zeros(num_waiting, dtype=bool) if forced is None else forced.copy()
     if int(must.sum()) > target:
         must[np.flatnonzero(must)[target:]] = False
-    weighted_v = contributions @ weights
-    envelope = loads.max(axis=0) if num_ranks else np.zeros(loads.shape[1])
-    scores = _masked_scores(loads, contributions, weights, cap, rank_of)
     assigned = 0
     fallback_used = False
     while assigned < target:
         if out_of_time():
             fallback_used = True
             break
-        overdue = np.flatnonzero(must & (rank_of < 0))
-        rows = overdue if overdue.size else None
-        pool = scores if rows is None else scores[rows]
-        open_ranks = np.flatnonzero(cap > 0)
-        best = pool[:, open_ranks].max(axis=0)
-        order = open_ranks[np.lexsort((loads[open_ranks] @ weights, loads[open_ranks, 0], -best))]
-        changed: list[int] = []
-        raised = False
-        for g in order:
-            column = scores[:, g] if rows is None else scores[rows, g]
-            pick = int(column.argmax())
-            if column[pick] == -np.inf:
-                continue
-            r = pick if rows is None else int(rows[pick])
-            loads[g] += contributions[r]
-            rank_of[r] = g
-            cap[g] -= 1
-            scores[r] = -np.inf
-            assigned += 1
-            if (loads[g] > envelope).any():
-                raised = True
-                break
-            changed.append(int(g))
-            if assigned == target or rows is not None:
-                break
-        if raised:
-            np.maximum(envelope, loads.max(axis=0), out=envelope)
-            scores = _masked_scores(loads, contributions, weights, cap, rank_of)
-            continue
-        if changed:
-            cols = np.asarray(changed, dtype=np.int64)
-            margins = envelope[None, :] - loads[cols]
-            excess = np.maximum(contributions[:, None, :] - margins[None, :, :], 0.0)
-            block = weighted_v[:, None] - num_ranks * (excess @ weights)
-            block[rank_of >= 0] = -np.inf
-            block[:, cap[cols] <= 0] = -np.inf
-            scores[:, cols] = block
+        assigned += _greedy_round(
+            loads=loads,
+            cap=cap,
+            rank_of=rank_of,
+            contributions=contributions,
+            weights=weights,
+            must=must,
+            limit=target - assigned,
+        )
     if fallback_used:
         order = np.concatenate((np.flatnonzero(must & (rank_of < 0)), np.flatnonzero(~must & (rank_of < 0))))
         order = order[: target - assigned]
@@ -172,14 +140,54 @@ def solve_fast(
     )
 
 
-def _masked_scores(
-    loads: FloatArray, contributions: FloatArray, weights: FloatArray, cap: IntArray, rank_of: IntArray
-) -> FloatArray:
-    """F_{r,g} with -inf where request r is already placed or rank g has no free slot."""
-    scores = marginal_scores(loads, contributions, weights)
-    scores[rank_of >= 0] = -np.inf
-    scores[:, cap <= 0] = -np.inf
-    return scores
+def _greedy_round(
+    *,
+    loads: FloatArray,
+    cap: IntArray,
+    rank_of: IntArray,
+    contributions: FloatArray,
+    weights: FloatArray,
+    must: BoolArray,
+    limit: int,
+) -> int:
+    """One greedy round: each open rank, in order of its best F, takes its best remaining request.
+
+    F_{r,g} = -Delta J (section 2.5) is evaluated once per round, for the remaining requests (only the
+    overdue ones while any is left, one per round) and the ranks with a free slot. The round stops after
+    the first assignment that raises the envelope max_j L_j(h), because that moves every rank's margin;
+    loads are updated once at the end. Returns the number of requests placed (at least one when
+    ``limit`` > 0 and a request and a slot are left).
+    """
+    overdue = np.flatnonzero(must & (rank_of < 0))
+    rows = overdue if overdue.size else np.flatnonzero(rank_of < 0)
+    open_ranks = np.flatnonzero(cap > 0)
+    envelope = loads.max(axis=0)
+    scores = scores_from_margins(envelope - loads[open_ranks], contributions[rows], weights, num_ranks=loads.shape[0])
+    best = scores.max(axis=1)
+    open_loads = loads[open_ranks]
+    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -best))
+    most = 1 if overdue.size else limit
+    picked_rank: list[int] = []
+    picked_row: list[int] = []
+    for j in order.tolist():
+        row = scores[j]
+        pick = int(row.argmax())
+        if row[pick] == -np.inf:
+            continue
+        picked_rank.append(int(open_ranks[j]))
+        picked_row.append(int(rows[pick]))
+        scores[:, pick] = -np.inf
+        if len(picked_rank) == most:
+            break
+    ranks = np.asarray(picked_rank, dtype=np.int64)
+    requests = np.asarray(picked_row, dtype=np.int64)
+    raised = np.flatnonzero((loads[ranks] + contributions[requests] > envelope).any(axis=1))
+    if raised.size:
+        ranks, requests = ranks[: raised[0] + 1], requests[: raised[0] + 1]
+    loads[ranks] += contributions[requests]
+    rank_of[requests] = ranks
+    cap[ranks] -= 1
+    return int(ranks.shape[0])
 
 
 def _apply_best_exchange(
@@ -194,66 +202,93 @@ def _apply_best_exchange(
     """Apply the best J-decreasing exchange that touches a rank on the envelope; return whether one existed.
 
     Only a change to a rank that attains max_g L_g(h) at some weighted offset can lower J, so the
-    candidate moves start from the admitted requests on those ranks.
+    candidate moves start from the admitted requests on those ranks (the movers). J after every candidate
+    (swap with any admitted request on another rank, move to another rank with a free slot, replace by a
+    waiting request) is evaluated at once as an array (movers x candidates x offsets); the peak of the
+    ranks a move does not touch is the largest (or, when that rank is touched, the second largest) load
+    among the ranks other than the mover's. Ties go to the first candidate in the order movers by
+    (rank, request), then swaps, moves and replaces, each by index.
     """
     num_ranks = loads.shape[0]
     envelope = loads.max(axis=0)
     total = loads.sum(axis=0)
     current_j = float((num_ranks * envelope - total) @ weights)
-    critical = np.flatnonzero(np.any((loads >= envelope) & (weights > 0), axis=1))
-    waiting = np.flatnonzero(rank_of < 0)
-    best_j = current_j - _REL_TOL * max(1.0, abs(current_j))
-    best_move: tuple[str, int, int] | None = None
-    columns = np.arange(loads.shape[1])
-    for g1 in critical:
-        others = loads.copy()
-        others[g1] = -np.inf
-        arg1 = others.argmax(axis=0)
-        top1 = others[arg1, columns]
-        others[arg1, columns] = -np.inf
-        top2 = others.max(axis=0)
-        for r1 in np.flatnonzero(rank_of == g1):
-            v1 = contributions[r1]
-            left = loads[g1] - v1
-            mates = np.flatnonzero((rank_of >= 0) & (rank_of != g1))
-            if mates.size:
-                g2 = rank_of[mates]
-                other = np.where(arg1[None, :] == g2[:, None], top2[None, :], top1[None, :])
-                peak = np.maximum(other, np.maximum(left + contributions[mates], loads[g2] - contributions[mates] + v1))
-                j = (num_ranks * peak - total) @ weights
-                i = int(np.argmin(j))
-                if j[i] < best_j:
-                    best_j, best_move = float(j[i]), ("swap", int(r1), int(mates[i]))
-            targets = np.flatnonzero((cap > 0) & (np.arange(num_ranks) != g1))
-            if targets.size:
-                other = np.where(arg1[None, :] == targets[:, None], top2[None, :], top1[None, :])
-                peak = np.maximum(other, np.maximum(left[None, :], loads[targets] + v1))
-                j = (num_ranks * peak - total) @ weights
-                i = int(np.argmin(j))
-                if j[i] < best_j:
-                    best_j, best_move = float(j[i]), ("move", int(r1), int(targets[i]))
-            if waiting.size and not must[r1]:
-                peak = np.maximum(top1[None, :], left + contributions[waiting])
-                j = (num_ranks * peak - (total - v1 + contributions[waiting])) @ weights
-                i = int(np.argmin(j))
-                if j[i] < best_j:
-                    best_j, best_move = float(j[i]), ("replace", int(r1), int(waiting[i]))
-    if best_move is None:
+    critical = np.any((loads >= envelope) & (weights > 0), axis=1)
+    movers = np.flatnonzero((rank_of >= 0) & critical[np.maximum(rank_of, 0)])
+    if movers.size == 0:
         return False
-    kind, moved, partner = best_move
-    from_rank = int(rank_of[moved])
-    if kind == "swap":
+    movers = movers[np.argsort(rank_of[movers], kind="stable")]
+    home = rank_of[movers]
+    v1 = contributions[movers]
+    left = loads[home] - v1
+    top1, arg1, top2 = _peaks_without(loads, home)
+    mates = np.flatnonzero(rank_of >= 0)
+    mate_rank = rank_of[mates]
+    v2 = contributions[mates]
+    other = np.where(arg1[:, None, :] == mate_rank[None, :, None], top2[:, None, :], top1[:, None, :])
+    peak = np.maximum(
+        other, np.maximum(left[:, None, :] + v2[None, :, :], (loads[mate_rank] - v2)[None, :, :] + v1[:, None, :])
+    )
+    swap_j = _weighted(num_ranks * peak - total, weights)
+    swap_j[home[:, None] == mate_rank[None, :]] = np.inf
+    targets = np.arange(num_ranks)
+    other = np.where(arg1[:, None, :] == targets[None, :, None], top2[:, None, :], top1[:, None, :])
+    peak = np.maximum(other, np.maximum(left[:, None, :], loads[None, :, :] + v1[:, None, :]))
+    move_j = _weighted(num_ranks * peak - total, weights)
+    move_j[(home[:, None] == targets[None, :]) | (cap[None, :] <= 0)] = np.inf
+    waiting = np.flatnonzero(rank_of < 0)
+    v3 = contributions[waiting]
+    peak = np.maximum(top1[:, None, :], left[:, None, :] + v3[None, :, :])
+    replace_j = _weighted(num_ranks * peak - ((total - v1)[:, None, :] + v3[None, :, :]), weights)
+    replace_j[must[movers]] = np.inf
+    candidates = np.concatenate((swap_j, move_j, replace_j), axis=1)
+    best = int(np.argmin(candidates))
+    if not candidates.flat[best] < current_j - _REL_TOL * max(1.0, abs(current_j)):
+        return False
+    row, column = divmod(best, candidates.shape[1])
+    moved, from_rank = int(movers[row]), int(home[row])
+    if column < mates.shape[0]:
+        partner = int(mates[column])
         to_rank = int(rank_of[partner])
         loads[from_rank] += contributions[partner] - contributions[moved]
         loads[to_rank] += contributions[moved] - contributions[partner]
         rank_of[moved], rank_of[partner] = to_rank, from_rank
-    elif kind == "move":
+    elif column < mates.shape[0] + num_ranks:
+        to_rank = column - mates.shape[0]
         loads[from_rank] -= contributions[moved]
-        loads[partner] += contributions[moved]
+        loads[to_rank] += contributions[moved]
         cap[from_rank] += 1
-        cap[partner] -= 1
-        rank_of[moved] = partner
+        cap[to_rank] -= 1
+        rank_of[moved] = to_rank
     else:
+        partner = int(waiting[column - mates.shape[0] - num_ranks])
         loads[from_rank] += contributions[partner] - contributions[moved]
         rank_of[moved], rank_of[partner] = -1, from_rank
     return True
+
+
+def _peaks_without(loads: FloatArray, excluded: IntArray) -> tuple[FloatArray, IntArray, FloatArray]:
+    """Per excluded rank e and offset: the largest load among ranks != e, its rank, and the second largest.
+
+    Shapes (E, K). Ties resolve to the lowest rank index; -inf where fewer ranks are left.
+    """
+    num_ranks = loads.shape[0]
+    depth = min(3, num_ranks)
+    order = np.argsort(-loads, axis=0, kind="stable")[:depth]
+    values = np.take_along_axis(loads, order, axis=0)
+    if depth < 3:
+        pad = 3 - depth
+        order = np.concatenate((order, np.full((pad, loads.shape[1]), -1, dtype=order.dtype)))
+        values = np.concatenate((values, np.full((pad, loads.shape[1]), -np.inf)))
+    hit0 = order[0][None, :] == excluded[:, None]
+    hit1 = order[1][None, :] == excluded[:, None]
+    top1 = np.where(hit0, values[1], values[0])
+    arg1 = np.where(hit0, order[1], order[0]).astype(np.int64)
+    top2 = np.where(hit0 | hit1, values[2], values[1])
+    return top1, arg1, top2
+
+
+def _weighted(per_offset: FloatArray, weights: FloatArray) -> FloatArray:
+    """sum_k omega_k x[..., k] for an array whose last axis is the offsets."""
+    flat: FloatArray = per_offset.reshape(-1, per_offset.shape[-1]) @ weights
+    return flat.reshape(per_offset.shape[:-1])

@@ -53,8 +53,27 @@ def marginal_scores(loads: FloatArray, contributions: FloatArray, weights: Float
         weights: shape (K,), omega.
     """
     margins = loads.max(axis=0)[None, :] - loads
-    excess = np.maximum(contributions[:, None, :] - margins[None, :, :], 0.0)
-    scores: FloatArray = (contributions @ weights)[:, None] - loads.shape[0] * (excess @ weights)
+    return scores_from_margins(margins, contributions, weights, num_ranks=loads.shape[0]).T
+
+
+def scores_from_margins(
+    margins: FloatArray, contributions: FloatArray, weights: FloatArray, *, num_ranks: int
+) -> FloatArray:
+    """F_{r,g} = sum_h omega_h [v_r(h) - G (v_r(h) - m_g(h))^+] for given margins, shape (len(margins), N).
+
+    Rank-major so that a rank's scores are contiguous (the greedy takes a rank's best request); the
+    excess tensor is reduced as one (G N, K) matrix-vector product.
+
+    Args:
+        margins: shape (G', K), m_g(h) = max_j L_j(h) - L_g(h) of the ranks to score (a subset is allowed).
+        contributions: shape (N, K), v_r(h).
+        weights: shape (K,), omega.
+        num_ranks: G of Eq. 2 (all ranks, not only the scored ones).
+    """
+    excess = contributions[None, :, :] - margins[:, None, :]
+    np.maximum(excess, 0.0, out=excess)
+    penalty = (excess.reshape(-1, excess.shape[2]) @ weights).reshape(margins.shape[0], contributions.shape[0])
+    scores: FloatArray = (contributions @ weights)[None, :] - num_ranks * penalty
     return scores
 
 

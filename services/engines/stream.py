@@ -14,8 +14,9 @@ the requests it lost are simply never finished (they count neither as completion
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Literal
 
 import structlog
@@ -138,12 +139,13 @@ class EngineStream:
             self._requests[track.request_id] = track
             self._emit(lambda: self._arrival(now_s, track))
 
-    def scheduled(self, now_s: float, request_id: str) -> None:
-        """Note the first time ``request_id`` was scheduled (its admission)."""
+    def scheduled(self, now_s: float, request_ids: Iterable[str]) -> None:
+        """Note the first time each of ``request_ids`` was scheduled (its admission); one lock per step."""
         with self._lock:
-            track = self._requests.get(request_id)
-            if track is not None and track.admitted_s is None:
-                track.admitted_s = now_s
+            for request_id in request_ids:
+                track = self._requests.get(request_id)
+                if track is not None and track.admitted_s is None:
+                    track.admitted_s = now_s
 
     def preempted(self, request_id: str) -> None:
         """Count one preemption of ``request_id``."""
@@ -152,27 +154,23 @@ class EngineStream:
             if track is not None:
                 track.preemptions += 1
 
-    def tokens(self, now_s: float, request_id: str, count: int) -> None:
-        """Record ``count`` new output tokens of ``request_id``; the first one emits ``request.first_token``."""
-        if count <= 0:
-            return
+    def tokens(self, now_s: float, counts: Iterable[tuple[str, int]]) -> None:
+        """Record new output tokens at ``now_s`` per (request id, count); a first one emits ``request.first_token``.
+
+        One call (one lock) per engine step: the step loop pays for the bookkeeping once, not per request.
+        """
         with self._lock:
-            track = self._requests.get(request_id)
-            if track is None:
-                return
-            if track.first_token_s is None:
-                track.first_token_s = now_s
-                self._emit(
-                    lambda: RequestFirstToken(
-                        **self._stamper.next(now_s),
-                        request_id=request_id,
-                        ttft_s=max(0.0, now_s - track.arrived_s),
-                    )
-                )
-            elif track.last_token_s is not None:
-                track.gaps_s.append(max(0.0, now_s - track.last_token_s))
-            track.last_token_s = now_s
-            track.output_tokens += count
+            for request_id, count in counts:
+                track = self._requests.get(request_id)
+                if track is None or count <= 0:
+                    continue
+                if track.first_token_s is None:
+                    track.first_token_s = now_s
+                    self._emit(partial(self._first_token, now_s, track))
+                elif track.last_token_s is not None:
+                    track.gaps_s.append(max(0.0, now_s - track.last_token_s))
+                track.last_token_s = now_s
+                track.output_tokens += count
 
     def finished(self, now_s: float, request_id: str, reason: FinishReasonName) -> None:
         """Emit ``request.finished`` for a tracked request and forget it (unknown ids are ignored)."""
@@ -199,6 +197,11 @@ class EngineStream:
         with self._lock:
             self._emit(lambda: self._arrival(now_s, track))
             self._publish_finished(now_s, track, reason, ttft_s=ttft_s, tbt_mean_s=tbt_mean_s)
+
+    def _first_token(self, now_s: float, track: RequestTrack) -> RequestFirstToken:
+        return RequestFirstToken(
+            **self._stamper.next(now_s), request_id=track.request_id, ttft_s=max(0.0, now_s - track.arrived_s)
+        )
 
     def _arrival(self, now_s: float, track: RequestTrack) -> RequestArrived:
         return RequestArrived(

@@ -94,7 +94,8 @@ def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0) -> Iterator[b
         ends = consumer.end_offsets(assigned)
         remaining = {tp for tp in assigned if ends[tp] > 0}
         for message in consumer:
-            yield message.value
+            if message.value is not None:  # a tombstone carries no event: nothing to record
+                yield message.value
             tp = TopicPartition(message.topic, message.partition)
             if message.offset >= ends[tp] - 1:
                 remaining.discard(tp)

@@ -48,6 +48,7 @@ log = structlog.get_logger(__name__)
 
 CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
+FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
 
 
 @dataclass(slots=True)
@@ -110,6 +111,7 @@ class StreamProcessor:
         self._pending_acks: dict[str, str] = {}
         self._metrics_folded = 0
         self._metrics_dead = 0
+        self._foreign_sources: set[tuple[str, str]] = set()
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to its applied offset + 1."""
@@ -180,7 +182,7 @@ class StreamProcessor:
                 self._dead_letter(record, exc, position)
                 continue
             if event.deployment != self._deployment:
-                self.counters.foreign += 1
+                self._foreign(event)
                 continue
             self._ensure_loaded(event, tp)
             if isinstance(event, PolicyApplied):
@@ -252,6 +254,25 @@ class StreamProcessor:
                 lag += max(0, high - self._consumer.position(tp))
         self._metrics.lag.set(lag)
         self._metrics.progressed()
+
+    def _foreign(self, event: Event) -> None:
+        """Count an event of another deployment; say so once per (deployment, engine), loudly.
+
+        A wrong ``GOVERNOR_DEPLOYMENT`` on an engine otherwise looks like an engine that never speaks.
+        The set of sources logged is capped, so a stream of made-up names cannot grow it without bound.
+        """
+        self.counters.foreign += 1
+        if self._metrics is not None:
+            self._metrics.foreign_events.inc()
+        source = (event.deployment, event.engine_id)
+        if source not in self._foreign_sources and len(self._foreign_sources) < FOREIGN_SOURCES_LOGGED:
+            self._foreign_sources.add(source)
+            log.warning(
+                "foreign_deployment_events",
+                deployment=event.deployment,
+                engine_id=event.engine_id,
+                ours=self._deployment,
+            )
 
     def _ensure_loaded(self, event: Event, tp: str) -> None:
         engine = event.engine_id

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import redis
+import structlog.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
@@ -88,6 +89,47 @@ def test_a_stream_with_ten_percent_malformed_events_loses_no_valid_event(
     assert len(by_offset) == bad_count
     assert all(d["reason"] and d["source"]["topic"] == TELEMETRY_TOPIC for d in by_offset.values())
     store.close()
+
+
+def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: StackState, deployment: str) -> None:
+    valid = synthetic_stream(engines=1, requests=40, deployment=deployment, seed=3)
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
+    producer.send(TELEMETRY_TOPIC, key=valid[0].engine_id.encode(), value=None)
+    for event in valid:
+        producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=encode_event(event))
+    producer.flush()
+    producer.close()
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+    )
+    processor.run(idle_exit_s=4.0)
+    processor.close()
+    store.close()
+    assert processor.counters.folded == len(valid)
+    assert processor.counters.dead_lettered >= 1
+
+
+def test_events_of_another_deployment_are_counted_and_named_once_per_engine(stack: StackState, deployment: str) -> None:
+    other = f"{deployment}-other"
+    stray = synthetic_stream(engines=2, requests=30, deployment=other, seed=4)
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
+    for event in stray:
+        producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=encode_event(event))
+    producer.flush()
+    producer.close()
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+    )
+    with structlog.testing.capture_logs() as logs:
+        processor.run(idle_exit_s=4.0)
+    processor.close()
+    store.close()
+    assert processor.counters.foreign >= len(stray)
+    assert processor.counters.folded == 0
+    named = [(e["deployment"], e["engine_id"]) for e in logs if e["event"] == "foreign_deployment_events"]
+    assert sorted(n for n in named if n[0] == other) == [(other, "eng-0"), (other, "eng-1")]
 
 
 def _document(deployment: str, version: int, valid_until: float) -> AdmissionPolicy:

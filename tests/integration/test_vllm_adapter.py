@@ -28,6 +28,7 @@ from schemas.steps import StepReport
 from services.cli.main import main as governor
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
+from services.policy.wiring.admission import ADMISSION_INTERVAL_S
 from services.stack.launcher import StackState
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
@@ -170,7 +171,9 @@ def test_stock_engine_with_the_plugin_feeds_estimates_with_censored_length_finis
 ) -> None:
     monkeypatch.setenv("GOVERNOR_ENGINE_ID", "vllm-stock")
     engine = _engine(None, plugin=True)
-    _serve(engine, 64, prefix="p", max_tokens=24)
+    _serve(engine, 32, prefix="p", max_tokens=24)
+    time.sleep(ADMISSION_INTERVAL_S + 0.5)  # the second wave's events are past the admission trigger
+    _serve(engine, 32, prefix="q", max_tokens=24, seed=1)
     plugin = _plugin(engine)
     assert plugin.link is not None
     plugin.link.close(30.0)

@@ -113,8 +113,7 @@ class GovernorScheduler(Scheduler):
         output = self.schedule_under(document, now_s, throttle_prefills)
         if output.total_num_scheduled_tokens > 0:
             self._step_started_s = now_s
-            for request_id in output.num_scheduled_tokens:
-                self._link.stream.scheduled(now_s, request_id)
+            self._link.stream.scheduled(now_s, output.num_scheduled_tokens)
             for request_id in output.preempted_req_ids or ():
                 self._link.stream.preempted(request_id)
             self._pending_counts = self._batch_counts(output)
@@ -161,14 +160,12 @@ class GovernorScheduler(Scheduler):
         results = super().update_from_output(scheduler_output, model_runner_output)
         now_s = time.time()
         stream = self._link.stream
-        advanced: list[str] = []
-        for outputs in results.values():
-            for output in outputs.outputs:
-                stream.tokens(now_s, output.request_id, len(output.new_token_ids))
-                if output.new_token_ids:
-                    advanced.append(output.request_id)
-                if output.finish_reason is not None:
-                    stream.finished(now_s, output.request_id, finish_reason_name(str(output.finish_reason)))
+        produced = [output for outputs in results.values() for output in outputs.outputs]
+        stream.tokens(now_s, ((output.request_id, len(output.new_token_ids)) for output in produced))
+        advanced = [output.request_id for output in produced if output.new_token_ids]
+        for output in produced:
+            if output.finish_reason is not None:
+                stream.finished(now_s, output.request_id, finish_reason_name(str(output.finish_reason)))
         started = self._step_started_s
         if started is not None and scheduler_output.total_num_scheduled_tokens > 0:
             self._step_started_s = None

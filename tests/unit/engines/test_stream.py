@@ -32,9 +32,10 @@ def _serve(stream: EngineStream, start_s: float, ids: list[str], *, finish: bool
     for offset, request_id in enumerate(ids):
         now = start_s + offset
         stream.arrived(now, RequestTrack(request_id=request_id, arrived_s=now, prompt_tokens=50, tbt_slo_s=1.2))
-        stream.tokens(now + 0.5, request_id, 1)
-        stream.tokens(now + 1.5, request_id, 1)
-        stream.tokens(now + 3.0, request_id, 1)
+        stream.scheduled(now + 0.1, [request_id])
+        stream.tokens(now + 0.5, [(request_id, 1)])
+        stream.tokens(now + 1.5, [(request_id, 1)])
+        stream.tokens(now + 3.0, [(request_id, 1)])
         if finish:
             stream.finished(now + 3.0, request_id, "stop")
 
@@ -47,6 +48,7 @@ class TestEngineStream:
         finished = next(e for e in sink.events if isinstance(e, RequestFinished))
         assert first.ttft_s == 0.5
         assert (finished.output_tokens, finished.ttft_s, finished.tbt_gaps) == (3, 0.5, 2)
+        assert finished.admitted_ts == 10.1
         assert finished.tbt_max_s == 1.5
         assert finished.tbt_gaps_over_slo == 1  # 1.0 s is within the 1.2 s SLO, 1.5 s is not
 

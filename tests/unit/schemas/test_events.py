@@ -43,6 +43,10 @@ class TestInvalidEvents:
         with pytest.raises(InvalidInputError, match=r"^prompt_tokens: .*greater than or equal to 0 \(line 17\)$"):
             parse_event(json.dumps(data), source="line 17")
 
+    def test_a_record_without_a_value_is_refused_not_crashed_on(self) -> None:
+        with pytest.raises(InvalidInputError, match=r"^the record holds no value \(a tombstone\) \(t@3\)$"):
+            parse_event(None, source="t@3")
+
     def test_kv_used_above_total_is_refused(self) -> None:
         data = _as_dict(SAMPLES[5]) | {"kv_blocks_used": 1001}
         with pytest.raises(InvalidInputError, match=r"kv_blocks_used .* must not exceed kv_blocks_total"):

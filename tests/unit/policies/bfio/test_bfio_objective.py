@@ -13,6 +13,7 @@ from policies.bfio.objective import (
     loads_after,
     marginal_scores,
     objective_j,
+    scores_from_margins,
 )
 
 
@@ -46,6 +47,18 @@ class TestMarginalScores:
         after = loads.copy()
         after[rank] += v[0]
         assert marginal_scores(loads, v, weights)[0, rank] == before - objective_j(after, weights)
+
+    def test_scores_of_a_subset_of_ranks_use_the_envelope_of_all_ranks(self) -> None:
+        """The greedy scores only ranks with a free slot; their F must still see every rank's load and G."""
+        rng = np.random.default_rng(5)
+        loads = rng.integers(0, 500, (5, 3)).astype(np.float64)
+        v = rng.integers(1, 200, (7, 3)).astype(np.float64)
+        weights = np.array([1.0, 2.0, 0.5])
+        subset = np.array([1, 3])
+        margins = loads.max(axis=0) - loads[subset]
+        subset_scores = scores_from_margins(margins, v, weights, num_ranks=5)
+        np.testing.assert_allclose(subset_scores, marginal_scores(loads, v, weights)[:, subset].T)
+        assert not np.allclose(subset_scores, marginal_scores(loads[subset], v, weights).T)
 
 
 class TestFeasibility:
