@@ -32,13 +32,52 @@ from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 
 ONLINE_CALIB_ID = "online"
+PROBE_CALIB_ID = "probe"
 
 
-def _cost_model(inputs: EbplusInputs, params: EbplusParams) -> tuple[CostModel, str]:
+def _cost_model(inputs: EbplusInputs, params: EbplusParams) -> tuple[CostModel, str] | None:
+    """The inputs' cost model, else the params' profile, else None (no cost model: probe)."""
     if inputs.cost_model is not None:
         return inputs.cost_model, ONLINE_CALIB_ID
+    if params.calibration_id is None:
+        return None
     profile = calibration_profile(params.calibration_id)
     return profile.cost_model, profile.calib_id
+
+
+def _probe(inputs: EbplusInputs, prev: EbplusState, params: EbplusParams) -> Decision[EbplusPayload, EbplusState]:
+    """Run EB at theta_default and N = max_num_seqs so the engine's exclusive steps can be fitted.
+
+    Why: Eq. 8 and Eq. 3 need alpha_p, beta_p, alpha_d and beta_d, the costs of exclusive prefill and
+    decode batches. An engine with no calibration profile that runs mixed batching (the cold start)
+    seldom runs such batches (never under saturation), so its online fit of them never appears.
+    The reference code measures them once offline (HardwareCalibrator, spec section 6.4); this probe
+    measures them in service instead. The carried state (mode, hysteresis, Algorithm 1) is left as
+    it was, so the first evaluation with fits starts from the cold-start mode, unbiased by the probe.
+
+    Deviation: not in the paper or its code, which always have a calibration.
+    """
+    payload = EbplusPayload(
+        mode="EB",
+        theta=params.theta_default,
+        k=max(1, math.floor(params.theta_default * inputs.max_num_seqs)),
+        n=inputs.max_num_seqs,
+        kv_gate=KvGate(
+            s_kv=params.kv_gate_s_kv, f0=params.kv_gate_f0, f_min=params.kv_gate_f_min, f_max=params.kv_gate_f_max
+        ),
+        mu_l_tokens=inputs.mu_l_tokens,
+        mu_o_tokens=inputs.mu_o_tokens,
+        calib_id=PROBE_CALIB_ID,
+        fallback=EbplusFallback(mode="MB", theta=params.theta_default, n=inputs.max_num_seqs),
+    )
+    diagnostics: dict[str, DiagnosticValue] = {
+        "calib_id": PROBE_CALIB_ID,
+        "completions": inputs.completions,
+        "algorithm1_ran": False,
+        "evaluated": False,
+        "mode_reason": "probing_cost_model",
+    }
+    return Decision(payload=payload, state=prev, diagnostics=diagnostics, clamps=(), valid_for_s=params.valid_for_s)
 
 
 def decide(
@@ -53,7 +92,8 @@ def decide(
         now_s: event time of the decision, seconds (recorded as the switch time when the mode changes).
 
     Returns:
-        the payload engines obey, the state the next decision reads, diagnostics and clamps.
+        the payload engines obey, the state the next decision reads, diagnostics and clamps; with
+        neither an input cost model nor a params profile, the EB probe (``_probe``).
 
     Raises:
         InvalidInputError: when now_s is not finite and >= 0, or params names an unknown calibration.
@@ -62,7 +102,10 @@ def decide(
         msg = f"now_s must be finite and >= 0, got {now_s}"
         raise InvalidInputError(msg, field="now_s", value=now_s)
     prev = previous.state if previous is not None else EbplusState(mode=params.cold_start_mode)
-    cost, calib_id = _cost_model(inputs, params)
+    source = _cost_model(inputs, params)
+    if source is None:
+        return _probe(inputs, prev, params)
+    cost, calib_id = source
     clamps: list[Clamp] = []
     p0, eta = inputs.p0, inputs.eta
     if params.p0_geometric_floor:

@@ -47,7 +47,9 @@ class EbplusParams:
     n_obs_min: float = 16.0  # code VLLM_PD_MODE_SWITCH_N_THRESHOLD = 16 (drain gate)
     surge_factor: float = 2.0  # code: evaluate at once when demand > 2 N_obs
     cold_start_mode: EbplusMode = "MB"  # code VLLM_PD_AUTO_COLD_START_MODE = mb
-    calibration_id: str = QWEN3_8B_H200  # Governor: the paper's primary high-bandwidth profile
+    # Governor: the paper's primary high-bandwidth profile, used while an engine has no cost model of
+    # its own. None: no profile at all; EB+ then probes EB until the engine's exclusive steps are fitted.
+    calibration_id: str | None = QWEN3_8B_H200
     kv_gate_s_kv: float = 0.5  # paper Eq. 23 s_KV
     kv_gate_f0: float = 0.0  # paper Eq. 23 f0
     kv_gate_f_min: float = 0.05  # paper Eq. 23 lower clip

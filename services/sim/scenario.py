@@ -13,11 +13,13 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Literal
 
+import numpy as np
+
 from policies.ebplus.calibration import calibration_profile
 from schemas.errors import InvalidInputError
 from services.sim.dp import DpConfig
 from services.sim.engine import EngineConfig
-from services.sim.timing import BfioTiming, EbTiming, SlaiTiming, TimingModel
+from services.sim.timing import BfioTiming, EbTiming, JitteredTiming, SlaiTiming, TimingModel
 from services.sim.workload import (
     ArrivalProcess,
     BatchArrivals,
@@ -113,6 +115,15 @@ def _str(table: Table, key: str, where: str, default: str | None = None) -> str:
     return value
 
 
+def _jitter_frac(table: Table, where: str) -> float:
+    """The timing table's per-step noise ``jitter_frac`` (default 0: noise-free, as golden results assume)."""
+    jitter = _num(table, "jitter_frac", where, 0.0)
+    if not 0.0 <= jitter <= 0.5:
+        msg = f"{where}.jitter_frac must be in [0, 0.5], got {jitter}"
+        raise InvalidInputError(msg, field=f"{where}.jitter_frac", value=jitter)
+    return jitter
+
+
 def _timing(table: Table, where: str) -> TimingModel:
     model = _str(table, "model", where)
     if model == "eb" and "calibration" in table:
@@ -182,7 +193,9 @@ def _lengths(table: Table, where: str) -> LengthSampler:
 SCHEDULERS = ("mixed", "sarathi", "sarathi-spf", "slai", "vllm", "ebplus")
 
 
-def _engines(tables: list[Table], timings: Table, where: str) -> tuple[EngineSpec, ...]:
+def _engines(tables: list[Table], timings: Table, where: str, seed: int) -> tuple[EngineSpec, ...]:
+    """The scenario's engines; a timing table with ``jitter_frac`` > 0 gives each engine its own noise
+    stream, seeded from (scenario seed, engine index) so runs repeat and engines stay independent."""
     specs: list[EngineSpec] = []
     for i, table in enumerate(tables):
         at = f"{where}.engines[{i}]"
@@ -190,12 +203,18 @@ def _engines(tables: list[Table], timings: Table, where: str) -> tuple[EngineSpe
         if timing_name not in timings:
             msg = f"{at}.timing names no [timing.{timing_name}] table"
             raise InvalidInputError(msg, field=f"{at}.timing", value=timing_name)
-        timing = _timing(_table(timings[timing_name], f"timing.{timing_name}"), f"timing.{timing_name}")
+        timing_table = _table(timings[timing_name], f"timing.{timing_name}")
+        base_timing = _timing(timing_table, f"timing.{timing_name}")
+        jitter = _jitter_frac(timing_table, f"timing.{timing_name}")
         kind = _str(table, "kind", at, "engine")
         prefix = _str(table, "id_prefix", at, "dp-" if kind == "dp" else "engine-")
         pool = _str(table, "pool", at, "default")
         for n in range(_int(table, "count", at, 1)):
             engine_id = f"{prefix}{n}"
+            timing = base_timing
+            if jitter > 0.0:
+                stream = np.random.SeedSequence([seed, len(specs)])
+                timing = JitteredTiming(base_timing, jitter_frac=jitter, seed=stream)
             if kind == "dp":
                 router = _str(table, "router", at, "fcfs")
                 if router not in ("fcfs", "jsq-load", "bfio"):
@@ -296,6 +315,7 @@ def load_scenario(
     if router not in ("least-loaded", "length"):
         msg = f"{name}.router must be least-loaded or length, got {router!r}"
         raise InvalidInputError(msg, field=f"{name}.router", value=router)
+    run_seed = seed if seed is not None else _int(body, "seed", name, 0)
     scenario = Scenario(
         name=name,
         description=_str(body, "description", name, ""),
@@ -303,7 +323,7 @@ def load_scenario(
         seed=_int(body, "seed", name, 0),
         deployment=_str(body, "deployment", name, "sim"),
         heartbeat_interval_s=_num(body, "heartbeat_interval_s", name, 5.0),
-        engines=_engines(_tables(body.get("engines"), f"{name}.engines"), timings, name),
+        engines=_engines(_tables(body.get("engines"), f"{name}.engines"), timings, name, run_seed),
         router=router,  # type: ignore[arg-type]
         boundary_tokens=_int(body, "boundary_tokens", name) if router == "length" else None,
         workload=workload,

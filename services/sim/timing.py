@@ -6,6 +6,9 @@
   ratio r = decode tokens / batch tokens.
 - ``SlaiTiming``: specs/seed-000-slai.md section 5.6: T = a0 + a_tok tau + a_seq seqs + a_ctx ctx.
 - ``BfioTiming``: specs/seed-003-bfio.md section 1.3 (Eq. 6): T = C + t_l max_g L_g.
+- ``JitteredTiming``: any of them with seeded multiplicative per-step noise (off unless asked for),
+  so that online cost fits see the scatter real step times have (the EB paper's calibration R^2 is
+  0.98-0.99 for decode steps, spec seed-001 section 6.4).
 
 Each model maps a ``BatchShape`` to seconds; engines call it once per iteration.
 """
@@ -14,6 +17,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Protocol
+
+import numpy as np
 
 from policies.ebplus.inputs import CostModel
 from schemas.errors import InvalidInputError
@@ -187,3 +192,34 @@ class BfioTiming:
     def rank_time_s(self, load_tokens: int) -> float:
         """One rank's local compute time C + t_l L_g (its share before the barrier), seconds."""
         return self.c_s + self.t_l_s_per_token * load_tokens
+
+
+class JitteredTiming:
+    """A timing model whose every step time is multiplied by seeded log-normal noise of mean 1.
+
+    Each call draws z ~ N(0, 1) and returns ``base(shape) * exp(sigma z - sigma^2 / 2)`` with
+    sigma = ``jitter_frac``: the noise is unbiased (E = 1), so fits of the noisy steps estimate the
+    noise-free coefficients, and its relative spread is about ``jitter_frac`` (3% gives step times
+    within +-6% for 95% of steps). Draws follow the engine's step order, so a run is reproducible
+    from the seed. The base model stays the ground truth a bench compares online fits against.
+
+    Raises:
+        InvalidInputError: ``jitter_frac`` outside [0, 0.5].
+    """
+
+    __slots__ = ("_rng", "base", "jitter_frac")
+
+    def __init__(self, base: TimingModel, *, jitter_frac: float, seed: int | np.random.SeedSequence) -> None:
+        """Wrap ``base``; ``seed`` seeds this engine's own noise stream."""
+        if not 0.0 <= jitter_frac <= 0.5:
+            msg = f"jitter_frac must be in [0, 0.5], got {jitter_frac}"
+            raise InvalidInputError(msg, field="jitter_frac", value=jitter_frac)
+        self.base = base
+        self.jitter_frac = jitter_frac
+        self._rng = np.random.default_rng(seed)
+
+    def step_time_s(self, shape: BatchShape) -> float:
+        """The base model's time for ``shape`` times one log-normal draw of mean 1, seconds."""
+        sigma = self.jitter_frac
+        factor = float(np.exp(sigma * self._rng.standard_normal() - 0.5 * sigma * sigma))
+        return self.base.step_time_s(shape) * factor

@@ -15,6 +15,7 @@ it an engine under such a workload would never get a policy and stay on the MB f
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams
@@ -58,7 +59,8 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
     The cost model is the engine's registered calibration profile, else (an engine with no profile,
     such as a real vLLM engine on hardware we have not calibrated) the online fits from its step
     events once prefill and decode fits both exist, else None, which falls back to the params'
-    profile; ``online_cost_model`` uses the online fits alone. Calibration is preferred because a
+    profile (with ``calibration_id=None``, the EB probe that collects the missing fits);
+    ``online_cost_model`` ignores registered profiles. Calibration is preferred because a
     running engine under mixed batching sees few pure-prefill batches to fit alpha_p from (spec
     seed-001 P15). The KV capacity is the registered
     kv_blocks_total * block_size_tokens, else the last step's.
@@ -147,8 +149,12 @@ def _registered_calibration(s: dict[str, Any]) -> CostModel | None:
     return None
 
 
-def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
-    """EB+ per engine, every ``t_upd_completions`` finished requests of the engine (Alg. 1)."""
+def ebplus_spec(params: EbplusParams | None = None, *, online_cost_model: bool = False) -> PolicySpec:
+    """EB+ per engine, every ``t_upd_completions`` finished requests of the engine (Alg. 1).
+
+    ``online_cost_model`` makes every engine decide from the cost model fitted from its own step
+    events (``ebplus_inputs``), whatever calibration it registered.
+    """
     ebplus_params = params or EbplusParams()
     return PolicySpec(
         kind="ebplus",
@@ -166,7 +172,7 @@ def ebplus_spec(params: EbplusParams | None = None) -> PolicySpec:
             "tiers",
         ),
         document_type=EbplusPolicy,
-        inputs_from_snapshot=ebplus_inputs,
+        inputs_from_snapshot=partial(ebplus_inputs, online_cost_model=online_cost_model),
         decide=bind_params(decide_ebplus, ebplus_params),
         applies_to=engine_obeys("ebplus"),
     )

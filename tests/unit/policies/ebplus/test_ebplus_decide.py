@@ -108,6 +108,15 @@ class TestDecide:
         assert decision.payload.n == 1024
         assert any(c.name == "n" and c.decided > 1024 for c in decision.clamps)
 
+    def test_without_any_cost_model_it_probes_eb_and_keeps_the_state(self) -> None:
+        """No profile and no online fit: EB at theta_default, N = max_num_seqs, state untouched."""
+        previous_state = EbplusState(mode="MB")
+        decision = decide(SATURATED_RTX, None, EbplusParams(calibration_id=None), now_s=5.0)
+        assert (decision.payload.mode, decision.payload.calib_id) == ("EB", "probe")
+        assert (decision.payload.theta, decision.payload.n, decision.payload.k) == (0.7, 1024, 716)
+        assert decision.state == previous_state
+        assert decision.diagnostics["mode_reason"] == "probing_cost_model"
+
     def test_online_cost_model_overrides_the_profile(self) -> None:
         cost = CostModel(
             alpha_p_s=0.1,
