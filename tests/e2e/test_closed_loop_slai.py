@@ -73,12 +73,13 @@ def _figures(kind: str, rate_per_s: float) -> tuple[float, dict[str, float], int
 class TestSlaiClosedLoop:
     def test_slai_cuts_median_ttft_at_high_load_with_every_tier_within_its_tbt(self) -> None:
         """Paper §7: SLAI (SPF, dynamic offset) cuts median TTFT by 53% against Sarathi-Serve (FCFS)
-        at high load while meeting tail TBT. We ask for at least a 30% cut at our calibration's knee,
-        with P99 TBT of each tier within 0.1 s (paid) and 0.5 s (free) under both schedulers."""
+        at high load while meeting tail TBT. We ask for the design target, at least a 40% cut (DESIGN
+        section 9), at our calibration's knee (measured: 0.474 -> 0.268 s, -43%), with P99 TBT of each
+        tier within 0.1 s (paid) and 0.5 s (free) under both schedulers."""
         sarathi_ttft, sarathi_tbt, _, _ = _figures("sarathi", HIGH_LOAD_PER_S)
         slai_ttft, slai_tbt, decisions, _ = _figures("slai", HIGH_LOAD_PER_S)
         assert decisions >= DURATION_S / 2.0 - 5  # the loop ran: a document every 2 s of event time
-        assert slai_ttft <= 0.7 * sarathi_ttft
+        assert slai_ttft <= 0.6 * sarathi_ttft
         for tier, target_s in TBT_TARGET_S.items():
             assert slai_tbt[tier] <= target_s
             assert sarathi_tbt[tier] <= target_s
