@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 
-from schemas.events import encode_event
+from schemas.events import Event, encode_event
 from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC
 from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
 from services.policy.specs import default_registry
@@ -91,12 +91,15 @@ def test_a_stream_with_ten_percent_malformed_events_loses_no_valid_event(
     store.close()
 
 
-def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: StackState, deployment: str) -> None:
-    valid = synthetic_stream(engines=1, requests=40, deployment=deployment, seed=3)
+def _records(events: list[Event]) -> list[tuple[str, bytes | None]]:
+    return [(event.engine_id, encode_event(event)) for event in events]
+
+
+def _fold_records(stack: StackState, deployment: str, records: list[tuple[str, bytes | None]]) -> StreamProcessor:
+    """Produce (key, value) records to the telemetry topic, then fold them with one processor until idle."""
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
-    producer.send(TELEMETRY_TOPIC, key=valid[0].engine_id.encode(), value=None)
-    for event in valid:
-        producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=encode_event(event))
+    for key, value in records:
+        producer.send(TELEMETRY_TOPIC, key=key.encode(), value=value)
     producer.flush()
     producer.close()
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
@@ -106,6 +109,12 @@ def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: Stack
     processor.run(idle_exit_s=4.0)
     processor.close()
     store.close()
+    return processor
+
+
+def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: StackState, deployment: str) -> None:
+    valid = synthetic_stream(engines=1, requests=40, deployment=deployment, seed=3)
+    processor = _fold_records(stack, deployment, [(valid[0].engine_id, None), *_records(valid)])
     assert processor.counters.folded == len(valid)
     assert processor.counters.dead_lettered >= 1
 
@@ -113,19 +122,8 @@ def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: Stack
 def test_events_of_another_deployment_are_counted_and_named_once_per_engine(stack: StackState, deployment: str) -> None:
     other = f"{deployment}-other"
     stray = synthetic_stream(engines=2, requests=30, deployment=other, seed=4)
-    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
-    for event in stray:
-        producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=encode_event(event))
-    producer.flush()
-    producer.close()
-    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
-    processor = StreamProcessor(
-        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
-    )
     with structlog.testing.capture_logs() as logs:
-        processor.run(idle_exit_s=4.0)
-    processor.close()
-    store.close()
+        processor = _fold_records(stack, deployment, _records(stray))
     assert processor.counters.foreign >= len(stray)
     assert processor.counters.folded == 0
     named = [(e["deployment"], e["engine_id"]) for e in logs if e["event"] == "foreign_deployment_events"]
