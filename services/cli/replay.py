@@ -82,7 +82,7 @@ def run_replay(args: argparse.Namespace) -> int:
             write_lines(args.out, decision_lines(plane.decisions))
             print(f"decisions: {args.out}")
         return 0
-    publisher = TelemetryPublisher(settings.kafka_bootstrap)
+    publisher = TelemetryPublisher(settings.kafka_bootstrap, block_when_full=True)
     try:
         stats = replay_events(
             events, publisher, speed=None if args.max_speed else args.speed, progress=_progress_bar(len(events))

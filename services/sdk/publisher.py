@@ -47,8 +47,21 @@ class TelemetryPublisher:
         max_queue: int = 100_000,
         send_timeout_s: float = 5.0,
         linger_ms: int = 5,
+        block_when_full: bool = False,
     ) -> None:
+        """Start the sending thread.
+
+        Args:
+            bootstrap: Kafka bootstrap servers.
+            topic: where events go (keyed by engine).
+            max_queue: events held for the sending thread; past it an engine's events are dropped.
+            send_timeout_s: how long a send may wait for the broker's acknowledgement.
+            linger_ms: how long the producer batches before sending.
+            block_when_full: wait for room instead of dropping when the queue is full. For tools that
+                must lose nothing (``governor replay``), never for an engine's step loop.
+        """
         self._bootstrap = bootstrap
+        self._block_when_full = block_when_full
         self._topic = topic
         self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=max_queue)
         self._send_timeout_s = send_timeout_s
@@ -64,11 +77,11 @@ class TelemetryPublisher:
         self._thread.start()
 
     def publish(self, event: Event) -> None:
-        """Queue ``event`` for sending; drop and count it when the queue is full."""
+        """Queue ``event`` for sending; when the queue is full, drop and count it (or wait, if blocking)."""
         with self._lock:
             self._published += 1
         try:
-            self._queue.put_nowait(event)
+            self._queue.put(event, block=self._block_when_full)
         except queue.Full:
             self._drop(1, reason="queue_full")
 
