@@ -42,7 +42,7 @@ with warnings.catch_warnings():
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import load_stat_logger_plugin_factories
 
-    from services.engines.vllm.drive import build_engine, pinned_ebplus
+    from services.engines.vllm.drive import STOP_TOKENS, build_engine, pinned_ebplus
     from services.engines.vllm.stat_logger import GovernorStatLogger
 
 pytestmark = [
@@ -52,7 +52,6 @@ pytestmark = [
     pytest.mark.filterwarnings("ignore::FutureWarning"),
 ]
 
-STOP_TOKENS = list(range(64))  # about 1 in 16 of a near-uniform random model's tokens: mean output ~16
 SCHEDULERS = "services.engines.vllm.scheduler"
 _ENGINES: list[Any] = []  # engines a test started, shut down (their Governor links closed) at its teardown
 

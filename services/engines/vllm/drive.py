@@ -30,6 +30,9 @@ SCHEDULERS = {
     "slai": "services.engines.vllm.scheduler.SlaiScheduler",
 }
 PROGRESS_EVERY_S = 5.0
+# The random model has no real end of sequence: stopping at any of these ids (about 1 token in 16 of its
+# near-uniform output) gives natural `stop` finishes beside the `length` ones, so EB+ can fit a hazard.
+STOP_TOKENS = list(range(64))
 # KV cache of the tiny model: 4 KB a token (2 layers x K and V x 256 floats), so 256 MiB hold 64k tokens.
 # Set explicitly: on vLLM's CPU backend the default sizes it as a share of the host's memory, which a
 # shared host (or a test process already holding torch) does not have free.
@@ -136,7 +139,9 @@ def drive(engine: Any, *, rate_per_s: float, seconds: float, seed: int, label: s
         now = time.monotonic()
         while now >= next_arrival and now - started < seconds:
             prompt = rng.integers(100, 1000, size=int(rng.integers(32, 256))).tolist()
-            params = SamplingParams(max_tokens=int(rng.integers(16, 128)), ignore_eos=True, detokenize=False)
+            params = SamplingParams(
+                max_tokens=int(rng.integers(16, 128)), ignore_eos=True, detokenize=False, stop_token_ids=STOP_TOKENS
+            )
             engine.add_request(f"{label}-{arrived}", {"prompt_token_ids": prompt}, params)
             arrived += 1
             next_arrival += rng.exponential(1.0 / rate_per_s)
