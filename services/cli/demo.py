@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, replace
@@ -31,7 +29,6 @@ from schemas.policy_docs.base import PolicyDocument
 from services.cli.live import run_governed_live
 from services.cli.options import add_settings_flags, settings_from_args
 from services.sdk.policy_client import PolicyClient
-from services.settings import child_environment
 from services.sim import ProgressSample, Scenario, load_scenario
 from services.sim.compare import FLEET_SCOPE, Arm, Comparison, Control, compare_arms, fleet_gpus
 from services.sim.plots import write_comparison_plots, write_plots
@@ -41,7 +38,6 @@ from services.store.redis_store import RedisStore
 
 PROGRESS_EVERY_S = 5.0
 DEMO_FLEET_SLOT_S = 10.0  # FleetOpt replans per closed fleet slot: 60 s by default, too slow for a 1-minute demo
-VLLM_ENGINE_ID = "vllm-0"
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -52,13 +48,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     demo.add_argument("--speed", type=float, default=1.0, help="simulated seconds per wall second (default 1)")
     demo.add_argument("--out", type=Path, default=Path("out/demo"), help="output folder (default out/demo)")
     demo.add_argument(
-        "--engine",
-        choices=["sim", "vllm"],
-        default="sim",
-        help="vllm: also run one real vLLM engine (the EB+ scheduler, a tiny random model) under live control; "
-        "needs `bash ops/install.sh --vllm` (docs/engines/vllm.md)",
-    )
-    demo.add_argument(
         "--compare",
         action=argparse.BooleanOptionalAction,
         default=True,
@@ -67,20 +56,6 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     )
     add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
     demo.set_defaults(handler=run)
-
-
-def _start_vllm(state: StackState, deployment: str, seconds: float, seed: int) -> subprocess.Popen[bytes]:
-    """One real vLLM engine under Governor (services/engines/vllm/drive.py), printing its own progress lines."""
-    environment = child_environment(
-        {
-            "GOVERNOR_ENGINE_ID": VLLM_ENGINE_ID,
-            "GOVERNOR_DEPLOYMENT": deployment,
-            "GOVERNOR_KAFKA_BOOTSTRAP": state.kafka_bootstrap,
-            "REDIS_URL": state.redis_url,
-        }
-    )
-    argv = [sys.executable, "-m", "services.engines.vllm.drive", "--seconds", f"{seconds:g}", "--seed", str(seed)]
-    return subprocess.Popen(argv, env=environment)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,13 +233,6 @@ def run(args: argparse.Namespace) -> int:
     out_dir: Path = args.out / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    def companions(state: StackState) -> dict[str, subprocess.Popen[bytes]]:
-        if args.engine != "vllm":
-            return {}
-        process = _start_vllm(state, deployment, scenario.duration_s / args.speed, settings.seed)
-        print(f"vLLM: engine {VLLM_ENGINE_ID} (EB+ scheduler, tiny random Llama) pid {process.pid}")
-        return {"vllm": process}
-
     live = run_governed_live(
         governed,
         settings=settings,
@@ -273,7 +241,6 @@ def run(args: argparse.Namespace) -> int:
         fleet_slot_s=DEMO_FLEET_SLOT_S,
         say=print,
         progress=lambda client: _progress_printer(client, groups),
-        companions=companions,
     )
     documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
     summary_body: dict[str, object] = dict(live.summary.to_dict())

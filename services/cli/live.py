@@ -32,7 +32,6 @@ from services.store.redis_store import RedisStore
 
 SERVICES_READY_TIMEOUT_S = 60.0
 SERVICES_CATCH_UP_TIMEOUT_S = 60.0
-COMPANION_TIMEOUT_S = SERVICES_READY_TIMEOUT_S + 120.0  # a real engine loads its model before it serves
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -151,7 +150,6 @@ def run_governed_live(
     fleet_slot_s: float,
     say: Callable[[str], None],
     progress: Callable[[PolicyClient], Callable[[ProgressSample], None]] | None = None,
-    companions: Callable[[StackState], dict[str, subprocess.Popen[bytes]]] | None = None,
 ) -> LiveRun:
     """Run ``scenario`` (its ``deployment`` names the run in Kafka and Redis) under the live services.
 
@@ -163,8 +161,6 @@ def run_governed_live(
         fleet_slot_s: the services' fleet-scope slot (FleetOpt decides once per closed slot), seconds.
         say: prints one line of what is happening (the stack, the services, the fleet).
         progress: builds the progress callback from the run's policy client, or None.
-        companions: starts further processes once the services consume (a real engine beside the
-            simulated fleet); each is awaited after the run and stopped with the services.
     """
     deployment = scenario.deployment
     state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s)
@@ -179,8 +175,6 @@ def run_governed_live(
     try:
         if not _wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
             say("warning: the stream processor has not joined its group yet; starting the fleet anyway")
-        if companions is not None:
-            services.update(companions(state))
         publisher = TelemetryPublisher(state.kafka_bootstrap)
         recorder = PolicyChangeRecorder(publisher)
         client = PolicyClient(state.redis_url, deployment, poll_interval_s=0.25)
@@ -198,9 +192,6 @@ def run_governed_live(
         finally:
             publisher.close()
             client.close()
-        for name, process in services.items():
-            if name not in ("stream", "policy"):
-                process.wait(timeout=COMPANION_TIMEOUT_S)
         caught_up = _wait_for_services(state, deployment, timeout_s=SERVICES_CATCH_UP_TIMEOUT_S)
     finally:
         codes = {name: _stop(process) for name, process in services.items()}

@@ -6,7 +6,7 @@ Poisson arrivals of random-token prompts for ``--seconds``, steps it, and every 
 what the engine does: the scheduler mode in effect, the policy version it acknowledged, requests done
 and tokens per second. The engine's Governor settings come from the environment (``GOVERNOR_ENGINE_ID``,
 ``GOVERNOR_DEPLOYMENT``, ``GOVERNOR_KAFKA_BOOTSTRAP``, ``REDIS_URL``), as for ``vllm serve``;
-``governor demo --engine vllm`` runs it beside the simulated fleet.
+docs/engines/vllm.md ("Try it here") runs it against the local stack and services.
 """
 
 from __future__ import annotations
