@@ -110,11 +110,6 @@ class EngineSettings(EnvSettings):
     heartbeat_s: float = Field(default=5.0, gt=0.0, le=600.0, description="heartbeat period of an engine, seconds")
 
 
-def child_environment(overrides: Mapping[str, str]) -> dict[str, str]:
-    """This process's environment with ``overrides``: what a child process (an engine the demo runs) gets."""
-    return {**os.environ, **overrides}
-
-
 def default_environment(name: str, value: str) -> None:
     """Set ``name`` for this process and its children unless the operator set it (a library's own switch)."""
     os.environ.setdefault(name, value)

@@ -122,11 +122,6 @@ class EngineStream:
         """Policy kind -> version in effect, as the last ack recorded it."""
         return self._stamper.policy_versions
 
-    def in_flight(self) -> int:
-        """Requests arrived and not yet finished."""
-        with self._lock:
-            return len(self._requests)
-
     def registered(self, now_s: float, **fields: object) -> None:
         """Emit ``engine.registered`` with the engine's limits (fields of ``EngineRegistered``)."""
         with self._lock:
