@@ -47,7 +47,7 @@ NO_CALIBRATION = "none"
 class Section(BaseModel):
     """Base of every table of the file: unknown keys are errors, values are checked as typed."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
 
 
 class AppliesTo(Section):
