@@ -28,6 +28,7 @@ from schemas.policy_docs import AdmissionPolicy, BfioPolicy, EbplusPolicy, Fleet
 from schemas.policy_docs.base import PolicyDocument
 from services.cli.live import run_governed_live
 from services.cli.options import add_settings_flags, settings_from_args
+from services.policy.config import read_config
 from services.sdk.policy_client import PolicyClient
 from services.sim import ProgressSample, Scenario, load_scenario
 from services.sim.compare import FLEET_SCOPE, Arm, Comparison, Control, compare_arms, fleet_gpus
@@ -53,6 +54,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=True,
         help="also run the same workload and seed ungoverned and on the papers' baselines (offline), "
         "print the deltas and what governing bought (default on)",
+    )
+    demo.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="policy configuration (TOML, docs/operations.md) the stream processor and the policy service run with",
     )
     add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
     demo.set_defaults(handler=run)
@@ -224,6 +231,8 @@ def _documents_and_acks(
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when every event reached the services and they consumed it all."""
     settings = settings_from_args(args)
+    if args.config is not None:
+        read_config(args.config)
     seed = None if args.seed is None else settings.seed
     scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=seed)
     run_id = uuid.uuid4().hex[:8]
@@ -241,6 +250,7 @@ def run(args: argparse.Namespace) -> int:
         fleet_slot_s=DEMO_FLEET_SLOT_S,
         say=print,
         progress=lambda client: _progress_printer(client, groups),
+        config=args.config,
     )
     documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
     summary_body: dict[str, object] = dict(live.summary.to_dict())
