@@ -79,8 +79,8 @@ class AdmissionSection(Section):
     """``[admission]``: the admission-pressure thresholds (policies/admission/decide.py)."""
 
     applies_to: AppliesTo | None = None
-    kv_comfort_frac: Fraction | None = None
-    flow_saturation: Positive | None = None
+    kv_comfort_frac: float | None = Field(default=None, gt=0.0, lt=1.0)
+    flow_saturation: float | None = Field(default=None, gt=1.0, allow_inf_nan=False)
     smoothing_up: Fraction | None = None
     smoothing_down: Fraction | None = None
     busy_at: Fraction | None = None
