@@ -6,6 +6,8 @@ with the live decision of the same kind and scope taken from the same estimate s
 ``snapshot_id`` of the document's inputs). It prints, per shadow, how many snapshots both decided,
 how many decisions differ, per kind and per payload key (with the mean of each numeric key on
 both sides), and the snapshots only one side decided (``applies_to`` or data differences).
+With ``--simulate SCENARIO`` it also runs the scenario offline under the live configuration and
+under each shadow's (services/policy/shadow_sim.py) and prints what the simulator predicts.
 """
 
 from __future__ import annotations
@@ -24,10 +26,12 @@ from schemas.errors import BackendUnavailableError
 from schemas.names import DECISIONS_TOPIC
 from schemas.records import DecisionRecord
 from services.cli.options import add_settings_flags, settings_from_args
+from services.policy.config import config_policy_set
 from services.policy.config_records import LIVE, config_record, publish_configs
 from services.settings import Settings
 
 FLAGS = ["deployment", "kafka_bootstrap", "log_format"]
+REPORT_FLAGS = [*FLAGS, "fleet_slot_s", "seed"]
 POLL_MS = 500
 
 Key = tuple[str, str, str]  # kind, scope, snapshot_id
@@ -40,7 +44,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     report = sub.add_parser("report", help="where each shadow's decisions differ from the live ones, per kind and key")
     report.add_argument("--name", default=None, help="only this shadow (default: every shadow found)")
     report.add_argument("--json", action="store_true", help="print the comparison as JSON")
-    add_settings_flags(report, FLAGS)
+    report.add_argument(
+        "--simulate",
+        default=None,
+        metavar="SCENARIO",
+        help="also run this simulator scenario offline under the live config and each shadow's, and compare",
+    )
+    report.add_argument("--duration-s", type=float, default=None, help="simulated seconds (default: the scenario's)")
+    add_settings_flags(report, REPORT_FLAGS)
     report.set_defaults(handler=run_report)
     stop = sub.add_parser("stop", help="stop shadow NAME (a config record the policy service applies in order)")
     stop.add_argument("name", metavar="NAME")
@@ -221,9 +232,49 @@ def run_report(args: argparse.Namespace) -> int:
             reports.append(_report_json(name, digest, kinds))
         else:
             _print_report(name, digest, live_digest, kinds)
+    prediction = None if args.simulate is None else _predict(args, settings, names)
     if args.json:
-        print(json.dumps({"deployment": settings.deployment, "live_config": live_digest, "shadows": reports}, indent=2))
+        body = {"deployment": settings.deployment, "live_config": live_digest, "shadows": reports}
+        print(json.dumps(body | ({} if prediction is None else {"prediction": prediction}), indent=2))
     return 0
+
+
+def _predict(args: argparse.Namespace, settings: Settings, names: list[str]) -> dict[str, Any]:
+    """Run ``--simulate`` under the live config and each shadow's; print the table unless ``--json``."""
+    from services.policy.shadow_sim import prediction_table, read_config_records, simulate
+    from services.sim import load_scenario
+    from services.sim.compare import comparison_rows
+
+    scenario = load_scenario(
+        args.simulate, duration_s=args.duration_s, seed=None if args.seed is None else settings.seed
+    )
+    records = read_config_records(settings.kafka_bootstrap, settings.deployment)
+    live = records.get(LIVE)
+    policy_sets = {
+        LIVE: config_policy_set(
+            None if live is None else live.config, source="live", fleet_slot_s=settings.fleet_slot_s
+        )
+    }
+    for name in names:
+        record = records.get(name)
+        if record is not None and record.config is not None:
+            policy_sets[name] = config_policy_set(record.config, source=name, fleet_slot_s=settings.fleet_slot_s)
+    arms = simulate(scenario, policy_sets)
+    if not args.json:
+        print(
+            f"simulator prediction: scenario {scenario.name}, seed {scenario.seed}, {scenario.duration_s:g} s, "
+            f"offline under each configuration (fleet slot {settings.fleet_slot_s:g} s)"
+        )
+        print(prediction_table(arms))
+    return {
+        "scenario": scenario.name,
+        "seed": scenario.seed,
+        "duration_s": scenario.duration_s,
+        "metrics": {
+            f"{row.metric} ({row.unit})": dict(zip([arm.name for arm in arms], row.values, strict=True))
+            for row in comparison_rows(arms)
+        },
+    }
 
 
 def run_stop(args: argparse.Namespace) -> int:

@@ -141,3 +141,22 @@ class TestShadowPolicy:
         pressure = admission.keys["pressure"]
         assert pressure.live_values == [0.2, 0.2]  # the live policy's comfort KV share is 0.85, the shadow's 0.3
         assert all(v > 0.2 for v in pressure.shadow_values)
+
+
+class TestSimulatorPrediction:
+    def test_each_configuration_runs_the_same_scenario_under_its_own_params_and_scopes(self, tmp_path: Path) -> None:
+        from services.policy.shadow_sim import prediction_table, simulate
+        from services.sim import load_scenario
+
+        path = tmp_path / "no-ebplus.toml"
+        path.write_text("[ebplus]\napplies_to = { engines = [] }\n")
+        _, data = read_config(path)
+        scenario = load_scenario("demo", duration_s=20.0)
+        live = config_policy_set(None, source="live", fleet_slot_s=10.0)
+        candidate = config_policy_set(data, source=str(path), fleet_slot_s=10.0)
+        arms = simulate(scenario, {"live": live, "candidate": candidate})
+        assert [arm.name for arm in arms] == ["live", "candidate"]
+        assert any(change.kind == "ebplus" for change in arms[0].policy_changes)
+        assert not any(change.kind == "ebplus" for change in arms[1].policy_changes)
+        table = prediction_table(arms)
+        assert table.splitlines()[0].split() == ["metric", "live", "candidate", "candidate", "vs", "live"]
