@@ -176,3 +176,23 @@ class TestAppliesToFromRegistration:
         maker = DecisionMaker(default_registry(), MemoryStore())
         handled = maker.on_snapshot(_admission_snapshot("dev-0", {"model": "m"}))
         assert [(r.scope, r.config) for r in handled.records] == [("dev-0", None)]
+
+
+class TestConfigCheckCommand:
+    def test_prints_the_digest_and_per_policy_scope_and_keys(self, capsys: pytest.CaptureFixture[str]) -> None:
+        from services.cli.main import main
+
+        assert main(["config", "check", str(EXAMPLE)]) == 0
+        out = capsys.readouterr().out.splitlines()
+        _, data = read_config(EXAMPLE)
+        assert out[0].startswith(f"{EXAMPLE}: valid policy config {config_digest(data)}: example: ")
+        assert out[2].startswith("  ebplus     applies to engines ['h200-*']; sets ebplus.t_upd_completions=100, ")
+        assert out[3].startswith("  slai       applies to every engine that obeys it; sets slai.offset_mode=dynamic")
+
+    def test_a_bad_file_exits_2_with_one_line(self, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+        from services.cli.main import main
+
+        assert main(["config", "check", str(_write(tmp_path, "[ebplus]\ntheta_min = 2\n"))]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert "ebplus.theta_min: Input should be less than or equal to 1" in err
