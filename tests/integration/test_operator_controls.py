@@ -34,11 +34,16 @@ LIVE_CONFIG = '[admission]\napplies_to = { engines = ["eng-0"] }\n'
 SHADOW_CONFIG = "[admission]\nkv_comfort_frac = 0.3\nbusy_at = 0.2\noverloaded_at = 0.25\n[slai]\ndelta_lo = 2.0\n"
 
 
-def _run_policy(stack: StackState, deployment: str) -> PolicyService:
+def _run_policy(stack: StackState, deployment: str, group_id: str | None = None) -> PolicyService:
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     pins = RedisPins.from_url(stack.redis_url, deployment, 5.0)
     service = PolicyService(
-        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry(), pins=pins
+        deployment=deployment,
+        bootstrap=stack.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        pins=pins,
+        group_id=group_id,
     )
     try:
         service.run(idle_exit_s=4.0)
@@ -71,11 +76,11 @@ def _publish_telemetry(stack: StackState, deployment: str) -> None:
         publisher.close()
 
 
-def _admission_snapshot(deployment: str, version: int, ts: float) -> EstimateSnapshot:
+def _admission_snapshot(deployment: str, version: int, ts: float, scope: str = "eng-0") -> EstimateSnapshot:
     return EstimateSnapshot(
         deployment=deployment,
-        scope="eng-0",
-        snapshot_id=f"sha256:pin-{version}",
+        scope=scope,
+        snapshot_id=f"sha256:{scope}-{version}",
         version=version,
         ts=ts,
         trigger="admission:every 5s",
@@ -154,11 +159,47 @@ def test_a_config_record_scopes_the_live_policy_and_a_shadow_is_recorded_never_w
     assert "delta_lo" in report["kinds"]["slai"]["keys"]
 
     assert _cli(stack, deployment, "shadow", "stop", "candidate") == 0
-    _send_snapshots(stack, [_admission_snapshot(deployment, 10_000, 100.0)])
-    after = _run_policy(stack, deployment)
+    _send_snapshots(
+        stack,
+        [_admission_snapshot(deployment, 10_000, 100.0), _admission_snapshot(deployment, 10_000, 100.0, "eng-1")],
+    )
+    after = _run_policy(stack, deployment)  # restarted: resumes with the committed live config
     assert after.shadows == {}
     assert after.counters.shadow_decisions == 0
-    assert after.counters.decisions == 1
+    assert after.counters.decisions == 1  # eng-0 only: the live applies_to still holds
+    last = read_decisions(stack.kafka_bootstrap, deployment)[-1]
+    assert (last.scope, last.config, last.shadow) == ("eng-0", config_digest(live_data), None)
+
+
+def test_reading_the_log_from_the_start_reproduces_every_decision_config_changes_included(
+    stack: StackState, deployment: str, tmp_path: Path
+) -> None:
+    (tmp_path / "live.toml").write_text(LIVE_CONFIG)
+    (tmp_path / "candidate.toml").write_text(SHADOW_CONFIG)
+    publish_configs(stack.kafka_bootstrap, [file_record(deployment, "candidate", tmp_path / "candidate.toml")], 10.0)
+    _publish_telemetry(stack, deployment)
+    _run_stream(stack, deployment)
+    publish_configs(stack.kafka_bootstrap, [file_record(deployment, LIVE, tmp_path / "live.toml")], 10.0)
+    _send_snapshots(stack, [_admission_snapshot(deployment, 10_000, 100.0, scope) for scope in ("eng-0", "eng-1")])
+    _run_policy(stack, deployment)
+    first = read_decisions(stack.kafka_bootstrap, deployment)
+    assert {r.config for r in first if r.shadow is None} == {
+        None,
+        config_digest(read_config(tmp_path / "live.toml")[1]),
+    }
+
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    try:
+        assert store.flush_deployment() > 0
+    finally:
+        store.close()
+    _run_policy(stack, deployment, group_id=f"rebuild-{deployment}")
+    second = read_decisions(stack.kafka_bootstrap, deployment)[len(first) :]
+
+    def seen(records: list[DecisionRecord]) -> list[tuple[object, ...]]:
+        return [(r.kind, r.scope, r.version, r.accepted, r.config, r.shadow, json.dumps(r.document)) for r in records]
+
+    assert seen(second) == seen(first)
 
 
 def test_a_pin_is_obeyed_held_against_the_service_recorded_and_released_by_unpin(
