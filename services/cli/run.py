@@ -106,7 +106,7 @@ def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Sett
     return 0
 
 
-def _registry(config: Path | None, fleet_slot_s: float) -> PolicyRegistry:
+def config_registry(config: Path | None, fleet_slot_s: float) -> PolicyRegistry:
     """The registry of ``config`` (its triggers and params), or the defaults without one."""
     if config is None:
         return default_registry(fleet_slot_s=fleet_slot_s)
@@ -117,7 +117,7 @@ def _registry(config: Path | None, fleet_slot_s: float) -> PolicyRegistry:
 def run_stream(args: argparse.Namespace) -> int:
     """Run the stream processor until stopped."""
     settings = _service_settings(args)
-    registry = _registry(args.config, settings.fleet_slot_s)
+    registry = config_registry(args.config, settings.fleet_slot_s)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
     metrics = ServiceMetrics("stream")
     processor = StreamProcessor(

@@ -196,3 +196,13 @@ class TestConfigCheckCommand:
         err = capsys.readouterr().err
         assert err.count("\n") == 1
         assert "ebplus.theta_min: Input should be less than or equal to 1" in err
+
+
+def test_the_stream_processor_takes_its_triggers_from_the_file(tmp_path: Path) -> None:
+    from services.cli.run import config_registry
+
+    path = _write(tmp_path, "[ebplus]\nt_upd_completions = 25\n[fleetopt]\nslot_s = 5.0\n")
+    registry = config_registry(path, 60.0)
+    assert registry.get("ebplus").trigger == EveryEvents(event_type="request.finished", n=25)
+    assert registry.get("fleetopt").trigger == EverySeconds(seconds=5.0)
+    assert config_registry(None, 60.0).get("fleetopt").trigger == EverySeconds(seconds=60.0)
