@@ -221,7 +221,14 @@ class PolicyService:
         for record in handled.records:
             self._record(record, started)
         for shadow in self.shadows.values():
-            for record in shadow.on_snapshot(snapshot, handled.fleet_snapshots):
+            try:
+                shadow_records = shadow.on_snapshot(snapshot, handled.fleet_snapshots)
+            except GovernorError:
+                log.exception(
+                    "shadow_decision_failed", shadow=shadow.name, scope=snapshot.scope, trigger=snapshot.trigger
+                )
+                continue
+            for record in shadow_records:
                 self.counters.shadow_decisions += 1
                 self._send(record)
 
