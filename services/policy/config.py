@@ -200,13 +200,11 @@ class PolicySet:
         registry: the policies with the configured params bound.
         scopes: kind -> the engines it applies to (kinds not listed: every engine that obeys it).
         digest: the configuration's content hash, recorded on each decision; None for the defaults.
-        fleet_slot_s: the fleet-scope slot, seconds.
     """
 
     registry: PolicyRegistry
     scopes: Mapping[str, AppliesTo] = field(default_factory=dict)
     digest: str | None = None
-    fleet_slot_s: float = FLEET_SLOT_S
 
     def applies(self, kind: str, engine_id: str, engine: Mapping[str, Any]) -> bool:
         """True when the configuration lets ``kind`` decide for this engine."""
@@ -367,13 +365,13 @@ def policy_set(config: PolicyConfig, *, source: str, fleet_slot_s: float = FLEET
         )
         if section.applies_to is not None
     }
-    return PolicySet(registry=registry, scopes=scopes, fleet_slot_s=slot_s)
+    return PolicySet(registry=registry, scopes=scopes)
 
 
 def config_policy_set(data: Mapping[str, Any] | None, *, source: str, fleet_slot_s: float) -> PolicySet:
     """The policy set of a configuration's tables, digest included; None: the built-in defaults."""
     if data is None:
-        return PolicySet(registry=default_registry(fleet_slot_s=fleet_slot_s), fleet_slot_s=fleet_slot_s)
+        return PolicySet(registry=default_registry(fleet_slot_s=fleet_slot_s))
     config = parse_config(data, source)
     built = policy_set(config, source=source, fleet_slot_s=fleet_slot_s)
     return dataclasses.replace(built, digest=config_digest(data))

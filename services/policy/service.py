@@ -103,7 +103,7 @@ class PolicyService:
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
         """Reload the configuration, the shadows and the fleet aggregators; seek past the applied offsets."""
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
-        self._decider.configure(PolicySet(registry=self._default_registry, fleet_slot_s=self._fleet_slot_s))
+        self._decider.configure(PolicySet(registry=self._default_registry))
         self._configs.clear()
         self.shadows.clear()
         stored = self._store.load_states([CONFIG_STATE_SCOPE]).get(CONFIG_STATE_SCOPE)
