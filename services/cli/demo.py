@@ -28,6 +28,8 @@ from schemas.policy_docs import AdmissionPolicy, BfioPolicy, EbplusPolicy, Fleet
 from schemas.policy_docs.base import PolicyDocument
 from services.cli.live import run_governed_live
 from services.cli.options import add_settings_flags, settings_from_args
+from services.policy.config import read_config
+from services.policy.config_records import shadow_assignment
 from services.sdk.policy_client import PolicyClient
 from services.sim import ProgressSample, Scenario, load_scenario
 from services.sim.compare import FLEET_SCOPE, Arm, Comparison, Control, compare_arms, fleet_gpus
@@ -53,6 +55,19 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=True,
         help="also run the same workload and seed ungoverned and on the papers' baselines (offline), "
         "print the deltas and what governing bought (default on)",
+    )
+    demo.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="policy configuration (TOML, docs/operations.md) the stream processor and the policy service run with",
+    )
+    demo.add_argument(
+        "--shadow",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIG",
+        help="also decide CONFIG as shadow policy NAME, never written (compare: `governor shadow report`)",
     )
     add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
     demo.set_defaults(handler=run)
@@ -224,6 +239,10 @@ def _documents_and_acks(
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when every event reached the services and they consumed it all."""
     settings = settings_from_args(args)
+    if args.config is not None:
+        read_config(args.config)
+    for shadow in args.shadow:
+        read_config(shadow_assignment(shadow)[1])
     seed = None if args.seed is None else settings.seed
     scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=seed)
     run_id = uuid.uuid4().hex[:8]
@@ -241,6 +260,8 @@ def run(args: argparse.Namespace) -> int:
         fleet_slot_s=DEMO_FLEET_SLOT_S,
         say=print,
         progress=lambda client: _progress_printer(client, groups),
+        config=args.config,
+        shadows=tuple(args.shadow),
     )
     documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
     summary_body: dict[str, object] = dict(live.summary.to_dict())

@@ -14,7 +14,9 @@ from collections.abc import Sequence
 from schemas.errors import GovernorError, InvalidInputError
 from services.cli import (
     bfio_assign,
+    config,
     demo,
+    pin,
     policy_bfio,
     policy_ebplus,
     policy_fleetopt,
@@ -22,6 +24,7 @@ from services.cli import (
     replay,
     run,
     schema,
+    shadow,
     sim,
     stack,
 )
@@ -47,6 +50,9 @@ def build_parser() -> argparse.ArgumentParser:
     policy_fleetopt.register(policy_commands)
     policy_bfio.register(policy_commands)
     bfio_assign.register(commands)
+    config.register(commands)
+    pin.register(commands)
+    shadow.register(commands)
     return parser
 
 
