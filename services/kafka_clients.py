@@ -57,3 +57,13 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         """Call the service's assignment callback."""
         self._on_assigned(assigned)
+
+
+def consumer_lag(consumer: KafkaConsumer) -> int:
+    """Records between the consumer's positions and the ends of its assigned partitions (0 when unknown)."""
+    lag = 0
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is not None:
+            lag += max(0, high - consumer.position(tp))
+    return lag

@@ -86,7 +86,7 @@ def run_stream(args: argparse.Namespace) -> int:
     """Run the stream processor until stopped."""
     settings = _service_settings(args)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    metrics = ServiceMetrics("stream")
+    metrics = ServiceMetrics("stream", settings.deployment)
     processor = StreamProcessor(
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
@@ -101,7 +101,7 @@ def run_policy(args: argparse.Namespace) -> int:
     """Run the policy service until stopped."""
     settings = _service_settings(args)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    metrics = ServiceMetrics("policy")
+    metrics = ServiceMetrics("policy", settings.deployment)
     service = PolicyService(
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,

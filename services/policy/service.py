@@ -25,8 +25,9 @@ from schemas.errors import GovernorError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, group_consumer, record_producer
+from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
 from services.policy.decisions import DecisionMaker
+from services.policy.headline import parse_document
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 
@@ -125,6 +126,8 @@ class PolicyService:
             if offsets and self._store.commit(CONSUMER_NAME, offsets, self._decider.aggregator_states(), {}):
                 self._applied.update(offsets)
             self._consumer.commit()
+            if self._metrics is not None:
+                self._metrics.lag.set(consumer_lag(self._consumer))
         return self.counters
 
     def _handle(self, raw: bytes) -> None:
@@ -138,6 +141,8 @@ class PolicyService:
         if snapshot.deployment != self._deployment:
             return
         self.counters.snapshots += 1
+        if self._metrics is not None:
+            self._metrics.snapshot_seen(snapshot.scope, snapshot.ts)
         try:
             handled = self._decider.on_snapshot(snapshot)
         except GovernorError:
@@ -156,9 +161,11 @@ class PolicyService:
             self.counters.decisions += 1
             log.info("policy_decided", kind=record.kind, scope=record.scope, version=record.version)
             if self._metrics is not None:
-                self._metrics.decisions.labels(kind=record.kind).inc()
+                self._metrics.decided(parse_document(record.kind, record.document))
                 self._metrics.loop_latency.observe(self._clock() - started)
         else:
             self.counters.refused += 1
+            if self._metrics is not None:
+                self._metrics.refused(record.kind)
             log.warning("policy_refused", kind=record.kind, scope=record.scope, version=record.version)
         self.counters.last_decision_latency_s = self._clock() - started
