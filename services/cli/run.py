@@ -12,6 +12,8 @@ from typing import Protocol
 
 import structlog
 
+from schemas.errors import ConfigError
+from services.backends import wait_for_backends
 from services.cli.options import add_settings_flags, settings_from_args
 from services.health import HealthServer, ServiceMetrics
 from services.policy.service import PolicyService
@@ -31,6 +33,7 @@ FLAGS = [
     "log_format",
     "log_level",
     "fleet_slot_s",
+    "backend_wait_s",
 ]
 
 
@@ -59,11 +62,17 @@ def _service_settings(args: argparse.Namespace) -> Settings:
         args.log_format = "json"
     settings = settings_from_args(args)
     log.info("settings_loaded", **settings.redacted())
+    shown = str(settings.redacted()["redis_url"])
+    wait_for_backends(settings.kafka_bootstrap, settings.redis_url, wait_s=settings.backend_wait_s, redis_shown=shown)
     return settings
 
 
 def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Settings, idle_exit_s: float | None) -> int:
-    health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+    try:
+        health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+    except ConfigError:
+        service.close()
+        raise
     health.start()
     log.info("service_started", service=name, health_port=health.port)
 

@@ -12,10 +12,11 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from schemas.events import Event
 from schemas.records import DecisionRecord
+from services.kafka_clients import reader, require_topic
 from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
@@ -81,18 +82,22 @@ def decision_lines(decisions: Iterable[DecisionRecord]) -> Iterator[bytes]:
         yield decision.model_dump_json().encode()
 
 
-def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0) -> Iterator[bytes]:
-    """Yield every record value of ``topic`` from the beginning, in partition order, until idle for ``idle_s``."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=int(idle_s * 1000)
-    )
+def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: float = 10.0) -> Iterator[bytes]:
+    """Yield every record value of ``topic`` from the beginning, in partition order, until idle for ``idle_s``.
+
+    Raises:
+        BackendUnavailableError: the broker does not answer.
+        InvalidInputError: the topic does not exist.
+    """
+    consumer = reader(bootstrap, timeout_s=timeout_s, idle_s=idle_s)
     try:
-        partitions = sorted(consumer.partitions_for_topic(topic) or ())
-        assigned = [TopicPartition(topic, p) for p in partitions]
+        assigned = require_topic(consumer, topic, bootstrap)
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
         ends = consumer.end_offsets(assigned)
         remaining = {tp for tp in assigned if ends[tp] > 0}
+        if not remaining:
+            return
         for message in consumer:
             if message.value is not None:  # a tombstone carries no event: nothing to record
                 yield message.value
