@@ -13,13 +13,18 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from kafka import TopicPartition
+from pydantic import TypeAdapter, ValidationError
 
+from schemas.envelope import Identifier
+from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.records import DecisionRecord
 from services.kafka_clients import reader, require_topic
 from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
+
+IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -61,6 +66,21 @@ def replay_events(
     return ReplayStats(
         events=count, wall_s=clock() - started, event_span_s=0.0 if first_ts is None else last_ts - first_ts
     )
+
+
+def as_deployment(events: Iterable[Event], deployment: str) -> Iterator[Event]:
+    """Yield ``events`` relabelled to ``deployment`` (a recording replayed into another deployment).
+
+    Raises:
+        InvalidInputError: ``deployment`` is not a valid identifier.
+    """
+    try:
+        name = IDENTIFIER.validate_python(deployment)
+    except ValidationError as exc:
+        msg = f"--as-deployment {deployment!r}: {exc.errors(include_url=False)[0]['msg']}"
+        raise InvalidInputError(msg, field="deployment", value=deployment) from exc
+    for event in events:
+        yield event.model_copy(update={"deployment": name})
 
 
 def replay_offline(
