@@ -180,10 +180,18 @@ def consumer_status(bootstrap: str, applied: dict[str, dict[str, int]], timeout_
             partitions = require_topic(consumer, topic, bootstrap)
             ends = consumer.end_offsets(partitions)
             offsets = applied.get(service, {})
-            done = sum(offsets.get(f"{tp.topic}:{tp.partition}", -1) + 1 for tp in partitions)
-            total = sum(int(ends[tp]) for tp in partitions)
+            done = {tp: offsets.get(f"{tp.topic}:{tp.partition}", -1) + 1 for tp in partitions}
+            # Per partition and never below 0: the Tansu broker reports an end offset that can trail
+            # the last record's offset + 1 (by the records of its last batch); Kafka's is exact.
+            lag = sum(max(0, int(ends[tp]) - done[tp]) for tp in partitions)
             found.append(
-                ConsumerStatus(service=service, topic=topic, applied_records=done, end_records=total, lag=total - done)
+                ConsumerStatus(
+                    service=service,
+                    topic=topic,
+                    applied_records=sum(done.values()),
+                    end_records=sum(int(ends[tp]) for tp in partitions),
+                    lag=lag,
+                )
             )
         return found
     finally:

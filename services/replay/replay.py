@@ -12,7 +12,6 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from kafka import TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.envelope import Identifier
@@ -103,7 +102,11 @@ def decision_lines(decisions: Iterable[DecisionRecord]) -> Iterator[bytes]:
 
 
 def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: float = 10.0) -> Iterator[bytes]:
-    """Yield every record value of ``topic`` from the beginning, in partition order, until idle for ``idle_s``.
+    """Yield every record value of ``topic`` from the beginning, each partition in order, until idle for ``idle_s``.
+
+    It reads until the topic has been quiet for ``idle_s`` rather than up to the end offsets read
+    at the start: the Tansu broker reports as a partition's end the offset after its last record
+    *batch's base*, so stopping there would lose the rest of that batch.
 
     Raises:
         BackendUnavailableError: the broker does not answer.
@@ -114,17 +117,10 @@ def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: fl
         assigned = require_topic(consumer, topic, bootstrap)
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
-        ends = consumer.end_offsets(assigned)
-        remaining = {tp for tp in assigned if ends[tp] > 0}
-        if not remaining:
+        if not any(consumer.end_offsets(assigned).values()):
             return
         for message in consumer:
             if message.value is not None:  # a tombstone carries no event: nothing to record
                 yield message.value
-            tp = TopicPartition(message.topic, message.partition)
-            if message.offset >= ends[tp] - 1:
-                remaining.discard(tp)
-            if not remaining:
-                break
     finally:
         consumer.close()

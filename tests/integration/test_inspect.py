@@ -1,0 +1,177 @@
+"""``governor status`` and ``governor explain`` against the real broker and Redis, after a real control loop."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from schemas.names import TELEMETRY_TOPIC
+from schemas.policy_docs.base import PolicyDocument
+from services.cli.main import main
+from services.policy.headline import parse_document
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.replay.files import write_events
+from services.replay.replay import read_topic
+from services.sdk.policy_client import acknowledge
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = pytest.mark.integration
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Governed:
+    """A deployment whose telemetry went through both services, with eng-0 acknowledging its EB+ document."""
+
+    stack: StackState
+    deployment: str
+    ebplus: PolicyDocument
+    history: list[PolicyDocument]
+
+    def flags(self) -> list[str]:
+        """The flags of ``governor explain``: the deployment and the broker."""
+        return ["--deployment", self.deployment, "--kafka-bootstrap", self.stack.kafka_bootstrap]
+
+    def status_flags(self) -> list[str]:
+        """The flags of ``governor status``: those of explain and Redis."""
+        return [*self.flags(), "--redis-url", self.stack.redis_url]
+
+
+def _run_services(stack: StackState, deployment: str) -> None:
+    for service_type in (StreamProcessor, PolicyService):
+        store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+        service = service_type(
+            deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+        )
+        service.run(idle_exit_s=4.0)
+        service.close()
+        store.close()
+
+
+@pytest.fixture(scope="module")
+def governed(stack: StackState) -> Iterator[Governed]:
+    deployment = f"test-{uuid.uuid4().hex[:10]}"
+    events = synthetic_stream(engines=2, requests=400, deployment=deployment, seed=3)
+    publisher = TelemetryPublisher(stack.kafka_bootstrap)
+    try:
+        for event in events:
+            publisher.publish(event)
+        assert publisher.flush(30.0)
+    finally:
+        publisher.close()
+    _run_services(stack, deployment)
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    try:
+        raw = store.get_policy("ebplus", "eng-0")
+        assert raw is not None
+        ebplus = parse_document("ebplus", raw)
+        history = [parse_document("ebplus", h) for h in store.policy_history("ebplus", "eng-0")]
+        acks = TelemetryPublisher(stack.kafka_bootstrap)
+        try:
+            acknowledge(acks, ebplus, engine_id="eng-0", seq=100_000, ts=events[-1].ts, event_id="ack-inspect")
+            assert acks.flush(10.0)
+        finally:
+            acks.close()
+        _run_services(stack, deployment)
+        yield Governed(stack=stack, deployment=deployment, ebplus=ebplus, history=history)
+        store.flush_deployment()
+    finally:
+        store.close()
+
+
+class TestStatus:
+    def test_json_report_has_every_engines_documents_its_ack_and_no_lag_left(
+        self, governed: Governed, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["status", "--json", *governed.status_flags()]) == 0
+        report = json.loads(capsys.readouterr().out)
+        engines = {e["engine"]: e for e in report["engines"]}
+        assert sorted(engines) == ["eng-0", "eng-1"]
+        assert all(e["events_folded"] > 0 for e in engines.values())
+        ebplus = {p["kind"]: p for p in engines["eng-0"]["policies"]}["ebplus"]
+        assert ebplus["version"] == governed.ebplus.version
+        assert ebplus["acked_version"] == governed.ebplus.version
+        assert ebplus["ack_lag"] == 0
+        assert ebplus["computed_at"] == governed.ebplus.computed_at
+        assert ebplus["age_s"] == pytest.approx(engines["eng-0"]["event_ts"] - governed.ebplus.computed_at)
+        assert ebplus["values"]["ebplus_n"] == governed.ebplus.payload.n
+        unacked = {p["kind"]: p for p in engines["eng-1"]["policies"]}["ebplus"]
+        assert unacked["acked_version"] is None
+        assert {c["service"]: c["lag"] for c in report["consumers"]} == {"stream": 0, "policy": 0}
+
+    def test_table_lines_up_one_row_per_document(self, governed: Governed, capsys: pytest.CaptureFixture[str]) -> None:
+        assert main(["status", *governed.status_flags()]) == 0
+        lines = capsys.readouterr().out.splitlines()
+        assert lines[0].startswith(f"deployment {governed.deployment}  newest event t=")
+        header = next(line for line in lines if line.startswith("SCOPE"))
+        row = next(line for line in lines if line.startswith("eng-0") and " ebplus " in line)
+        assert row.split()[:3] == ["eng-0", "ebplus", f"v{governed.ebplus.version}"]
+        assert row.index(f"v{governed.ebplus.version}") == header.index("VERSION")
+
+    def test_a_deployment_without_keys_is_one_line_naming_those_that_exist(
+        self, governed: Governed, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        flags = governed.status_flags()
+        flags[1] = "no-such-deployment"
+        assert main(["status", *flags]) == 2
+        err = capsys.readouterr().err
+        assert err.count("\n") == 1
+        assert err.startswith("governor: error: deployment 'no-such-deployment' has no keys in redis")
+        assert governed.deployment in err
+
+
+class TestExplain:
+    def test_json_is_the_recorded_decision_of_the_current_document(
+        self, governed: Governed, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["explain", "ebplus", "eng-0", "--json", *governed.flags()]) == 0
+        record = json.loads(capsys.readouterr().out)["decision"]
+        assert record["accepted"] is True
+        assert record["document"] == json.loads(governed.ebplus.model_dump_json())
+
+    def test_an_older_version_with_its_inputs_diagnostics_and_snapshot(
+        self, governed: Governed, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        first = governed.history[-1]
+        assert main(["explain", "ebplus", "eng-0", "--version", str(first.version), "--inputs", *governed.flags()]) == 0
+        out = capsys.readouterr().out
+        assert out.splitlines()[0] == f"ebplus eng-0 v{first.version} in deployment {governed.deployment}: accepted"
+        assert f"  snapshot {first.inputs.snapshot_id}  " in out
+        diagnostics = out.split("\ndiagnostics\n")[1].split("\n\n")[0].splitlines()[1:]
+        assert sorted(line.split()[0] for line in diagnostics) == sorted(first.diagnostics)
+        assert f"estimates read (snapshot v{first.inputs.estimate_versions['eng-0']} of eng-0 " in out
+
+    def test_an_unknown_scope_is_one_line_naming_the_scopes_decided(
+        self, governed: Governed, capsys: pytest.CaptureFixture[str]
+    ) -> None:
+        assert main(["explain", "ebplus", "eng-9", *governed.flags()]) == 2
+        err = capsys.readouterr().err
+        assert (
+            err
+            == "governor: error: no ebplus decision for scope 'eng-9' (scopes with ebplus decisions: eng-0, eng-1)\n"
+        )
+
+
+def test_replay_as_deployment_publishes_every_event_under_the_new_name(
+    stack: StackState, deployment: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "recorded.jsonl"
+    events = synthetic_stream(engines=2, requests=200, deployment="recorded-elsewhere", seed=9)
+    write_events(path, events)
+    code = main(
+        ["replay", str(path), "--max-speed", "--as-deployment", deployment, "--kafka-bootstrap", stack.kafka_bootstrap]
+    )
+    assert code == 0
+    assert f"{len(events)} events replayed" in capsys.readouterr().out
+    received = [json.loads(raw) for raw in read_topic(stack.kafka_bootstrap, TELEMETRY_TOPIC)]
+    ours = [r["event_id"] for r in received if r.get("deployment") == deployment]
+    assert sorted(ours) == sorted(e.event_id for e in events)
