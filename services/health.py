@@ -25,7 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from schemas.engines import PolicyApplied
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
-from services.policy.headline import headline
+from services.headline import headline
 
 SERVICE_LABELS = ("deployment", "service")
 FOREIGN_DEPLOYMENTS_LABELLED = 20  # past this many other deployments, their events count under "other"

@@ -2,7 +2,7 @@
 
 Per engine: its estimates' freshness (the event time of its last folded event, and how far that
 lies behind the deployment's newest) and the current document of each policy kind with its
-version, age, validity, headline values (services/policy/headline.py) and the engine's last
+version, age, validity, headline values (services/headline.py) and the engine's last
 acknowledgement. Ages are event time, measured on the engine's own clock, the clock an engine
 compares ``valid_until`` with: ``age_s`` is the engine's last event time minus the document's
 ``computed_at``, and ``valid_for_s`` what is left until its ``valid_until`` (negative: the
@@ -20,8 +20,8 @@ import redis
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, offsets_key
+from services.headline import headline, parse_document
 from services.kafka_clients import reader, require_topic
-from services.policy.headline import headline, parse_document
 
 SERVICE_TOPICS = (("stream", TELEMETRY_TOPIC), ("policy", ESTIMATES_TOPIC))
 

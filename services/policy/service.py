@@ -24,10 +24,10 @@ from pydantic import ValidationError
 from schemas.errors import GovernorError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot
+from services.headline import parse_document
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
 from services.policy.decisions import DecisionMaker
-from services.policy.headline import parse_document
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 

@@ -13,7 +13,8 @@ import pytest
 from schemas.names import TELEMETRY_TOPIC
 from schemas.policy_docs.base import PolicyDocument
 from services.cli.main import main
-from services.policy.headline import parse_document
+from services.headline import parse_document
+from services.health import ServiceMetrics
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.replay.files import write_events
@@ -36,6 +37,8 @@ class Governed:
     deployment: str
     ebplus: PolicyDocument
     history: list[PolicyDocument]
+    first_run: dict[str, ServiceMetrics]
+    after_ack: dict[str, ServiceMetrics]
 
     def flags(self) -> list[str]:
         """The flags of ``governor explain``: the deployment and the broker."""
@@ -46,15 +49,23 @@ class Governed:
         return [*self.flags(), "--redis-url", self.stack.redis_url]
 
 
-def _run_services(stack: StackState, deployment: str) -> None:
-    for service_type in (StreamProcessor, PolicyService):
+def _run_services(stack: StackState, deployment: str) -> dict[str, ServiceMetrics]:
+    """Run the stream processor, then the policy service, each until idle; return their metrics."""
+    metrics = {}
+    for name, service_type in (("stream", StreamProcessor), ("policy", PolicyService)):
         store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+        metrics[name] = ServiceMetrics(name, deployment)
         service = service_type(
-            deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+            deployment=deployment,
+            bootstrap=stack.kafka_bootstrap,
+            store=store,
+            registry=default_registry(),
+            metrics=metrics[name],
         )
         service.run(idle_exit_s=4.0)
         service.close()
         store.close()
+    return metrics
 
 
 @pytest.fixture(scope="module")
@@ -68,7 +79,7 @@ def governed(stack: StackState) -> Iterator[Governed]:
         assert publisher.flush(30.0)
     finally:
         publisher.close()
-    _run_services(stack, deployment)
+    first_run = _run_services(stack, deployment)
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     try:
         raw = store.get_policy("ebplus", "eng-0")
@@ -81,8 +92,15 @@ def governed(stack: StackState) -> Iterator[Governed]:
             assert acks.flush(10.0)
         finally:
             acks.close()
-        _run_services(stack, deployment)
-        yield Governed(stack=stack, deployment=deployment, ebplus=ebplus, history=history)
+        after_ack = _run_services(stack, deployment)
+        yield Governed(
+            stack=stack,
+            deployment=deployment,
+            ebplus=ebplus,
+            history=history,
+            first_run=first_run,
+            after_ack=after_ack,
+        )
         store.flush_deployment()
     finally:
         store.close()
@@ -127,6 +145,33 @@ class TestStatus:
         assert err.count("\n") == 1
         assert err.startswith("governor: error: deployment 'no-such-deployment' has no keys in redis")
         assert governed.deployment in err
+
+
+class TestMetrics:
+    def test_the_services_export_each_documents_version_values_and_the_engines_ack(self, governed: Governed) -> None:
+        policy = governed.first_run["policy"].registry
+        labels = {"deployment": governed.deployment, "service": "policy", "kind": "ebplus", "scope": "eng-0"}
+        assert policy.get_sample_value("governor_policy_version", labels) == governed.ebplus.version
+        mode = 1.0 if governed.ebplus.payload.mode == "EB" else 0.0
+        assert policy.get_sample_value("governor_policy_value", {**labels, "name": "ebplus_exclusive"}) == mode
+        valid_for = governed.ebplus.valid_until - governed.ebplus.computed_at
+        assert policy.get_sample_value("governor_policy_valid_for_seconds", labels) == pytest.approx(valid_for)
+        decided = policy.get_sample_value(
+            "governor_decisions_total", {"deployment": governed.deployment, "service": "policy", "kind": "ebplus"}
+        )
+        store = RedisStore.from_url(governed.stack.redis_url, governed.deployment, 5.0)
+        try:
+            versions = [
+                parse_document("ebplus", store.get_policy("ebplus", e) or "").version for e in ("eng-0", "eng-1")
+            ]
+        finally:
+            store.close()
+        assert decided == sum(versions)  # every version of both engines' documents was decided in the first run
+        stream = governed.after_ack["stream"].registry
+        acked = {**labels, "service": "stream", "engine": "eng-0"}
+        assert stream.get_sample_value("governor_policy_acked_version", acked) == governed.ebplus.version
+        seen = {"deployment": governed.deployment, "service": "stream", "engine": "eng-0"}
+        assert stream.get_sample_value("governor_engine_last_event_timestamp_seconds", seen) > 1.7e9
 
 
 class TestExplain:
