@@ -46,7 +46,7 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
     deployment = next(line for line in out.splitlines() if line.startswith("stack: ")).rsplit(" ", 1)[1]
     cleanup = next(line for line in out.splitlines() if line.startswith("cleanup: "))
     assert cleanup.endswith(f"Redis keys of {deployment}; stopped the stack the demo started")
-    client = redis.Redis.from_url(Settings.load({}, {}).redis_url)
+    client = redis.Redis.from_url(Settings.load({}).redis_url)
     try:
         assert list(client.scan_iter(match=f"gov:{deployment}:*")) == []
     finally:
