@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -24,6 +27,7 @@ from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from tests.integration.processes import ROOT, wait_until
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -146,6 +150,21 @@ class TestStatus:
         assert err.startswith("governor: error: deployment 'no-such-deployment' has no keys in redis")
         assert governed.deployment in err
 
+    def test_watch_refreshes_until_ctrl_c_then_exits_cleanly(self, governed: Governed, tmp_path: Path) -> None:
+        out, err = tmp_path / "out.txt", tmp_path / "err.txt"
+        argv = [sys.executable, "-m", "services.cli", "status", "--watch", "0.2", *governed.status_flags()]
+        with out.open("w") as stdout, err.open("w") as stderr:
+            process = subprocess.Popen(argv, cwd=ROOT, stdout=stdout, stderr=stderr)
+            try:
+                wait_until(lambda: out.read_text().count("\ndeployment ") >= 2, 60.0, "two refreshes")
+                process.send_signal(signal.SIGINT)
+                assert process.wait(timeout=30) == 0
+            finally:
+                if process.poll() is None:
+                    process.kill()
+                    process.wait()
+        assert "Traceback" not in err.read_text()
+
 
 class TestMetrics:
     def test_the_services_export_each_documents_version_values_and_the_engines_ack(self, governed: Governed) -> None:
@@ -216,7 +235,9 @@ def test_replay_as_deployment_publishes_every_event_under_the_new_name(
         ["replay", str(path), "--max-speed", "--as-deployment", deployment, "--kafka-bootstrap", stack.kafka_bootstrap]
     )
     assert code == 0
-    assert f"{len(events)} events replayed" in capsys.readouterr().out
+    captured = capsys.readouterr()
+    assert f"{len(events)} events replayed" in captured.out
+    assert " events/s" not in captured.err  # stderr is not a terminal here: no progress bar
     received = [json.loads(raw) for raw in read_topic(stack.kafka_bootstrap, TELEMETRY_TOPIC)]
     ours = [r["event_id"] for r in received if r.get("deployment") == deployment]
     assert sorted(ours) == sorted(e.event_id for e in events)
