@@ -21,7 +21,7 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli.options import add_settings_flags, settings_from_args
 from services.cli.table import MISSING, aligned
 from services.headline import parse_document
-from services.inspect.decisions import find_decision, find_snapshot
+from services.inspection.decisions import find_decision, find_snapshot
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

@@ -14,7 +14,7 @@ import time
 
 from services.cli.options import add_settings_flags, settings_from_args
 from services.cli.table import MISSING, aligned, number, version
-from services.inspect.status import PolicyStatus, StatusReport, collect_status
+from services.inspection.status import PolicyStatus, StatusReport, collect_status
 
 DEFAULT_WATCH_S = 2.0
 CLEAR_SCREEN = "\033[H\033[2J"
