@@ -104,31 +104,55 @@ class _EngineClock:
         )
 
 
-def _call(client: redis.Redis, what: str, url: str, fn: object, *args: object) -> object:
-    try:
-        return fn(*args)  # type: ignore[operator]
-    except redis.RedisError as exc:
-        msg = f"redis at {url} did not answer ({what}: {exc})"
-        raise BackendUnavailableError(msg, backend="redis") from exc
+def _text(value: bytes | str) -> str:
+    """A Redis reply as text (the client returns bytes unless built to decode)."""
+    return value.decode() if isinstance(value, bytes) else value
 
 
-def _keys(client: redis.Redis, url: str, pattern: str) -> list[str]:
-    found = _call(client, "SCAN", url, lambda: [k.decode() for k in client.scan_iter(match=pattern, count=1000)])
-    assert isinstance(found, list)
-    return sorted(found)
+class _RedisReader:
+    """The few Redis reads status makes, each failure translated into ``BackendUnavailableError``."""
+
+    def __init__(self, url: str, timeout_s: float) -> None:
+        self._url = url
+        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._client.close()
+
+    def keys(self, pattern: str) -> list[str]:
+        """Every key matching ``pattern``, sorted (SCAN, never KEYS)."""
+        try:
+            return sorted(_text(key) for key in self._client.scan_iter(match=pattern, count=1000))
+        except redis.RedisError as exc:
+            raise self._unavailable("SCAN", exc) from exc
+
+    def values(self, keys: list[str]) -> dict[str, str]:
+        """The values of ``keys`` that exist."""
+        if not keys:
+            return {}
+        try:
+            raw = self._client.mget(keys)
+        except redis.RedisError as exc:
+            raise self._unavailable("MGET", exc) from exc
+        return {key: _text(value) for key, value in zip(keys, raw, strict=True) if value is not None}
+
+    def offsets(self, key: str) -> dict[str, int]:
+        """A hash of applied offsets, ``topic:partition -> offset``."""
+        try:
+            raw = self._client.hgetall(key)
+        except redis.RedisError as exc:
+            raise self._unavailable("HGETALL", exc) from exc
+        return {_text(field): int(value) for field, value in raw.items()}
+
+    def _unavailable(self, what: str, exc: redis.RedisError) -> BackendUnavailableError:
+        msg = f"redis at {self._url} did not answer ({what}: {exc})"
+        return BackendUnavailableError(msg, backend="redis")
 
 
-def known_deployments(client: redis.Redis, url: str) -> list[str]:
+def known_deployments(reader: _RedisReader) -> list[str]:
     """Deployments that have keys in Redis (any service committed offsets for them)."""
-    return sorted({key.split(":")[1] for key in _keys(client, url, "gov:*:offsets:*")})
-
-
-def _values(client: redis.Redis, url: str, keys: list[str]) -> dict[str, str]:
-    if not keys:
-        return {}
-    raw = _call(client, "MGET", url, client.mget, keys)
-    assert isinstance(raw, list)
-    return {key: value.decode() for key, value in zip(keys, raw, strict=True) if value is not None}
+    return sorted({key.split(":")[1] for key in reader.keys("gov:*:offsets:*")})
 
 
 def _policy_status(
@@ -159,11 +183,11 @@ def _policy_status(
     )
 
 
-def _acks(client: redis.Redis, url: str, deployment: str) -> dict[tuple[str, str], int]:
+def _acks(reader: _RedisReader, deployment: str) -> dict[tuple[str, str], int]:
     """(kind, engine) -> the version the engine last acknowledged as applied."""
     prefix = f"gov:{deployment}:ack:"
     acks: dict[tuple[str, str], int] = {}
-    for key, raw in _values(client, url, _keys(client, url, prefix + "*")).items():
+    for key, raw in reader.values(reader.keys(prefix + "*")).items():
         kind, _, engine = key.removeprefix(prefix).partition(":")
         ack = json.loads(raw)
         if ack.get("applied", True):
@@ -207,24 +231,19 @@ def collect_status(
         InvalidInputError: the deployment has no keys in Redis (the message lists those that do).
         BackendUnavailableError: Redis or the broker does not answer.
     """
-    client = redis.Redis.from_url(redis_url, socket_timeout=redis_timeout_s, socket_connect_timeout=redis_timeout_s)
+    reader = _RedisReader(redis_url, redis_timeout_s)
     try:
         prefix = f"gov:{deployment}:"
-        summaries = _values(client, redis_url, _keys(client, redis_url, prefix + "est:*:summary"))
-        policy_keys = [k for k in _keys(client, redis_url, prefix + "policy:*") if not k.endswith(":history")]
-        documents = _values(client, redis_url, policy_keys)
-        applied = {}
-        for service, _topic in SERVICE_TOPICS:
-            raw = _call(client, "HGETALL", redis_url, client.hgetall, offsets_key(deployment, service))
-            assert isinstance(raw, dict)
-            applied[service] = {k.decode(): int(v) for k, v in raw.items()}
+        summaries = reader.values(reader.keys(prefix + "est:*:summary"))
+        documents = reader.values([k for k in reader.keys(prefix + "policy:*") if not k.endswith(":history")])
+        applied = {service: reader.offsets(offsets_key(deployment, service)) for service, _topic in SERVICE_TOPICS}
         if not summaries and not documents and not any(applied.values()):
-            others = ", ".join(known_deployments(client, redis_url)) or "none"
+            others = ", ".join(known_deployments(reader)) or "none"
             msg = f"deployment {deployment!r} has no keys in redis at {redis_url} (deployments found: {others})"
             raise InvalidInputError(msg, field="deployment", value=deployment)
-        acks = _acks(client, redis_url, deployment)
+        acks = _acks(reader, deployment)
     finally:
-        client.close()
+        reader.close()
     clocks = {
         key.removeprefix(prefix + "est:").removesuffix(":summary"): _EngineClock.of(raw)
         for key, raw in summaries.items()
