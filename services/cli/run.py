@@ -16,6 +16,8 @@ from typing import Protocol
 
 import structlog
 
+from schemas.errors import ConfigError
+from services.backends import wait_for_backends
 from services.cli.options import add_settings_flags, settings_from_args
 from services.health import HealthServer, ServiceMetrics
 from services.policy.config import policy_set, read_config
@@ -39,6 +41,7 @@ FLAGS = [
     "log_format",
     "log_level",
     "fleet_slot_s",
+    "backend_wait_s",
 ]
 
 
@@ -83,11 +86,17 @@ def _service_settings(args: argparse.Namespace) -> Settings:
         args.log_format = "json"
     settings = settings_from_args(args)
     log.info("settings_loaded", **settings.redacted())
+    shown = str(settings.redacted()["redis_url"])
+    wait_for_backends(settings.kafka_bootstrap, settings.redis_url, wait_s=settings.backend_wait_s, redis_shown=shown)
     return settings
 
 
 def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Settings, idle_exit_s: float | None) -> int:
-    health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+    try:
+        health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+    except ConfigError:
+        service.close()
+        raise
     health.start()
     log.info("service_started", service=name, health_port=health.port)
 
@@ -119,7 +128,7 @@ def run_stream(args: argparse.Namespace) -> int:
     settings = _service_settings(args)
     registry = config_registry(args.config, settings.fleet_slot_s)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    metrics = ServiceMetrics("stream")
+    metrics = ServiceMetrics("stream", settings.deployment)
     processor = StreamProcessor(
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
@@ -142,7 +151,7 @@ def run_policy(args: argparse.Namespace) -> int:
         for record in records:
             log.info("config_published", name=record.name, digest=record.digest, source=record.source)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    metrics = ServiceMetrics("policy")
+    metrics = ServiceMetrics("policy", settings.deployment)
     service = PolicyService(
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,

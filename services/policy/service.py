@@ -32,8 +32,9 @@ from pydantic import Field, TypeAdapter, ValidationError
 from schemas.errors import GovernorError, InvalidInputError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot, PolicyConfigRecord
+from services.headline import parse_document
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, group_consumer, record_producer
+from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
 from services.policy.config import PolicySet, config_policy_set
 from services.policy.decisions import DecisionMaker
 from services.policy.pins import PinBoard
@@ -163,6 +164,8 @@ class PolicyService:
             if offsets and self._store.commit(CONSUMER_NAME, offsets, self._states(), {}):
                 self._applied.update(offsets)
             self._consumer.commit()
+            if self._metrics is not None:
+                self._metrics.lag.set(consumer_lag(self._consumer))
         return self.counters
 
     def _states(self) -> dict[str, str]:
@@ -210,6 +213,8 @@ class PolicyService:
             return
         snapshot = parsed
         self.counters.snapshots += 1
+        if self._metrics is not None:
+            self._metrics.snapshot_seen(snapshot.scope, snapshot.ts)
         try:
             handled = self._decider.on_snapshot(snapshot)
         except GovernorError:
@@ -245,9 +250,11 @@ class PolicyService:
             self.counters.decisions += 1
             log.info("policy_decided", kind=record.kind, scope=record.scope, version=record.version)
             if self._metrics is not None:
-                self._metrics.decisions.labels(kind=record.kind).inc()
+                self._metrics.decided(parse_document(record.kind, record.document))
                 self._metrics.loop_latency.observe(self._clock() - started)
         else:
             self.counters.refused += 1
+            if self._metrics is not None:
+                self._metrics.refused(record.kind)
             log.warning("policy_refused", kind=record.kind, scope=record.scope, version=record.version)
         self.counters.last_decision_latency_s = self._clock() - started

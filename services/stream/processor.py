@@ -39,7 +39,7 @@ from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, ac
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, group_consumer, record_producer
+from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 from services.stream.fold import Folder
@@ -168,6 +168,7 @@ class StreamProcessor:
         if self.counters.first_batch_at_s is None:
             self.counters.first_batch_at_s = started
         snapshots: list[EstimateSnapshot] = []
+        last_ts: dict[str, float] = {}
         for record in records:
             tp = _tp_field(record.topic, record.partition)
             if record.offset <= self._folded.get(tp, -1):
@@ -187,6 +188,9 @@ class StreamProcessor:
             self._ensure_loaded(event, tp)
             if isinstance(event, PolicyApplied):
                 self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+                if self._metrics is not None:
+                    self._metrics.acked(event)
+            last_ts[event.engine_id] = event.ts
             snapshots.extend(self._folder.fold(event, position))
             self._pending_engines.add(event.engine_id)
             self.counters.folded += 1
@@ -199,7 +203,7 @@ class StreamProcessor:
             self.commit()
         self.counters.last_batch_at_s = self._clock()
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
-        self._observe(len(snapshots), started)
+        self._observe(len(snapshots), started, last_ts)
 
     def commit(self) -> bool:
         """Write the folded engines' states and summaries with their offsets, atomically (step 4).
@@ -239,20 +243,16 @@ class StreamProcessor:
                 self._consumer.seek(tp, applied + 1)
         return False
 
-    def _observe(self, snapshots: int, started: float) -> None:
+    def _observe(self, snapshots: int, started: float, last_ts: dict[str, float]) -> None:
         if self._metrics is None:
             return
+        self._metrics.engines_seen(last_ts)
         self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
         self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
         self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
         self._metrics.snapshots.inc(snapshots)
         self._metrics.loop_latency.observe(self._clock() - started)
-        lag = 0
-        for tp in self._consumer.assignment():
-            high = self._consumer.highwater(tp)
-            if high is not None:
-                lag += max(0, high - self._consumer.position(tp))
-        self._metrics.lag.set(lag)
+        self._metrics.lag.set(consumer_lag(self._consumer))
         self._metrics.progressed()
 
     def _foreign(self, event: Event) -> None:
@@ -263,7 +263,7 @@ class StreamProcessor:
         """
         self.counters.foreign += 1
         if self._metrics is not None:
-            self._metrics.foreign_events.inc()
+            self._metrics.foreign(event.deployment)
         source = (event.deployment, event.engine_id)
         if source not in self._foreign_sources and len(self._foreign_sources) < FOREIGN_SOURCES_LOGGED:
             self._foreign_sources.add(source)
