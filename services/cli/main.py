@@ -81,9 +81,7 @@ COMMANDS: tuple[Command, ...] = (
         module="services.cli.pin",
         help="remove a pin; the policy service's next decision takes the key back",
     ),
-    Command(
-        name="shadow", module="services.cli.shadow", help="compare shadow policies with the live one, or stop one"
-    ),
+    Command(name="shadow", module="services.cli.shadow", help="compare shadow policies with the live one, or stop one"),
 )
 
 
