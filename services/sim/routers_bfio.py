@@ -44,7 +44,7 @@ from schemas.policy_docs.bfio import (
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished
 from schemas.steps import StepReport
 from services.sdk.protocol import PolicySource, TelemetrySink
-from services.sim.dp import RankView
+from services.sim.rank_routers import RankView
 from services.sim.request import SimRequest
 
 NO_CLASS = -1

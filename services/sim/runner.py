@@ -18,9 +18,10 @@ import numpy as np
 from policies.slai import PrefillOrder
 from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource, TelemetrySink
-from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
+from services.sim.dp import DpConfig, DpEngine
 from services.sim.engine import EngineConfig, SimEngine
 from services.sim.metrics import MetricsRecorder, RunSummary
+from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
 from services.sim.scenario import Scenario
@@ -71,7 +72,7 @@ def _scheduler(name: str) -> Scheduler:
 def _rank_router(name: str) -> RankRouter:
     if name == "bfio":
         return BfioRankRouter()
-    return JsqLoadRankRouter() if name == "jsq-load" else FcfsRankRouter()
+    return baseline_rank_router(name)
 
 
 def build_simulation(

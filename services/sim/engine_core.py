@@ -1,0 +1,232 @@
+"""What every simulated engine shares: identity, waiting queue, arrivals, policy refresh, tokens, reports.
+
+``SimEngine`` (services/sim/engine.py, one engine with paged KV) and ``DpEngine`` (services/sim/dp.py,
+G ranks behind one barrier) differ in how they batch and account for memory; everything they do alike
+lives here, once:
+
+- arrival: ``request.arrived``, then either the waiting queue or, when the request can never fit the
+  engine (``rejection``), an immediate ``request.finished`` with ``finish_reason=error``;
+- the policy refresh at the start of each step: the current document of the engine's policy kind
+  (scope: the engine id), acknowledged with ``policy.applied`` the first time a version is seen;
+- ``engine.registered`` and ``engine.heartbeat``;
+- a request's token at a step's end (first token, or one more token gap) and its finish;
+- the step report (``step`` event and the run's metrics) that closes every iteration.
+
+A subclass says what it registers (``registration``), which arrivals it refuses (``rejection``) and
+how many requests it runs (``num_running``); the event order is the same for both engine kinds.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections import deque
+from dataclasses import dataclass
+
+from schemas.policy_docs.base import PolicyDocument
+from services.sdk.protocol import PolicySource
+from services.sim.metrics import MetricsRecorder
+from services.sim.request import RequestSpec, SimRequest
+from services.sim.telemetry import EngineTelemetry
+from services.sim.timing import TimingModel
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registration:
+    """The limits ``engine.registered`` announces (vLLM names; a DP deployment sums its ranks)."""
+
+    hardware_profile: str | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    kv_blocks_total: int
+    block_size_tokens: int
+    dp_size: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCounts:
+    """What one finished iteration did, as the ``step`` event and the run's metrics report it.
+
+    Attributes:
+        duration_s: the iteration's event time.
+        prefill_requests: requests with a prefill (chunk or admission) in the step.
+        prefill_tokens: prompt tokens computed.
+        decode_requests: requests that decoded one token.
+        decode_kv_tokens: summed context of the decoding requests.
+        tokens: tokens the step produced or computed, for throughput.
+        kv_blocks_used: KV blocks held after the step.
+        kv_blocks_total: KV capacity in blocks.
+        block_size_tokens: tokens per block.
+        preempted: requests preempted before the step ran.
+        mode: the scheduler's label for the step.
+    """
+
+    duration_s: float
+    prefill_requests: int
+    prefill_tokens: int
+    decode_requests: int
+    decode_kv_tokens: int
+    tokens: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    block_size_tokens: int
+    preempted: int
+    mode: str
+
+
+class EngineCore(ABC):
+    """The shared half of a simulated engine; the simulation drives it through ``SimulatedEngine``.
+
+    Args:
+        engine_id: the engine's id (scope of its policy documents).
+        model: model name it registers with.
+        gpu: GPU name it registers with.
+        pool: the fleet pool it serves (fleet routers read it).
+        policy_kind: the policy kind its scheduler or router obeys, or None.
+        timing: prices each iteration.
+        telemetry: where its events go.
+        policy_source: where its policy documents are read.
+        metrics: the run's recorder.
+    """
+
+    def __init__(
+        self,
+        *,
+        engine_id: str,
+        model: str,
+        gpu: str,
+        pool: str,
+        policy_kind: str | None,
+        timing: TimingModel,
+        telemetry: EngineTelemetry,
+        policy_source: PolicySource,
+        metrics: MetricsRecorder,
+    ) -> None:
+        self.engine_id = engine_id
+        self.model = model
+        self.gpu = gpu
+        self.pool = pool
+        self.policy_kind = policy_kind
+        self.timing = timing
+        self.telemetry = telemetry
+        self.policy_source = policy_source
+        self.metrics = metrics
+        self._waiting: deque[SimRequest] = deque()
+        self._policy: PolicyDocument | None = None
+        self._step_id = 0
+        self._step_started_s = 0.0
+        self.busy = False
+
+    @property
+    @abstractmethod
+    def num_running(self) -> int:
+        """Requests admitted and not finished."""
+
+    @abstractmethod
+    def registration(self) -> Registration:
+        """The limits the engine registers with."""
+
+    @abstractmethod
+    def rejection(self, spec: RequestSpec) -> str | None:
+        """Why ``spec`` can never run on this engine, or None when it can."""
+
+    @property
+    def policy(self) -> PolicyDocument | None:
+        """The policy document in effect, or None (safe defaults)."""
+        return self._policy
+
+    @property
+    def load(self) -> int:
+        """Requests on the engine (running plus waiting), for fleet routers."""
+        return self.num_running + len(self._waiting)
+
+    def register(self, now_s: float) -> None:
+        """Announce the engine (``engine.registered``)."""
+        r = self.registration()
+        self.telemetry.registered(
+            now_s,
+            model=self.model,
+            gpu=self.gpu,
+            hardware_profile=r.hardware_profile,
+            pool=self.pool,
+            max_num_seqs=r.max_num_seqs,
+            max_num_batched_tokens=r.max_num_batched_tokens,
+            max_model_len=r.max_model_len,
+            kv_blocks_total=r.kv_blocks_total,
+            block_size_tokens=r.block_size_tokens,
+            dp_size=r.dp_size,
+            obeys=[] if self.policy_kind is None else [self.policy_kind],
+        )
+
+    def heartbeat(self, now_s: float) -> None:
+        """Emit ``engine.heartbeat`` with the queue sizes."""
+        self.telemetry.heartbeat(now_s, num_running=self.num_running, num_waiting=len(self._waiting))
+
+    def arrive(self, spec: RequestSpec, now_s: float) -> None:
+        """Queue a request, or reject it (finish ``error``) when it can never fit the engine."""
+        self.telemetry.arrived(now_s, spec)
+        self.metrics.arrived(self.engine_id, spec)
+        reason = self.rejection(spec)
+        if reason is not None:
+            self.telemetry.finished(now_s, SimRequest(spec), finish_reason="error")
+            self.metrics.rejected(self.engine_id, spec, reason)
+            return
+        self._waiting.append(SimRequest(spec))
+
+    def refresh_policy(self, now_s: float) -> None:
+        """Read the current document of the engine's policy kind; acknowledge a version not seen before."""
+        kind = self.policy_kind
+        if kind is None:
+            return
+        document = self.policy_source.current(kind, self.engine_id, now_s)
+        if document is not None and document.version != self.telemetry.policy_versions.get(kind):
+            self.telemetry.policy_applied(now_s, kind=kind, scope=self.engine_id, version=document.version)
+        self._policy = document
+
+    def token(self, request: SimRequest, now_s: float) -> bool:
+        """Give ``request`` its next token at ``now_s`` (``request.first_token`` for the first); True when done."""
+        request.generated_tokens += 1
+        last = request.last_token_s
+        if last is None:
+            request.first_token_s = now_s
+            self.telemetry.first_token(now_s, request)
+        else:
+            request.gaps_s.append(now_s - last)
+        request.last_token_s = now_s
+        return request.generated_tokens >= request.target_output_tokens
+
+    def finish(self, request: SimRequest, now_s: float) -> None:
+        """Report ``request`` finished with its natural reason (``stop`` or ``length``)."""
+        reason = request.spec.finish_reason
+        self.telemetry.finished(now_s, request, finish_reason=reason)
+        self.metrics.finished(self.engine_id, request, now_s, reason)
+
+    def report_step(self, now_s: float, counts: StepCounts) -> None:
+        """Close the iteration: the ``step`` event, the run's step metrics, the next step id; idle again."""
+        self.telemetry.step(
+            now_s,
+            step_id=self._step_id,
+            duration_s=counts.duration_s,
+            num_prefill_requests=counts.prefill_requests,
+            sum_prefill_tokens=counts.prefill_tokens,
+            num_decode_requests=counts.decode_requests,
+            sum_decode_kv_tokens=counts.decode_kv_tokens,
+            num_running=self.num_running,
+            num_waiting=len(self._waiting),
+            kv_blocks_used=counts.kv_blocks_used,
+            kv_blocks_total=counts.kv_blocks_total,
+            block_size_tokens=counts.block_size_tokens,
+            num_preempted=counts.preempted,
+            scheduler_mode=counts.mode,
+        )
+        self.metrics.step(
+            self.engine_id,
+            now_s,
+            duration_s=counts.duration_s,
+            tokens=counts.tokens,
+            kv_use_frac=counts.kv_blocks_used / counts.kv_blocks_total,
+            num_running=self.num_running,
+            num_waiting=len(self._waiting),
+        )
+        self._step_id += 1
+        self.busy = False
