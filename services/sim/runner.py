@@ -26,9 +26,9 @@ from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
 from services.sim.scenario import Scenario
 from services.sim.schedulers.base import Scheduler
-from services.sim.schedulers.baselines import MixedChunkedScheduler
+from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiServeScheduler, VllmPrefillFirstScheduler
 from services.sim.schedulers.ebplus import EbplusScheduler
-from services.sim.schedulers.slai import SarathiServeScheduler, SlaiScheduler, VllmPrefillFirstScheduler
+from services.sim.schedulers.slai import SlaiScheduler
 from services.sim.simulation import ProgressSample, SimulatedEngine, Simulation
 from services.sim.telemetry import EngineTelemetry
 
