@@ -146,8 +146,10 @@ class SlaiTiming:
     """The SLAI simulator's batch-time fit (seed 000 section 5.6, from Fig. 6a).
 
     T = a0 + a_tok tau + a_seq (sequences in the batch) + a_ctx (decode contexts + chunk contexts),
-    with tau the batch's tokens. Defaults are the spec's values (a0 = 17 ms, a_tok = 5.47e-5 s/token,
-    a_seq = 3e-4 s, a_ctx = 2e-7 s/token).
+    with tau the batch's tokens. Defaults are the spec's section 5.6 values (a0 = 17 ms, a_tok = 5.47e-5
+    s/token, a_seq = 3e-4 s, a_ctx = 2e-7 s/token), kept here only: scenarios.toml names the model
+    without repeating them. policies/slai/calibration.py's ``SlaiTimingProfile`` shares a_tok, a_seq
+    and a_ctx and keeps the section 5.4 least-squares intercept (17.16 ms) as its a0.
     """
 
     a0_s: float = 0.017
@@ -175,8 +177,11 @@ class SlaiTiming:
 class BfioTiming:
     """The BF-IO step model T = C + t_l max_g L_g (seed 003 section 1.3, Eq. 6).
 
-    Defaults are the reference code's: C = (72 * 0.6e-3 + 35e-3) / 16 = 4.8875 ms at B = 72 and
-    t_l = 1.00525e-7 s per resident token.
+    Defaults are the reference code's as the spec prints them: C = (72 * 0.6e-3 + 35e-3) / 16 =
+    4.8875 ms at B = 72 and t_l = 1.00525e-7 s per resident token, kept here only (scenarios.toml
+    names the model without repeating them). ``policies.bfio.BfioParams`` evaluates the same two
+    formulas for the policy's prior step model before the online fit (its t_l, 1.0052490e-7 s, is
+    the unrounded one).
     """
 
     c_s: float = 4.8875e-3
