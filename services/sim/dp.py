@@ -122,17 +122,7 @@ class DpEngine(EngineCore):
             decision_clock: wall-clock seconds (time.perf_counter) to time the router and charge it
                 to the step; None leaves the router free (deterministic runs).
         """
-        super().__init__(
-            engine_id=config.engine_id,
-            model=config.model,
-            gpu=config.gpu,
-            pool=config.pool,
-            policy_kind=router.policy_kind,
-            timing=timing,
-            telemetry=telemetry,
-            policy_source=policy_source,
-            metrics=metrics,
-        )
+        super().__init__(config, timing, telemetry, policy_source, metrics, policy_kind=router.policy_kind)
         self.config = config
         self.router = router
         self._active: list[list[SimRequest]] = [[] for _ in range(config.ranks)]

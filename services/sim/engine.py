@@ -66,19 +66,14 @@ class SimEngine(EngineCore):
         policy_source: PolicySource,
         metrics: MetricsRecorder,
     ) -> None:
-        super().__init__(
-            engine_id=config.engine_id,
-            model=config.model,
-            gpu=config.gpu,
-            pool=config.pool,
-            policy_kind=scheduler.policy_kind,
-            timing=timing,
-            telemetry=telemetry,
-            policy_source=policy_source,
-            metrics=metrics,
-        )
+        super().__init__(config, timing, telemetry, policy_source, metrics, policy_kind=scheduler.policy_kind)
         self.config = config
         self.scheduler = scheduler
+        # The EngineView limits: KV capacity (blocks), tokens per block, most running, tokens per step.
+        self.kv_blocks_total = config.kv_blocks_total
+        self.block_size_tokens = config.block_size_tokens
+        self.max_num_seqs = config.max_num_seqs
+        self.token_budget_tokens = config.token_budget_tokens
         self._running: list[SimRequest] = []
         self._kv_blocks_used = 0
         self._now_s = 0.0
@@ -109,26 +104,6 @@ class SimEngine(EngineCore):
     def kv_blocks_used(self) -> int:
         """KV blocks held by running requests."""
         return self._kv_blocks_used
-
-    @property
-    def kv_blocks_total(self) -> int:
-        """KV capacity in blocks."""
-        return self.config.kv_blocks_total
-
-    @property
-    def block_size_tokens(self) -> int:
-        """Tokens per KV block."""
-        return self.config.block_size_tokens
-
-    @property
-    def max_num_seqs(self) -> int:
-        """Most requests running at once."""
-        return self.config.max_num_seqs
-
-    @property
-    def token_budget_tokens(self) -> int:
-        """Most tokens one iteration may compute (``max_num_batched_tokens``)."""
-        return self.config.token_budget_tokens
 
     @property
     def num_running(self) -> int:

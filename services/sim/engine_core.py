@@ -21,6 +21,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
+from typing import Protocol
 
 from schemas.policy_docs.base import PolicyDocument
 from services.sdk.protocol import PolicySource
@@ -74,38 +75,44 @@ class StepCounts:
     mode: str
 
 
+class EngineIdentity(Protocol):
+    """Who an engine is: its id (scope of its policy documents), model, GPU and fleet pool."""
+
+    @property
+    def engine_id(self) -> str: ...
+    @property
+    def model(self) -> str: ...
+    @property
+    def gpu(self) -> str: ...
+    @property
+    def pool(self) -> str: ...
+
+
 class EngineCore(ABC):
     """The shared half of a simulated engine; the simulation drives it through ``SimulatedEngine``.
 
     Args:
-        engine_id: the engine's id (scope of its policy documents).
-        model: model name it registers with.
-        gpu: GPU name it registers with.
-        pool: the fleet pool it serves (fleet routers read it).
-        policy_kind: the policy kind its scheduler or router obeys, or None.
+        identity: the engine's configuration (``EngineConfig`` or ``DpConfig``).
         timing: prices each iteration.
         telemetry: where its events go.
         policy_source: where its policy documents are read.
         metrics: the run's recorder.
+        policy_kind: the policy kind its scheduler or router obeys, or None.
     """
 
     def __init__(
         self,
-        *,
-        engine_id: str,
-        model: str,
-        gpu: str,
-        pool: str,
-        policy_kind: str | None,
+        identity: EngineIdentity,
         timing: TimingModel,
         telemetry: EngineTelemetry,
         policy_source: PolicySource,
         metrics: MetricsRecorder,
+        *,
+        policy_kind: str | None,
     ) -> None:
-        self.engine_id = engine_id
-        self.model = model
-        self.gpu = gpu
-        self.pool = pool
+        self._identity = identity
+        self.engine_id = identity.engine_id
+        self.pool = identity.pool
         self.policy_kind = policy_kind
         self.timing = timing
         self.telemetry = telemetry
@@ -145,8 +152,8 @@ class EngineCore(ABC):
         r = self.registration()
         self.telemetry.registered(
             now_s,
-            model=self.model,
-            gpu=self.gpu,
+            model=self._identity.model,
+            gpu=self._identity.gpu,
             hardware_profile=r.hardware_profile,
             pool=self.pool,
             max_num_seqs=r.max_num_seqs,

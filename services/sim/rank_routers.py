@@ -19,6 +19,7 @@ remaining reservation room, so that request keeps waiting.
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Protocol
@@ -96,53 +97,49 @@ def kv_admissible(
     return admitted, dropped
 
 
-def _free_slots(ranks: Sequence[RankView]) -> IntArray:
-    return np.fromiter((view.free_slots for view in ranks), dtype=np.int64, count=len(ranks))
+class BaselineRankRouter(ABC):
+    """A ``policies.bfio.baselines`` assignment on the simulator's state; it obeys no policy.
+
+    A baseline admits from the FIFO front only, at most the free slots (U(k), spec section 2.1), so
+    only that front is handed to ``rank_of``; ``kv_admissible`` then checks each rank's KV room.
+    """
+
+    @property
+    def policy_kind(self) -> str | None:
+        """The baseline obeys no policy."""
+        return None
+
+    @abstractmethod
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """The baseline's rank position per request of ``front`` (-1: keeps waiting)."""
+
+    def assign(
+        self, waiting: Sequence[SimRequest], ranks: Sequence[RankView], policy: PolicyDocument | None
+    ) -> list[tuple[int, int]]:
+        """The FIFO front assigned by ``rank_of``, less what does not fit a rank's KV room."""
+        del policy
+        free = np.fromiter((view.free_slots for view in ranks), dtype=np.int64, count=len(ranks))
+        front = waiting[: int(free.sum())]
+        return kv_admissible(front, ranks, self.rank_of(front, ranks, free))[0]
 
 
-def _queue_front(waiting: Sequence[SimRequest], free_slots: IntArray) -> Sequence[SimRequest]:
-    """The FIFO front a baseline can admit this step: at most the free slots (U(k), spec section 2.1)."""
-    return waiting[: int(free_slots.sum())]
-
-
-@dataclass(frozen=True, slots=True)
-class FcfsRankRouter:
+class FcfsRankRouter(BaselineRankRouter):
     """FCFS index fill (seed 003 section 3, reference ``strategy_FCFS``): oldest requests fill rank 0, then 1..."""
 
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def assign(
-        self, waiting: Sequence[SimRequest], ranks: Sequence[RankView], policy: PolicyDocument | None
-    ) -> list[tuple[int, int]]:
-        """The queue head fills ranks in index order (``policies.bfio.fcfs_index_fill``)."""
-        del policy
-        free = _free_slots(ranks)
-        front = _queue_front(waiting, free)
-        return kv_admissible(front, ranks, fcfs_index_fill(len(front), free))[0]
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """``policies.bfio.fcfs_index_fill``."""
+        del ranks
+        return fcfs_index_fill(len(front), free_slots)
 
 
-@dataclass(frozen=True, slots=True)
-class JsqLoadRankRouter:
+class JsqLoadRankRouter(BaselineRankRouter):
     """JSQ by load (seed 003 section 3, reference ``strategy_join_shortest_queue``): FIFO, each to argmin L_g."""
 
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def assign(
-        self, waiting: Sequence[SimRequest], ranks: Sequence[RankView], policy: PolicyDocument | None
-    ) -> list[tuple[int, int]]:
-        """Each queued request, in order, to the least-loaded rank with a slot (``policies.bfio.jsq_load``)."""
-        del policy
-        free = _free_slots(ranks)
-        front = _queue_front(waiting, free)
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """``policies.bfio.jsq_load``: each request to the least-loaded rank with a slot (lowest index on ties)."""
         prompts = np.fromiter((r.spec.prompt_tokens for r in front), dtype=np.float64, count=len(front))
         loads = np.fromiter((view.load_tokens for view in ranks), dtype=np.float64, count=len(ranks))
-        return kv_admissible(front, ranks, jsq_load(prompts, free, loads))[0]
+        return jsq_load(prompts, free_slots, loads)
 
 
 BASELINE_RANK_ROUTERS = ("fcfs", "jsq-load")
