@@ -29,9 +29,8 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from schemas.errors import ConfigError
 from services.sdk.protocol import PolicySource
-from services.sim.engine_core import EngineCore, Registration, StepCounts
+from services.sim.engine_core import EngineCore, Registration, StepCounts, require_positive
 from services.sim.metrics import MetricsRecorder
 from services.sim.rank_routers import RankRouter, RankView
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
@@ -89,11 +88,8 @@ class DpConfig:
     pool: str = "default"
 
     def __post_init__(self) -> None:
-        for name in ("ranks", "slots_per_rank", "kv_tokens_per_rank", "block_size_tokens"):
-            value = getattr(self, name)
-            if value < 1:
-                msg = f"{name} must be >= 1, got {value} (DP deployment {self.engine_id})"
-                raise ConfigError(msg)
+        sizes = ("ranks", "slots_per_rank", "kv_tokens_per_rank", "block_size_tokens")
+        require_positive(self, sizes, f"DP deployment {self.engine_id}")
 
 
 class DpEngine(EngineCore):
@@ -122,7 +118,10 @@ class DpEngine(EngineCore):
             decision_clock: wall-clock seconds (time.perf_counter) to time the router and charge it
                 to the step; None leaves the router free (deterministic runs).
         """
-        super().__init__(config, timing, telemetry, policy_source, metrics, policy_kind=router.policy_kind)
+        kind = router.policy_kind
+        super().__init__(
+            config.engine_id, timing, telemetry, policy_source, metrics, pool=config.pool, policy_kind=kind
+        )
         self.config = config
         self.router = router
         self._active: list[list[SimRequest]] = [[] for _ in range(config.ranks)]
@@ -149,6 +148,8 @@ class DpEngine(EngineCore):
         """The deployment's limits summed over its ranks, with ``dp_size`` = G."""
         c = self.config
         return Registration(
+            model=c.model,
+            gpu=c.gpu,
             hardware_profile=None,
             max_num_seqs=c.ranks * c.slots_per_rank,
             max_num_batched_tokens=c.ranks * c.slots_per_rank,

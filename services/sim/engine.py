@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas.errors import ConfigError, InvalidInputError
+from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource
-from services.sim.engine_core import EngineCore, Registration, StepCounts
+from services.sim.engine_core import EngineCore, Registration, StepCounts, require_positive
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.schedulers.base import BatchPlan, Scheduler
@@ -46,11 +46,8 @@ class EngineConfig:
     max_model_len: int = 32_768
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "token_budget_tokens", "kv_blocks_total", "block_size_tokens", "max_model_len"):
-            value = getattr(self, name)
-            if value < 1:
-                msg = f"{name} must be >= 1, got {value} (engine {self.engine_id})"
-                raise ConfigError(msg)
+        limits = ("max_num_seqs", "token_budget_tokens", "kv_blocks_total", "block_size_tokens", "max_model_len")
+        require_positive(self, limits, f"engine {self.engine_id}")
 
 
 class SimEngine(EngineCore):
@@ -66,7 +63,10 @@ class SimEngine(EngineCore):
         policy_source: PolicySource,
         metrics: MetricsRecorder,
     ) -> None:
-        super().__init__(config, timing, telemetry, policy_source, metrics, policy_kind=scheduler.policy_kind)
+        kind = scheduler.policy_kind
+        super().__init__(
+            config.engine_id, timing, telemetry, policy_source, metrics, pool=config.pool, policy_kind=kind
+        )
         self.config = config
         self.scheduler = scheduler
         # The EngineView limits: KV capacity (blocks), tokens per block, most running, tokens per step.
@@ -114,6 +114,8 @@ class SimEngine(EngineCore):
         """The engine's limits, as configured."""
         c = self.config
         return Registration(
+            model=c.model,
+            gpu=c.gpu,
             hardware_profile=c.hardware_profile,
             max_num_seqs=c.max_num_seqs,
             max_num_batched_tokens=c.token_budget_tokens,

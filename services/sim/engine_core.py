@@ -21,8 +21,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections import deque
 from dataclasses import dataclass
-from typing import Protocol
 
+from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from services.sdk.protocol import PolicySource
 from services.sim.metrics import MetricsRecorder
@@ -31,10 +31,28 @@ from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import TimingModel
 
 
+def require_positive(config: object, names: tuple[str, ...], where: str) -> None:
+    """Check an engine configuration's sizes and limits.
+
+    Raises:
+        ConfigError: the first of ``names`` whose value on ``config`` is below 1, naming ``where``.
+    """
+    for name in names:
+        value = getattr(config, name)
+        if value < 1:
+            msg = f"{name} must be >= 1, got {value} ({where})"
+            raise ConfigError(msg)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Registration:
-    """The limits ``engine.registered`` announces (vLLM names; a DP deployment sums its ranks)."""
+    """What ``engine.registered`` announces besides the pool and the policy kinds obeyed.
 
+    Limits carry vLLM's names; a DP deployment sums them over its ranks.
+    """
+
+    model: str
+    gpu: str
     hardware_profile: str | None
     max_num_seqs: int
     max_num_batched_tokens: int
@@ -75,44 +93,32 @@ class StepCounts:
     mode: str
 
 
-class EngineIdentity(Protocol):
-    """Who an engine is: its id (scope of its policy documents), model, GPU and fleet pool."""
-
-    @property
-    def engine_id(self) -> str: ...
-    @property
-    def model(self) -> str: ...
-    @property
-    def gpu(self) -> str: ...
-    @property
-    def pool(self) -> str: ...
-
-
 class EngineCore(ABC):
     """The shared half of a simulated engine; the simulation drives it through ``SimulatedEngine``.
 
     Args:
-        identity: the engine's configuration (``EngineConfig`` or ``DpConfig``).
+        engine_id: the engine's id (scope of its policy documents).
         timing: prices each iteration.
         telemetry: where its events go.
         policy_source: where its policy documents are read.
         metrics: the run's recorder.
+        pool: the fleet pool it serves (fleet routers read it).
         policy_kind: the policy kind its scheduler or router obeys, or None.
     """
 
     def __init__(
         self,
-        identity: EngineIdentity,
+        engine_id: str,
         timing: TimingModel,
         telemetry: EngineTelemetry,
         policy_source: PolicySource,
         metrics: MetricsRecorder,
         *,
+        pool: str,
         policy_kind: str | None,
     ) -> None:
-        self._identity = identity
-        self.engine_id = identity.engine_id
-        self.pool = identity.pool
+        self.engine_id = engine_id
+        self.pool = pool
         self.policy_kind = policy_kind
         self.timing = timing
         self.telemetry = telemetry
@@ -152,8 +158,8 @@ class EngineCore(ABC):
         r = self.registration()
         self.telemetry.registered(
             now_s,
-            model=self._identity.model,
-            gpu=self._identity.gpu,
+            model=r.model,
+            gpu=r.gpu,
             hardware_profile=r.hardware_profile,
             pool=self.pool,
             max_num_seqs=r.max_num_seqs,
