@@ -56,8 +56,10 @@ class TimingModel(Protocol):
         ...
 
 
-def _require_non_negative(**values: float) -> None:
-    for name, value in values.items():
+def _require_non_negative(model: object, names: tuple[str, ...]) -> None:
+    """Raise on the first of ``names`` whose coefficient on ``model`` is negative or NaN."""
+    for name in names:
+        value = getattr(model, name)
         if not value >= 0.0:
             msg = f"{name} must be >= 0, got {value}"
             raise InvalidInputError(msg, field=name, value=value)
@@ -93,13 +95,7 @@ class EbTiming:
     c2_s_per_token: float
 
     def __post_init__(self) -> None:
-        _require_non_negative(
-            alpha_p_s=self.alpha_p_s,
-            beta_p_s_per_token=self.beta_p_s_per_token,
-            alpha_d_s=self.alpha_d_s,
-            beta_d_s_per_seq=self.beta_d_s_per_seq,
-            alpha_mb_s=self.alpha_mb_s,
-        )
+        _require_non_negative(self, ("alpha_p_s", "beta_p_s_per_token", "alpha_d_s", "beta_d_s_per_seq", "alpha_mb_s"))
 
     @classmethod
     def from_cost_model(cls, cost: CostModel) -> EbTiming:
@@ -158,12 +154,7 @@ class SlaiTiming:
     a_ctx_s_per_token: float = 2e-7
 
     def __post_init__(self) -> None:
-        _require_non_negative(
-            a0_s=self.a0_s,
-            a_tok_s_per_token=self.a_tok_s_per_token,
-            a_seq_s_per_seq=self.a_seq_s_per_seq,
-            a_ctx_s_per_token=self.a_ctx_s_per_token,
-        )
+        _require_non_negative(self, ("a0_s", "a_tok_s_per_token", "a_seq_s_per_seq", "a_ctx_s_per_token"))
 
     def step_time_s(self, shape: BatchShape) -> float:
         """T = a0 + a_tok tau + a_seq seqs + a_ctx ctx, seconds."""
@@ -188,7 +179,7 @@ class BfioTiming:
     t_l_s_per_token: float = 1.00525e-7
 
     def __post_init__(self) -> None:
-        _require_non_negative(c_s=self.c_s, t_l_s_per_token=self.t_l_s_per_token)
+        _require_non_negative(self, ("c_s", "t_l_s_per_token"))
 
     def step_time_s(self, shape: BatchShape) -> float:
         """C + t_l L*, seconds, with L* the largest rank load of the step."""
