@@ -235,13 +235,13 @@ def run_dp_loop(
         planner = CentralPoolPlanner(
             inner=step_meter,
             policy_source=control_plane,
+            period_s=central_pool.period_s,
+            loop_latency_s=central_pool.loop_latency_s,
+            window=central_pool.window,
             engine_id=ENGINE_ID,
             num_ranks=ranks,
             slots_per_rank=slots_per_rank,
             params=bfio_params,
-            period_s=central_pool.period_s,
-            loop_latency_s=central_pool.loop_latency_s,
-            window=central_pool.window,
         )
         sink = planner
     rank_router: RankRouter

@@ -30,11 +30,11 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.sdk.protocol import PolicySource
-from services.sim.engine_core import EngineCore, Registration, StepCounts, require_positive
+from services.sim.engine_core import EngineCore, require_positive
 from services.sim.metrics import MetricsRecorder
 from services.sim.rank_routers import RankRouter, RankView
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
-from services.sim.telemetry import EngineTelemetry
+from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import BatchShape, TimingModel
 
 
@@ -58,6 +58,18 @@ class ImbalanceMeter:
     decisions: int = 0
     decision_sum_s: float = 0.0
     decision_max_s: float = 0.0
+
+    def record_step(self, *, pre_admission_tokens: float, post_admission_tokens: float) -> None:
+        """Add one decode step's imbalance at both measurement points."""
+        self.steps += 1
+        self.pre_admission_sum_tokens += pre_admission_tokens
+        self.post_admission_sum_tokens += post_admission_tokens
+
+    def record_decision(self, seconds: float) -> None:
+        """Add one timed router call."""
+        self.decisions += 1
+        self.decision_sum_s += seconds
+        self.decision_max_s = max(self.decision_max_s, seconds)
 
     @property
     def avg_pre_admission_tokens(self) -> float | None:
@@ -151,12 +163,12 @@ class DpEngine(EngineCore):
             model=c.model,
             gpu=c.gpu,
             hardware_profile=None,
+            dp_size=c.ranks,
             max_num_seqs=c.ranks * c.slots_per_rank,
             max_num_batched_tokens=c.ranks * c.slots_per_rank,
             max_model_len=c.kv_tokens_per_rank,
             kv_blocks_total=c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens),
             block_size_tokens=c.block_size_tokens,
-            dp_size=c.ranks,
         )
 
     def rejection(self, spec: RequestSpec) -> str | None:
@@ -191,10 +203,7 @@ class DpEngine(EngineCore):
             assigned = self.router.assign(waiting, views, self._policy)
             if clock is not None:
                 self._decision_s = clock() - started_s
-                meter = self.imbalance
-                meter.decisions += 1
-                meter.decision_sum_s += self._decision_s
-                meter.decision_max_s = max(meter.decision_max_s, self._decision_s)
+                self.imbalance.record_decision(self._decision_s)
             for index, g in assigned:
                 request = waiting[index]
                 taken.add(index)
@@ -276,9 +285,8 @@ class DpEngine(EngineCore):
             )
             self._admitted_now[g] = 0
         pre_admission = float(c.ranks * max(self._loads) - sum(self._loads))
-        self.imbalance.steps += 1
-        self.imbalance.pre_admission_sum_tokens += pre_admission
-        self.imbalance.post_admission_sum_tokens += float(c.ranks * max(loads_before) - sum(loads_before))
+        post_admission = float(c.ranks * max(loads_before) - sum(loads_before))
+        self.imbalance.record_step(pre_admission_tokens=pre_admission, post_admission_tokens=post_admission)
         self.metrics.rank_step(
             imbalance_tokens=pre_admission,
             idle_s=sum(max(0.0, step_s - local) for local in self._local_s),
@@ -288,15 +296,15 @@ class DpEngine(EngineCore):
             now_s,
             StepCounts(
                 duration_s=step_s,
-                prefill_requests=prefills,
-                prefill_tokens=prefill_tokens,
-                decode_requests=decodes,
-                decode_kv_tokens=decode_ctx - prefill_tokens,
-                tokens=prefill_tokens + prefills + decodes,
+                num_prefill_requests=prefills,
+                sum_prefill_tokens=prefill_tokens,
+                num_decode_requests=decodes,
+                sum_decode_kv_tokens=decode_ctx - prefill_tokens,
                 kv_blocks_used=sum(blocks_for_tokens(load, c.block_size_tokens) for load in self._loads),
                 kv_blocks_total=c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens),
                 block_size_tokens=c.block_size_tokens,
-                preempted=0,
-                mode="dp",
+                num_preempted=0,
+                scheduler_mode="dp",
             ),
+            tokens=prefill_tokens + prefills + decodes,
         )

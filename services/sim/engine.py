@@ -18,11 +18,11 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource
-from services.sim.engine_core import EngineCore, Registration, StepCounts, require_positive
+from services.sim.engine_core import EngineCore, require_positive
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.schedulers.base import BatchPlan, Scheduler
-from services.sim.telemetry import EngineTelemetry
+from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import BatchShape, TimingModel
 
 
@@ -117,6 +117,7 @@ class SimEngine(EngineCore):
             model=c.model,
             gpu=c.gpu,
             hardware_profile=c.hardware_profile,
+            dp_size=1,
             max_num_seqs=c.max_num_seqs,
             max_num_batched_tokens=c.token_budget_tokens,
             max_model_len=c.max_model_len,
@@ -239,15 +240,15 @@ class SimEngine(EngineCore):
             now_s,
             StepCounts(
                 duration_s=now_s - self._step_started_s,
-                prefill_requests=len(plan.prefills),
-                prefill_tokens=prefill_tokens,
-                decode_requests=len(plan.decodes),
-                decode_kv_tokens=decode_ctx,
-                tokens=prefill_tokens + len(plan.decodes),
+                num_prefill_requests=len(plan.prefills),
+                sum_prefill_tokens=prefill_tokens,
+                num_decode_requests=len(plan.decodes),
+                sum_decode_kv_tokens=decode_ctx,
                 kv_blocks_used=self._kv_blocks_used,
                 kv_blocks_total=self.config.kv_blocks_total,
                 block_size_tokens=self.config.block_size_tokens,
-                preempted=len(plan.preempted),
-                mode=plan.mode,
+                num_preempted=len(plan.preempted),
+                scheduler_mode=plan.mode,
             ),
+            tokens=prefill_tokens + len(plan.decodes),
         )

@@ -20,14 +20,13 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections import deque
-from dataclasses import dataclass
 
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from services.sdk.protocol import PolicySource
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest
-from services.sim.telemetry import EngineTelemetry
+from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import TimingModel
 
 
@@ -42,55 +41,6 @@ def require_positive(config: object, names: tuple[str, ...], where: str) -> None
         if value < 1:
             msg = f"{name} must be >= 1, got {value} ({where})"
             raise ConfigError(msg)
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class Registration:
-    """What ``engine.registered`` announces besides the pool and the policy kinds obeyed.
-
-    Limits carry vLLM's names; a DP deployment sums them over its ranks.
-    """
-
-    model: str
-    gpu: str
-    hardware_profile: str | None
-    max_num_seqs: int
-    max_num_batched_tokens: int
-    max_model_len: int
-    kv_blocks_total: int
-    block_size_tokens: int
-    dp_size: int = 1
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepCounts:
-    """What one finished iteration did, as the ``step`` event and the run's metrics report it.
-
-    Attributes:
-        duration_s: the iteration's event time.
-        prefill_requests: requests with a prefill (chunk or admission) in the step.
-        prefill_tokens: prompt tokens computed.
-        decode_requests: requests that decoded one token.
-        decode_kv_tokens: summed context of the decoding requests.
-        tokens: tokens the step produced or computed, for throughput.
-        kv_blocks_used: KV blocks held after the step.
-        kv_blocks_total: KV capacity in blocks.
-        block_size_tokens: tokens per block.
-        preempted: requests preempted before the step ran.
-        mode: the scheduler's label for the step.
-    """
-
-    duration_s: float
-    prefill_requests: int
-    prefill_tokens: int
-    decode_requests: int
-    decode_kv_tokens: int
-    tokens: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    block_size_tokens: int
-    preempted: int
-    mode: str
 
 
 class EngineCore(ABC):
@@ -120,12 +70,12 @@ class EngineCore(ABC):
         self.engine_id = engine_id
         self.pool = pool
         self.policy_kind = policy_kind
+        self._policy: PolicyDocument | None = None
         self.timing = timing
         self.telemetry = telemetry
         self.policy_source = policy_source
         self.metrics = metrics
         self._waiting: deque[SimRequest] = deque()
-        self._policy: PolicyDocument | None = None
         self._step_id = 0
         self._step_started_s = 0.0
         self.busy = False
@@ -155,21 +105,8 @@ class EngineCore(ABC):
 
     def register(self, now_s: float) -> None:
         """Announce the engine (``engine.registered``)."""
-        r = self.registration()
-        self.telemetry.registered(
-            now_s,
-            model=r.model,
-            gpu=r.gpu,
-            hardware_profile=r.hardware_profile,
-            pool=self.pool,
-            max_num_seqs=r.max_num_seqs,
-            max_num_batched_tokens=r.max_num_batched_tokens,
-            max_model_len=r.max_model_len,
-            kv_blocks_total=r.kv_blocks_total,
-            block_size_tokens=r.block_size_tokens,
-            dp_size=r.dp_size,
-            obeys=[] if self.policy_kind is None else [self.policy_kind],
-        )
+        obeys = [] if self.policy_kind is None else [self.policy_kind]
+        self.telemetry.registered(now_s, self.registration(), pool=self.pool, obeys=obeys)
 
     def heartbeat(self, now_s: float) -> None:
         """Emit ``engine.heartbeat`` with the queue sizes."""
@@ -214,32 +151,25 @@ class EngineCore(ABC):
         self.telemetry.finished(now_s, request, finish_reason=reason)
         self.metrics.finished(self.engine_id, request, now_s, reason)
 
-    def report_step(self, now_s: float, counts: StepCounts) -> None:
-        """Close the iteration: the ``step`` event, the run's step metrics, the next step id; idle again."""
-        self.telemetry.step(
-            now_s,
-            step_id=self._step_id,
-            duration_s=counts.duration_s,
-            num_prefill_requests=counts.prefill_requests,
-            sum_prefill_tokens=counts.prefill_tokens,
-            num_decode_requests=counts.decode_requests,
-            sum_decode_kv_tokens=counts.decode_kv_tokens,
-            num_running=self.num_running,
-            num_waiting=len(self._waiting),
-            kv_blocks_used=counts.kv_blocks_used,
-            kv_blocks_total=counts.kv_blocks_total,
-            block_size_tokens=counts.block_size_tokens,
-            num_preempted=counts.preempted,
-            scheduler_mode=counts.mode,
-        )
+    def report_step(self, now_s: float, counts: StepCounts, *, tokens: int) -> None:
+        """Close the iteration: the ``step`` event, the run's step metrics, the next step id; idle again.
+
+        Args:
+            now_s: the iteration's end.
+            counts: what it did.
+            tokens: tokens it produced or computed, for throughput.
+        """
+        running, waiting = self.num_running, len(self._waiting)
+        self.telemetry.step(now_s, counts, step_id=self._step_id, num_running=running, num_waiting=waiting)
+        kv_use_frac = counts.kv_blocks_used / counts.kv_blocks_total
         self.metrics.step(
             self.engine_id,
             now_s,
             duration_s=counts.duration_s,
-            tokens=counts.tokens,
-            kv_use_frac=counts.kv_blocks_used / counts.kv_blocks_total,
-            num_running=self.num_running,
-            num_waiting=len(self._waiting),
+            tokens=tokens,
+            kv_use_frac=kv_use_frac,
+            num_running=running,
+            num_waiting=waiting,
         )
         self._step_id += 1
         self.busy = False

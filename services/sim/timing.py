@@ -65,6 +65,10 @@ def _require_non_negative(model: object, names: tuple[str, ...]) -> None:
             raise InvalidInputError(msg, field=name, value=value)
 
 
+# EbTiming's exclusive and mixed intercepts and slopes: named as in CostModel, never negative.
+EB_LINEAR_COEFFICIENTS = ("alpha_p_s", "beta_p_s_per_token", "alpha_d_s", "beta_d_s_per_seq", "alpha_mb_s")
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EbTiming:
     """The EB paper's per-batch-kind linear cost with the mixed-batch quadratic (seed 001 Eq. 1, App. A.4).
@@ -95,7 +99,7 @@ class EbTiming:
     c2_s_per_token: float
 
     def __post_init__(self) -> None:
-        _require_non_negative(self, ("alpha_p_s", "beta_p_s_per_token", "alpha_d_s", "beta_d_s_per_seq", "alpha_mb_s"))
+        _require_non_negative(self, EB_LINEAR_COEFFICIENTS)
 
     @classmethod
     def from_cost_model(cls, cost: CostModel) -> EbTiming:
@@ -107,15 +111,13 @@ class EbTiming:
         if cost.beta_mb is None:
             msg = "the cost model has no beta_MB(r) profile; mixed steps cannot be priced"
             raise InvalidInputError(msg, field="beta_mb")
+        linear = {name: getattr(cost, name) for name in EB_LINEAR_COEFFICIENTS}
+        quadratic = cost.beta_mb
         return cls(
-            alpha_p_s=cost.alpha_p_s,
-            beta_p_s_per_token=cost.beta_p_s_per_token,
-            alpha_d_s=cost.alpha_d_s,
-            beta_d_s_per_seq=cost.beta_d_s_per_seq,
-            alpha_mb_s=cost.alpha_mb_s,
-            c0_s_per_token=cost.beta_mb.c0_s_per_token,
-            c1_s_per_token=cost.beta_mb.c1_s_per_token,
-            c2_s_per_token=cost.beta_mb.c2_s_per_token,
+            **linear,
+            c0_s_per_token=quadratic.c0_s_per_token,
+            c1_s_per_token=quadratic.c1_s_per_token,
+            c2_s_per_token=quadratic.c2_s_per_token,
         )
 
     def beta_mb_s_per_token(self, decode_ratio: float) -> float:
