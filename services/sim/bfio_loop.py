@@ -235,12 +235,12 @@ def run_dp_loop(
         planner = CentralPoolPlanner(
             inner=step_meter,
             policy_source=control_plane,
-            period_s=central_pool.period_s,
-            loop_latency_s=central_pool.loop_latency_s,
-            window=central_pool.window,
             engine_id=ENGINE_ID,
+            period_s=central_pool.period_s,
             num_ranks=ranks,
+            loop_latency_s=central_pool.loop_latency_s,
             slots_per_rank=slots_per_rank,
+            window=central_pool.window,
             params=bfio_params,
         )
         sink = planner

@@ -160,10 +160,10 @@ class DpEngine(EngineCore):
         """The deployment's limits summed over its ranks, with ``dp_size`` = G."""
         c = self.config
         return Registration(
-            model=c.model,
-            gpu=c.gpu,
             hardware_profile=None,
             dp_size=c.ranks,
+            model=c.model,
+            gpu=c.gpu,
             max_num_seqs=c.ranks * c.slots_per_rank,
             max_num_batched_tokens=c.ranks * c.slots_per_rank,
             max_model_len=c.kv_tokens_per_rank,

@@ -12,8 +12,9 @@ lives here, once:
 - a request's token at a step's end (first token, or one more token gap) and its finish;
 - the step report (``step`` event and the run's metrics) that closes every iteration.
 
-A subclass says what it registers (``registration``), which arrivals it refuses (``rejection``) and
-how many requests it runs (``num_running``); the event order is the same for both engine kinds.
+A subclass says what it registers (``registration``), which arrivals it refuses (``rejection``), how
+many requests it runs (``num_running``) and how it steps (``start_step``, ``end_step``); the event
+order is the same for both engine kinds.
 """
 
 from __future__ import annotations
@@ -44,7 +45,10 @@ def require_positive(config: object, names: tuple[str, ...], where: str) -> None
 
 
 class EngineCore(ABC):
-    """The shared half of a simulated engine; the simulation drives it through ``SimulatedEngine``.
+    """A simulated engine as the simulation drives it (services/sim/simulation.py), and the half all engines share.
+
+    The simulation registers it, heartbeats it, hands it arrivals and calls ``start_step`` and
+    ``end_step`` at event times; the subclass batches and accounts for memory in those two.
 
     Args:
         engine_id: the engine's id (scope of its policy documents).
@@ -92,6 +96,14 @@ class EngineCore(ABC):
     @abstractmethod
     def rejection(self, spec: RequestSpec) -> str | None:
         """Why ``spec`` can never run on this engine, or None when it can."""
+
+    @abstractmethod
+    def start_step(self, now_s: float) -> float | None:
+        """Plan and price the next iteration at ``now_s``; its duration, or None when idle."""
+
+    @abstractmethod
+    def end_step(self, now_s: float) -> None:
+        """Apply the running iteration's work at its end ``now_s`` and report it."""
 
     @property
     def policy(self) -> PolicyDocument | None:

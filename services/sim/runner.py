@@ -20,6 +20,7 @@ from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.dp import DpConfig, DpEngine
 from services.sim.engine import EngineConfig, SimEngine
+from services.sim.engine_core import EngineCore
 from services.sim.metrics import MetricsRecorder, RunSummary
 from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter
@@ -29,7 +30,7 @@ from services.sim.schedulers.base import Scheduler
 from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiServeScheduler, VllmPrefillFirstScheduler
 from services.sim.schedulers.ebplus import EbplusScheduler
 from services.sim.schedulers.slai import SlaiScheduler
-from services.sim.simulation import ProgressSample, SimulatedEngine, Simulation
+from services.sim.simulation import ProgressSample, Simulation
 from services.sim.telemetry import EngineTelemetry
 
 
@@ -84,7 +85,7 @@ def build_simulation(
 ) -> tuple[Simulation, MetricsRecorder]:
     """Return the scenario's simulation (engines on ``sink`` and ``policy_source``) and its recorder."""
     metrics = MetricsRecorder()
-    engines: list[SimulatedEngine] = []
+    engines: list[EngineCore] = []
     telemetries: list[EngineTelemetry] = []
     for spec in scenario.engines:
         telemetry = EngineTelemetry(engine_id=spec.config.engine_id, deployment=scenario.deployment, sink=sink)

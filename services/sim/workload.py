@@ -227,8 +227,10 @@ class BurstyArrivals:
     mean_burst_s: float
 
     def __post_init__(self) -> None:
-        for name in ("rate_per_s", "burst_rate_per_s", "mean_calm_s", "mean_burst_s"):
-            _positive(name, getattr(self, name))
+        _positive("rate_per_s", self.rate_per_s)
+        _positive("burst_rate_per_s", self.burst_rate_per_s)
+        _positive("mean_calm_s", self.mean_calm_s)
+        _positive("mean_burst_s", self.mean_burst_s)
 
     def times(self, rng: np.random.Generator, start_s: float, end_s: float) -> FloatArray:
         """Alternate calm and burst periods, each a Poisson stretch at its rate."""
