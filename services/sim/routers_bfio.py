@@ -260,10 +260,10 @@ class CentralPoolPlanner:
     Args:
         inner: the sink behind the planner (the offline control plane).
         policy_source: where the bundle is read (kind ``bfio``, scope ``engine_id``).
+        params: ``assignment_ttl_steps`` sets each assignment's validity.
         engine_id: the DP engine planned for.
         num_ranks: G.
         slots_per_rank: B.
-        params: ``assignment_ttl_steps`` sets each assignment's validity.
         period_s: event time between plans.
         loop_latency_s: event time from a plan to its assignments being readable by the router.
         window: most waiting requests a plan considers.
@@ -277,10 +277,10 @@ class CentralPoolPlanner:
         *,
         inner: TelemetrySink,
         policy_source: PolicySource,
+        params: BfioParams | None = None,
         engine_id: str,
         num_ranks: int,
         slots_per_rank: int,
-        params: BfioParams | None = None,
         period_s: float = 0.1,
         loop_latency_s: float = 0.05,
         window: int = 128,
