@@ -1,4 +1,4 @@
-"""The policy registry: each policy plugs in with its kind, scope, trigger, reads and pure decide.
+"""The policy registry: each policy plugs in with its kind, scope, trigger, inputs and pure decide.
 
 A ``PolicySpec`` is everything the runtime needs to run one policy: when to decide (every N events
 of a type on an engine's stream, or every T seconds of event time), how to build the policy's
@@ -52,7 +52,6 @@ class PolicySpec:
         kind: the policy kind, as in its document's ``kind`` and the Redis key.
         scope: ``engine`` (one document per engine) or ``fleet`` (one per deployment).
         trigger: when the processor snapshots estimates for this policy.
-        reads: names of the estimates the policy reads (documentation and the inputs digest).
         document_type: the pydantic document class.
         inputs_from_snapshot: builds the decide inputs from a snapshot; None when data is too thin.
         decide: the pure decide function with its parameters bound: (inputs, previous, now_s).
@@ -64,7 +63,6 @@ class PolicySpec:
     kind: str
     scope: Literal["engine", "fleet"]
     trigger: Trigger
-    reads: tuple[str, ...]
     document_type: type[PolicyDocument]
     inputs_from_snapshot: Callable[[EstimateSnapshot], Any]
     decide: Callable[[Any, Any, float], Decision[Any, Any]]

@@ -133,7 +133,7 @@ class PolicyService:
             snapshot = EstimateSnapshot.model_validate_json(raw)
         except ValidationError as exc:
             self.counters.invalid += 1
-            log.warning("snapshot_invalid", reason=str(exc).splitlines()[0])
+            log.warning("snapshot_invalid", reason=exc.errors(include_url=False)[0]["msg"])
             return
         if snapshot.deployment != self._deployment:
             return

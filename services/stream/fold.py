@@ -55,7 +55,7 @@ class Folder:
 
     def summary_json(self, engine_id: str) -> str:
         """Return the engine's current estimate summary as JSON, for readers of Redis."""
-        return json.dumps(self.engines[engine_id].summary(), separators=(",", ":"), sort_keys=True)
+        return self.engines[engine_id].summary().model_dump_json()
 
     def fold(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
         """Apply ``event`` and return the snapshots taken at this position (possibly none)."""
@@ -85,7 +85,7 @@ class Folder:
         if current is None or index > current.index:
             if current is not None:
                 estimates.snapshot_version += 1
-                contribution = current.to_dict()
+                contribution = current.contribution()
                 closed = EstimateSnapshot(
                     deployment=self._deployment,
                     scope=estimates.engine_id,
