@@ -22,12 +22,13 @@ from pathlib import Path
 
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
-from services.policy.registry import EveryEvents, PolicyRegistry
+from services.policy.registry import PolicyRegistry
 from services.policy.specs import default_registry
 from services.policy.wiring import admission_spec
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
 from services.stream.fold import Folder
+from services.triggers import EveryEvents
 
 DEPLOYMENT = "bench-fold"
 SCENARIOS = ("fleet-8", "dp-jsq")

@@ -17,10 +17,11 @@ from pydantic import ValidationError
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicyRegistry, PolicySpec
+from services.policy.registry import PolicyRegistry, PolicySpec
 from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
 from services.store.protocol import Store
 from services.stream.fleet import FleetAggregator
+from services.triggers import EverySeconds
 
 FLEET_STATE_PREFIX = "fleet-"
 

@@ -16,32 +16,7 @@ from policies.decision import Decision
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import EstimateSnapshot
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EveryEvents:
-    """Fire at every ``n``-th event of ``event_type`` on an engine's stream."""
-
-    event_type: str
-    n: int
-
-    def describe(self) -> str:
-        """Return e.g. ``every 100 request.finished``."""
-        return f"every {self.n} {self.event_type}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EverySeconds:
-    """Fire when event time has advanced ``seconds`` past the last firing on a scope."""
-
-    seconds: float
-
-    def describe(self) -> str:
-        """Return e.g. ``every 10s``."""
-        return f"every {self.seconds:g}s"
-
-
-Trigger = EveryEvents | EverySeconds
+from services.triggers import Trigger
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

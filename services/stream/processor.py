@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import structlog
@@ -40,9 +40,9 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, group_consumer, record_producer
-from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 from services.stream.fold import Folder
+from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 
@@ -82,7 +82,7 @@ class StreamProcessor:
         deployment: str,
         bootstrap: str,
         store: Store,
-        registry: PolicyRegistry,
+        registry: Iterable[TriggerSpec],
         group_id: str | None = None,
         max_poll_records: int = 2000,
         clock: Callable[[], float] = time.monotonic,

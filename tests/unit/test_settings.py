@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from schemas.errors import ConfigError
-from services.policy.registry import EverySeconds
 from services.policy.specs import default_registry
 from services.settings import Settings
+from services.triggers import EverySeconds
 
 
 class TestFleetSlot:

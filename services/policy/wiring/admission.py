@@ -6,8 +6,9 @@ from policies.admission import AdmissionInputs, AdmissionParams
 from policies.admission import decide as decide_admission
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec
+from services.policy.registry import PolicySpec
 from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EverySeconds
 
 ADMISSION_INTERVAL_S = 5.0
 

@@ -21,8 +21,9 @@ from policies.bfio import decide as decide_bfio
 from schemas.estimates import EngineSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec, engine_obeys
+from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EverySeconds
 
 BFIO_INTERVAL_S = 1.0  # spec 6.2: tier-1 loop every 100 ms to 5 s
 DEFAULT_CLASS = "default"

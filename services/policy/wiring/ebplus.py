@@ -23,8 +23,9 @@ from policies.ebplus.calibration import CALIBRATION_PROFILES
 from schemas.estimates import EngineRegistration, EngineSummary
 from schemas.policy_docs import EbplusPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EveryEvents, PolicySpec, engine_obeys
+from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EveryEvents
 
 
 def _cost_model(s: EngineSummary) -> CostModel | None:

@@ -12,8 +12,9 @@ from policies.fleetopt import FleetoptInputs, FleetoptParams, LengthCdf
 from policies.fleetopt import decide as decide_fleetopt
 from schemas.policy_docs import FleetoptPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec
+from services.policy.registry import PolicySpec
 from services.policy.wiring.summary import bind_params, fleet_summary
+from services.triggers import EverySeconds
 
 FLEET_SLOT_S = 60.0  # seed-002 section 5.4: replan about every minute, on 1-min slots
 MIN_FINISHED = 50

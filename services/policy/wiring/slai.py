@@ -24,8 +24,9 @@ from policies.slai import decide as decide_slai
 from schemas.estimates import TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec, engine_obeys
+from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EverySeconds
 
 SLAI_INTERVAL_S = 2.0  # spec §3.4: the control plane's cadence is seconds; the engine switches per batch
 

@@ -7,12 +7,12 @@ import pytest
 from schemas.estimates import StepModelFit
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds
 from services.policy.runner import decide_from_snapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.bfio import bfio_inputs, bfio_spec
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
 
 

@@ -8,11 +8,12 @@ from policies.slai import OffsetMode, SlaiParams, TierObservation
 from schemas.estimates import LinearCostFit
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicyRegistry
+from services.policy.registry import PolicyRegistry
 from services.policy.specs import default_registry
 from services.policy.wiring.slai import slai_inputs, slai_spec
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
 from tests.unit.stream.synthetic import synthetic_stream
 
