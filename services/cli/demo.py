@@ -224,8 +224,7 @@ def _documents_and_acks(
 def run(args: argparse.Namespace) -> int:
     """Run the demo; exit 0 when every event reached the services and they consumed it all."""
     settings = settings_from_args(args)
-    seed = None if args.seed is None else settings.seed
-    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=seed)
+    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=settings.seed)
     run_id = uuid.uuid4().hex[:8]
     deployment = f"demo-{run_id}"
     governed = replace(scenario, deployment=deployment)

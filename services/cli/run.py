@@ -93,6 +93,7 @@ def run_stream(args: argparse.Namespace) -> int:
         store=store,
         registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
+        kafka_timeouts=settings.kafka_client_timeouts(),
     )
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
 
@@ -108,5 +109,6 @@ def run_policy(args: argparse.Namespace) -> int:
         store=store,
         registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
+        kafka_timeouts=settings.kafka_client_timeouts(),
     )
     return _serve("policy", service, metrics, settings, args.idle_exit_s)

@@ -28,6 +28,7 @@ from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, group_consumer, record_producer
 from services.policy.decisions import DecisionMaker
 from services.policy.registry import PolicyRegistry
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
@@ -61,6 +62,7 @@ class PolicyService:
         group_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
         self._deployment = deployment
         self._store = store
@@ -69,8 +71,8 @@ class PolicyService:
         self._metrics = metrics
         self.counters = PolicyCounters()
         self._applied: dict[str, int] = {}
-        self._consumer = group_consumer(bootstrap, group_id or f"governor-policy-{deployment}")
-        self._producer = record_producer(bootstrap)
+        self._consumer = group_consumer(bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
         self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
         self._stopped = False
 

@@ -40,6 +40,7 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, group_consumer, record_producer
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.fold import Folder
 from services.triggers import TriggerSpec
@@ -88,6 +89,7 @@ class StreamProcessor:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
         self._deployment = deployment
         self._metrics = metrics
@@ -98,9 +100,12 @@ class StreamProcessor:
         self._applied: dict[str, int] = {}
         self._engine_partition: dict[str, str] = {}
         self._consumer = group_consumer(
-            bootstrap, group_id or f"governor-stream-{deployment}", max_poll_records=max_poll_records
+            bootstrap,
+            group_id or f"governor-stream-{deployment}",
+            max_poll_records=max_poll_records,
+            timeouts=kafka_timeouts,
         )
-        self._producer = record_producer(bootstrap)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
         self._commit_interval_s = commit_interval_s
