@@ -23,7 +23,6 @@ revoked partitions, so their new owner rebuilds them from Redis.
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -292,8 +291,3 @@ class StreamProcessor:
         self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
         log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)
-
-
-def snapshot_from_json(raw: bytes) -> EstimateSnapshot:
-    """Parse one ``gov.estimates`` record."""
-    return EstimateSnapshot.model_validate(json.loads(raw))
