@@ -57,7 +57,7 @@ class LastStep(ContractModel):
     kv_capacity_tokens: int
 
 
-class QuantilesS(ContractModel):
+class DurationQuantiles(ContractModel):
     """Count, mean and quantiles of a windowed sketch of durations, seconds."""
 
     count: int
@@ -110,8 +110,8 @@ class TierSummary(ContractModel):
     """One SLO tier's latencies: TTFT, per-request P99 token gap, and the gaps within the tier's TBT SLO."""
 
     tbt_slo_s: float | None
-    ttft_s: QuantilesS | None
-    tbt_p99_s: QuantilesS | None
+    ttft_s: DurationQuantiles | None
+    tbt_p99_s: DurationQuantiles | None
     tbt_gaps: int
     tbt_gaps_over_slo: int
 
@@ -162,7 +162,7 @@ class EngineSummary(ContractModel):
     n_obs_requests: float | None
     last_step: LastStep | None
     tbar_s: float | None
-    step_time_s: QuantilesS | None
+    step_time_s: DurationQuantiles | None
     hazard: HazardFit | None
     output_samples: int
     in_flight_censored: int

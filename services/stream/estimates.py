@@ -50,13 +50,13 @@ from schemas.errors import InvalidInputError
 from schemas.estimates import (
     CostFits,
     DpSummary,
+    DurationQuantiles,
     EngineRegistration,
     EngineSummary,
     HazardFit,
     LastStep,
     LinearCostFit,
     MixedBatchFit,
-    QuantilesS,
     StepModelFit,
     SurvivalSummary,
     TierSummary,
@@ -423,9 +423,9 @@ def _sketch(sketches: dict[str, WindowedQuantileSketch], tier: str) -> WindowedQ
     return sketch
 
 
-def _quantiles(sketch: WindowedQuantileSketch) -> QuantilesS | None:
+def _quantiles(sketch: WindowedQuantileSketch) -> DurationQuantiles | None:
     summary = sketch.snapshot().summary(quantiles=(0.5, 0.9, 0.99))
     if summary.count == 0 or summary.mean is None:
         return None
     p50, p90, p99 = (value for _, value in summary.quantiles)
-    return QuantilesS(count=summary.count, mean_s=summary.mean, p50_s=p50, p90_s=p90, p99_s=p99)
+    return DurationQuantiles(count=summary.count, mean_s=summary.mean, p50_s=p50, p90_s=p90, p99_s=p99)
