@@ -68,7 +68,7 @@ class DurationQuantiles(ContractModel):
 
 
 class HazardFit(ContractModel):
-    """The censoring-aware linear hazard h(t) = p0 + eta t of output length (seed-001 Alg. 1, Eq. 5)."""
+    """The censoring-aware linear hazard h(t) = p0 + eta t of output length (seed 001 section 3.4, App. E)."""
 
     p0_per_token: float
     eta_per_token2: float
