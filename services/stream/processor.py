@@ -23,9 +23,8 @@ revoked partitions, so their new owner rebuilds them from Redis.
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 import structlog
@@ -40,9 +39,10 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
-from services.policy.registry import PolicyRegistry
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.fold import Folder
+from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 
@@ -82,12 +82,13 @@ class StreamProcessor:
         deployment: str,
         bootstrap: str,
         store: Store,
-        registry: PolicyRegistry,
+        registry: Iterable[TriggerSpec],
         group_id: str | None = None,
         max_poll_records: int = 2000,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
         self._deployment = deployment
         self._metrics = metrics
@@ -98,9 +99,12 @@ class StreamProcessor:
         self._applied: dict[str, int] = {}
         self._engine_partition: dict[str, str] = {}
         self._consumer = group_consumer(
-            bootstrap, group_id or f"governor-stream-{deployment}", max_poll_records=max_poll_records
+            bootstrap,
+            group_id or f"governor-stream-{deployment}",
+            max_poll_records=max_poll_records,
+            timeouts=kafka_timeouts,
         )
-        self._producer = record_producer(bootstrap)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
         self._commit_interval_s = commit_interval_s
@@ -287,8 +291,3 @@ class StreamProcessor:
         self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
         log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)
-
-
-def snapshot_from_json(raw: bytes) -> EstimateSnapshot:
-    """Parse one ``gov.estimates`` record."""
-    return EstimateSnapshot.model_validate(json.loads(raw))

@@ -126,16 +126,15 @@ class TestConfigErrors:
 class TestAppliesTo:
     def test_every_list_given_must_match(self) -> None:
         selector = AppliesTo(engines=["prod-*"], models=["qwen3-*"], schedulers=["vllm"])
-        engine = {"model": "qwen3-8b", "scheduler": "vllm"}
-        assert selector.matches("prod-1", engine)
-        assert not selector.matches("dev-1", engine)
-        assert not selector.matches("prod-1", engine | {"model": "llama-3-70b"})
-        assert not selector.matches("prod-1", engine | {"scheduler": "ebplus"})
-        assert not selector.matches("prod-1", {"scheduler": "vllm"})
+        assert selector.matches("prod-1", model="qwen3-8b", scheduler="vllm")
+        assert not selector.matches("dev-1", model="qwen3-8b", scheduler="vllm")
+        assert not selector.matches("prod-1", model="llama-3-70b", scheduler="vllm")
+        assert not selector.matches("prod-1", model="qwen3-8b", scheduler="ebplus")
+        assert not selector.matches("prod-1", model=None, scheduler="vllm")
 
     def test_no_list_matches_everything_and_an_empty_list_nothing(self) -> None:
-        assert AppliesTo().matches("any", {})
-        assert not AppliesTo(engines=[]).matches("any", {})
+        assert AppliesTo().matches("any", model=None, scheduler=None)
+        assert not AppliesTo(engines=[]).matches("any", model=None, scheduler=None)
 
 
 def _admission_snapshot(scope: str, engine: dict[str, JsonValue]) -> EstimateSnapshot:
