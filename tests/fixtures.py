@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import replace
 from pathlib import Path
 
+from schemas.estimates import EngineSummary
 from schemas.events import Event
 from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
@@ -13,6 +15,7 @@ from services.replay.offline import OfflineControlPlane
 from services.replay.replay import replay_offline
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
+from tests.unit.stream.synthetic import synthetic_stream
 
 
 def recorded_sim_stream(
@@ -45,3 +48,17 @@ def last_snapshot(plane: OfflineControlPlane, kind: str, scope: str) -> Estimate
     taken = [s for s in plane.snapshots if s.scope == scope and s.trigger.startswith(f"{kind}:")]
     assert taken, f"no {kind} snapshot of {scope}"
     return taken[-1]
+
+
+@functools.cache
+def synthetic_engine_summary() -> EngineSummary:
+    """A real engine summary without a simulator run: the synthetic stream's last admission snapshot, folded offline.
+
+    Tests that need one particular state copy it with ``model_copy`` (a queue, a registration).
+    """
+    plane = OfflineControlPlane("dep", default_registry())
+    for event in synthetic_stream(engines=1, requests=200):
+        plane.publish(event)
+    estimates = [s for s in plane.snapshots if s.trigger.startswith("admission:")][-1].estimates
+    assert isinstance(estimates, EngineSummary)
+    return estimates
