@@ -7,7 +7,7 @@ with the live decision of the same kind and scope taken from the same estimate s
 how many decisions differ, per kind and per payload key (with the mean of each numeric key on
 both sides), and the snapshots only one side decided (``applies_to`` or data differences).
 With ``--simulate SCENARIO`` it also runs the scenario offline under the live configuration and
-under each shadow's (services/policy/shadow_sim.py) and prints what the simulator predicts.
+under each shadow's (services/cli/shadow_sim.py) and prints what the simulator predicts.
 """
 
 from __future__ import annotations
@@ -241,7 +241,7 @@ def run_report(args: argparse.Namespace) -> int:
 
 def _predict(args: argparse.Namespace, settings: Settings, names: list[str]) -> dict[str, Any]:
     """Run ``--simulate`` under the live config and each shadow's; print the table unless ``--json``."""
-    from services.policy.shadow_sim import prediction_table, read_config_records, simulate
+    from services.cli.shadow_sim import prediction_table, read_config_records, simulate
     from services.sim import load_scenario
     from services.sim.compare import comparison_rows
 

@@ -94,7 +94,9 @@ class TestBadInput:
     def test_a_setting_out_of_bounds_names_the_flag_and_its_value(self) -> None:
         result = governor("status", "--redis-timeout-s", "-1")
         assert result.returncode == EXIT_BAD_INPUT
-        assert one_error_line(result).startswith("governor: error: redis_timeout_s='-1' from flag --redis-timeout-s")
+        assert one_error_line(result) == (
+            "governor: error: redis_timeout_s=-1.0 from flag --redis-timeout-s: Input should be greater than 0"
+        )
 
 
 class TestHelp:

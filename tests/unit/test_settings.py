@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import typing
 from pathlib import Path
 
 import pytest
@@ -42,9 +43,9 @@ class TestSeed:
 
     def test_environment_sets_it_and_the_typed_flag_wins(self) -> None:
         for argv in (["demo"], ["sim", "demo"]):
-            args = build_parser().parse_args(argv)
+            args = build_parser(every=True).parse_args(argv)
             assert Settings.load(vars(args), {"GOVERNOR_SEED": "5"}).seed == 5
-        args = build_parser().parse_args(["sim", "demo", "--seed", "7"])
+        args = build_parser(every=True).parse_args(["sim", "demo", "--seed", "7"])
         assert args.seed == 7
         assert Settings.load(vars(args), {"GOVERNOR_SEED": "5"}).seed == 7
 
@@ -63,20 +64,19 @@ def _settings_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
 
 class TestTypedFlags:
     def test_every_settings_flag_parses_to_its_fields_type(self) -> None:
-        flags = _settings_flags(build_parser())
+        flags = _settings_flags(build_parser(every=True))
         assert {a.dest for a in flags} >= {"seed", "fleet_slot_s", "metrics_port", "state_dir", "log_format"}
-        expected: dict[str, object] = {"seed": int, "fleet_slot_s": float, "metrics_port": int, "state_dir": Path}
         for action in flags:
-            if action.dest in expected:
-                assert action.type is expected[action.dest], action.option_strings
-            elif action.dest in {"log_format", "log_level"}:
-                assert action.choices is not None
-            else:
-                assert action.type is str, action.option_strings
+            annotation = Settings.model_fields[action.dest].annotation
+            if typing.get_origin(annotation) is typing.Literal:
+                assert action.choices == typing.get_args(annotation), action.option_strings
+                continue
+            types = [t for t in typing.get_args(annotation) or (annotation,) if t is not type(None)]
+            assert [action.type] == types, action.option_strings
 
     def test_a_mistyped_flag_is_refused_in_one_line(self, capsys: pytest.CaptureFixture[str]) -> None:
         with pytest.raises(SystemExit):
-            build_parser().parse_args(["demo", "--seed", "seven"])
+            build_parser(every=True).parse_args(["demo", "--seed", "seven"])
         assert capsys.readouterr().err.strip().splitlines()[-1] == (
             "governor demo: error: argument --seed: invalid int value: 'seven'"
         )

@@ -146,7 +146,7 @@ class TestShadowPolicy:
 
 class TestSimulatorPrediction:
     def test_each_configuration_runs_the_same_scenario_under_its_own_params_and_scopes(self, tmp_path: Path) -> None:
-        from services.policy.shadow_sim import prediction_table, simulate
+        from services.cli.shadow_sim import prediction_table, simulate
         from services.sim import load_scenario
 
         path = tmp_path / "no-ebplus.toml"
