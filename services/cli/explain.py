@@ -86,7 +86,7 @@ def render(record: DecisionRecord, snapshot: EstimateSnapshot | None) -> str:
             "",
             f"estimates read (snapshot v{snapshot.version} of {snapshot.scope} at t={snapshot.ts:.3f} s, "
             f"trigger {snapshot.trigger})",
-            *("  " + line for line in aligned(["ESTIMATE", "VALUE"], _flat(dict(snapshot.estimates)))),
+            *("  " + line for line in aligned(["ESTIMATE", "VALUE"], _flat(snapshot.estimates.model_dump(mode="json")))),
         ]
     return "\n".join(lines)
 

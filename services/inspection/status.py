@@ -17,8 +17,10 @@ import json
 from dataclasses import asdict, dataclass
 
 import redis
+from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
+from schemas.estimates import EngineSummary
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, offsets_key
 from services.headline import headline, parse_document
 from services.kafka_clients import reader, require_topic
@@ -92,15 +94,15 @@ class _EngineClock:
 
     @classmethod
     def of(cls, raw: str) -> _EngineClock:
-        summary = json.loads(raw)
-        ts = summary.get("ts")
-        registration = summary.get("engine")
-        scheduler = registration.get("scheduler") if isinstance(registration, dict) else None
-        folded = summary.get("events_folded")
+        """Read the engine's ``EngineSummary``; one it cannot read (another format) shows as unknown."""
+        try:
+            summary = EngineSummary.model_validate_json(raw)
+        except ValidationError:
+            return cls(ts=None, scheduler=None, events_folded=0)
         return cls(
-            ts=float(ts) if isinstance(ts, int | float) else None,
-            scheduler=scheduler if isinstance(scheduler, str) else None,
-            events_folded=folded if isinstance(folded, int) else 0,
+            ts=summary.ts_s,
+            scheduler=None if summary.engine is None else summary.engine.scheduler,
+            events_folded=summary.events_folded,
         )
 
 
