@@ -5,20 +5,24 @@ F_{r,g} = sum_h omega_h [v_r(h) - G (v_r(h) - m_g(h))^+] = -Delta J (section 2.5
 placed, the (IO) constraint "fill every fillable slot". Step 4: exchange moves (swap two admitted requests
 between ranks, move one to a rank with a free slot, or replace an admitted request by a waiting one) on the
 ranks that attain the envelope, while J decreases; this is the paper's exchange argument (Lemma 1).
-If the per-call budget runs out, the remaining slots are filled by JSQ-by-load in FIFO order (section 6.2).
+If the per-call budget runs out during the greedy phase, the remaining slots are filled by JSQ-by-load in
+FIFO order (section 6.2). The exchange phase is anytime: it starts a move only while the time left covers
+the last step's cost (a greedy round or a move), so it ends within the budget instead of past it.
 
 F is kept as an (N, G) matrix: an assignment to rank g changes only column g unless it raises the envelope
 max_j L_j(h), in which case every margin moves and F is recomputed. The greedy runs in rounds: each rank
 with a free slot takes its best remaining request, ranks in order of their best F (ties: lowest current
-load, then lowest weighted projected load; among requests the earliest wins), and a round ends early
-when an assignment raises the envelope. Without the load tie-break equal scores send everything to
+load, then lowest weighted projected load; among requests the earliest wins), in passes until the ranks
+are full, and a round ends early when an assignment raises the envelope (see ``_greedy_round`` for why
+the later passes may reuse the round's F). Without the load tie-break equal scores send everything to
 rank 0 (section 2.5). Requests flagged ``forced`` (the router's aging rule) are placed first.
 
 Deviation: the reference code's greedy/subset-sum F-score heuristic (alpha = 1, beta = 43, decay 0.86)
 is tuned, not (IO); we use beta = G, the exact -Delta J, and include the +delta per-step growth.
 Deviation: the spec's rotating start index for ties is not kept; it would make the solver stateful.
-Deviation: a round gives each rank at most one request before scores are refreshed, instead of a strictly
-sequential argmax over all (request, rank) pairs; it cuts the Python-level work per admission, and the
+Deviation: a round assigns requests rank by rank before scores are refreshed, instead of a strictly
+sequential argmax over all (request, rank) pairs; every pick is its rank's exact best at that moment
+(``_greedy_round``), only the order in which ranks choose differs. It cuts the work per admission, and the
 exchange phase and the tests' optimality bound cover the difference.
 """
 
@@ -31,7 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.bfio.baselines import jsq_load
-from policies.bfio.objective import fillable_slots, objective_j, scores_from_margins
+from policies.bfio.objective import fillable_slots, objective_j, scores_by_offset
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -92,22 +96,29 @@ def solve_fast(
         exactly U(k) admitted.
     """
     start_s = budget.clock() if budget is not None else 0.0
+    step_cost_s = 0.0
 
-    def out_of_time() -> bool:
-        return budget is not None and budget.clock() - start_s > budget.budget_s
+    def elapsed_s() -> float:
+        return budget.clock() - start_s if budget is not None else 0.0
+
+    def out_of_time(used_s: float, reserve_s: float) -> bool:
+        """Past the budget, or less than ``reserve_s`` (the last step's cost) of it left."""
+        return budget is not None and used_s + reserve_s > budget.budget_s
 
     num_waiting = contributions.shape[0]
     loads = base_loads.astype(np.float64, copy=True)
     cap = free_slots.astype(np.int64, copy=True)
     rank_of = np.full(num_waiting, -1, dtype=np.int64)
     target = fillable_slots(num_waiting, cap)
+    by_offset = np.ascontiguousarray(contributions.T)
     must = np.zeros(num_waiting, dtype=bool) if forced is None else forced.copy()
     if int(must.sum()) > target:
         must[np.flatnonzero(must)[target:]] = False
     assigned = 0
     fallback_used = False
     while assigned < target:
-        if out_of_time():
+        used_s = elapsed_s()
+        if out_of_time(used_s, 0.0):
             fallback_used = True
             break
         assigned += _greedy_round(
@@ -115,10 +126,12 @@ def solve_fast(
             cap=cap,
             rank_of=rank_of,
             contributions=contributions,
+            by_offset=by_offset,
             weights=weights,
             must=must,
             limit=target - assigned,
         )
+        step_cost_s = elapsed_s() - used_s
     if fallback_used:
         order = np.concatenate((np.flatnonzero(must & (rank_of < 0)), np.flatnonzero(~must & (rank_of < 0))))
         order = order[: target - assigned]
@@ -129,12 +142,16 @@ def solve_fast(
             rank_of=rank_of, objective_j_tokens=objective_j(loads, weights), fallback_used=True, local_search_moves=0
         )
     moves = 0
-    while moves < local_search_rounds and not out_of_time():
+    while moves < local_search_rounds:
+        used_s = elapsed_s()
+        if out_of_time(used_s, step_cost_s):
+            break
         if not _apply_best_exchange(
             loads=loads, cap=cap, rank_of=rank_of, contributions=contributions, weights=weights, must=must
         ):
             break
         moves += 1
+        step_cost_s = elapsed_s() - used_s
     return FastSolution(
         rank_of=rank_of, objective_j_tokens=objective_j(loads, weights), fallback_used=False, local_search_moves=moves
     )
@@ -146,47 +163,87 @@ def _greedy_round(
     cap: IntArray,
     rank_of: IntArray,
     contributions: FloatArray,
+    by_offset: FloatArray,
     weights: FloatArray,
     must: BoolArray,
     limit: int,
 ) -> int:
-    """One greedy round: each open rank, in order of its best F, takes its best remaining request.
+    """One greedy round on one evaluation of F: passes over the open ranks, each taking its best request.
 
     F_{r,g} = -Delta J (section 2.5) is evaluated once per round, for the remaining requests (only the
-    overdue ones while any is left, one per round) and the ranks with a free slot. The round stops after
-    the first assignment that raises the envelope max_j L_j(h), because that moves every rank's margin;
-    loads are updated once at the end. Returns the number of requests placed (at least one when
-    ``limit`` > 0 and a request and a slot are left).
+    overdue ones while any is left, one per round) and the ranks with a free slot. In the first pass each
+    open rank, in order of its best F (ties: lowest current load, then lowest weighted projected load),
+    takes the first request of its row sorted by F (stable, so ties go to the earliest request) that no
+    rank took before it. Later passes, in the same order, give the ranks with free slots left their next
+    request from the same rows. The round ends at the first pick that raises the envelope max_j L_j(h),
+    since that moves every rank's margin: a first-pass pick that raises it is kept (its row was exact),
+    a later one is not.
+
+    Why later passes may reuse the row: the rank's own picks only shrink its margin m_g, so the row
+    overstates F (F_true <= F_row). A later-pass pick that does not raise the envelope has no excess
+    over the true margin either, so F_true = F_row at that pick, the maximum of the row; it is therefore
+    the rank's true best, earliest-index ties included. The only difference to a fresh round is the
+    order of ranks, which a fresh round re-sorts by their updated best F. Returns the number of requests
+    placed (at least one when ``limit`` > 0 and a request and a slot are left).
+
+    Args:
+        contributions: shape (N, K), v_r(h); ``by_offset`` is the same, offset-major (K, N).
     """
     overdue = np.flatnonzero(must & (rank_of < 0))
     rows = overdue if overdue.size else np.flatnonzero(rank_of < 0)
     open_ranks = np.flatnonzero(cap > 0)
     envelope = loads.max(axis=0)
-    scores = scores_from_margins(envelope - loads[open_ranks], contributions[rows], weights, num_ranks=loads.shape[0])
-    best = scores.max(axis=1)
     open_loads = loads[open_ranks]
-    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -best))
+    margins = np.ascontiguousarray((envelope - open_loads).T)
+    scores = scores_by_offset(margins, by_offset[:, rows], weights, num_ranks=loads.shape[0])
+    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -scores.max(axis=1))).tolist()
     most = 1 if overdue.size else limit
+    top = np.argsort(-scores, axis=1, kind="stable")[:, : min(rows.size, most)].tolist()
+    slots = cap[open_ranks].tolist()
+    cursor = [0] * len(slots)
+    taken: set[int] = set()
     picked_rank: list[int] = []
     picked_row: list[int] = []
-    for j in order.tolist():
-        row = scores[j]
-        pick = int(row.argmax())
-        if row[pick] == -np.inf:
-            continue
-        picked_rank.append(int(open_ranks[j]))
-        picked_row.append(int(rows[pick]))
-        scores[:, pick] = -np.inf
-        if len(picked_rank) == most:
+    round_loads = open_loads.copy()
+    first_pass = True
+    while order and len(picked_rank) < most:
+        again: list[int] = []
+        pass_open: list[int] = []
+        pass_row: list[int] = []
+        for j in order:
+            ranked, position = top[j], cursor[j]
+            while position < len(ranked) and ranked[position] in taken:
+                position += 1
+            if position == len(ranked):
+                continue
+            cursor[j] = position + 1
+            taken.add(ranked[position])
+            pass_open.append(j)
+            pass_row.append(ranked[position])
+            slots[j] -= 1
+            if slots[j] > 0:
+                again.append(j)
+            if len(picked_rank) + len(pass_open) == most:
+                break
+        if not pass_open:
             break
+        js = np.asarray(pass_open, dtype=np.int64)
+        added = contributions[rows[np.asarray(pass_row, dtype=np.int64)]]
+        after = round_loads[js] + added
+        raised = np.flatnonzero((after > envelope).any(axis=1))
+        keep = len(pass_open) if raised.size == 0 else int(raised[0]) + (1 if first_pass else 0)
+        picked_rank.extend(open_ranks[js[:keep]].tolist())
+        picked_row.extend(rows[np.asarray(pass_row[:keep], dtype=np.int64)].tolist())
+        if raised.size:
+            break
+        round_loads[js] = after
+        first_pass = False
+        order = again
     ranks = np.asarray(picked_rank, dtype=np.int64)
     requests = np.asarray(picked_row, dtype=np.int64)
-    raised = np.flatnonzero((loads[ranks] + contributions[requests] > envelope).any(axis=1))
-    if raised.size:
-        ranks, requests = ranks[: raised[0] + 1], requests[: raised[0] + 1]
-    loads[ranks] += contributions[requests]
+    np.add.at(loads, ranks, contributions[requests])
     rank_of[requests] = ranks
-    cap[ranks] -= 1
+    cap -= np.bincount(ranks, minlength=cap.shape[0])
     return int(ranks.shape[0])
 
 
