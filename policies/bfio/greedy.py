@@ -12,17 +12,15 @@ the last step's cost (a greedy round or a move), so it ends within the budget in
 F is kept as an (N, G) matrix: an assignment to rank g changes only column g unless it raises the envelope
 max_j L_j(h), in which case every margin moves and F is recomputed. The greedy runs in rounds: each rank
 with a free slot takes its best remaining request, ranks in order of their best F (ties: lowest current
-load, then lowest weighted projected load; among requests the earliest wins), in passes until the ranks
-are full, and a round ends early when an assignment raises the envelope (see ``_greedy_round`` for why
-the later passes may reuse the round's F). Without the load tie-break equal scores send everything to
+load, then lowest weighted projected load; among requests the earliest wins), and a round ends early
+when an assignment raises the envelope. Without the load tie-break equal scores send everything to
 rank 0 (section 2.5). Requests flagged ``forced`` (the router's aging rule) are placed first.
 
 Deviation: the reference code's greedy/subset-sum F-score heuristic (alpha = 1, beta = 43, decay 0.86)
 is tuned, not (IO); we use beta = G, the exact -Delta J, and include the +delta per-step growth.
 Deviation: the spec's rotating start index for ties is not kept; it would make the solver stateful.
-Deviation: a round assigns requests rank by rank before scores are refreshed, instead of a strictly
-sequential argmax over all (request, rank) pairs; every pick is its rank's exact best at that moment
-(``_greedy_round``), only the order in which ranks choose differs. It cuts the work per admission, and the
+Deviation: a round gives each rank at most one request before scores are refreshed, instead of a strictly
+sequential argmax over all (request, rank) pairs; it cuts the Python-level work per admission, and the
 exchange phase and the tests' optimality bound cover the difference.
 """
 
@@ -168,23 +166,13 @@ def _greedy_round(
     must: BoolArray,
     limit: int,
 ) -> int:
-    """One greedy round on one evaluation of F: passes over the open ranks, each taking its best request.
+    """One greedy round: each open rank, in order of its best F, takes its best remaining request.
 
     F_{r,g} = -Delta J (section 2.5) is evaluated once per round, for the remaining requests (only the
-    overdue ones while any is left, one per round) and the ranks with a free slot. In the first pass each
-    open rank, in order of its best F (ties: lowest current load, then lowest weighted projected load),
-    takes the first request of its row sorted by F (stable, so ties go to the earliest request) that no
-    rank took before it. Later passes, in the same order, give the ranks with free slots left their next
-    request from the same rows. The round ends at the first pick that raises the envelope max_j L_j(h),
-    since that moves every rank's margin: a first-pass pick that raises it is kept (its row was exact),
-    a later one is not.
-
-    Why later passes may reuse the row: the rank's own picks only shrink its margin m_g, so the row
-    overstates F (F_true <= F_row). A later-pass pick that does not raise the envelope has no excess
-    over the true margin either, so F_true = F_row at that pick, the maximum of the row; it is therefore
-    the rank's true best, earliest-index ties included. The only difference to a fresh round is the
-    order of ranks, which a fresh round re-sorts by their updated best F. Returns the number of requests
-    placed (at least one when ``limit`` > 0 and a request and a slot are left).
+    overdue ones while any is left, one per round) and the ranks with a free slot. The round stops after
+    the first assignment that raises the envelope max_j L_j(h), because that moves every rank's margin;
+    loads are updated once at the end. Returns the number of requests placed (at least one when
+    ``limit`` > 0 and a request and a slot are left).
 
     Args:
         contributions: shape (N, K), v_r(h); ``by_offset`` is the same, offset-major (K, N).
@@ -196,54 +184,28 @@ def _greedy_round(
     open_loads = loads[open_ranks]
     margins = np.ascontiguousarray((envelope - open_loads).T)
     scores = scores_by_offset(margins, by_offset[:, rows], weights, num_ranks=loads.shape[0])
-    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -scores.max(axis=1))).tolist()
+    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -scores.max(axis=1)))
     most = 1 if overdue.size else limit
-    top = np.argsort(-scores, axis=1, kind="stable")[:, : min(rows.size, most)].tolist()
-    slots = cap[open_ranks].tolist()
-    cursor = [0] * len(slots)
-    taken: set[int] = set()
     picked_rank: list[int] = []
     picked_row: list[int] = []
-    round_loads = open_loads.copy()
-    first_pass = True
-    while order and len(picked_rank) < most:
-        again: list[int] = []
-        pass_open: list[int] = []
-        pass_row: list[int] = []
-        for j in order:
-            ranked, position = top[j], cursor[j]
-            while position < len(ranked) and ranked[position] in taken:
-                position += 1
-            if position == len(ranked):
-                continue
-            cursor[j] = position + 1
-            taken.add(ranked[position])
-            pass_open.append(j)
-            pass_row.append(ranked[position])
-            slots[j] -= 1
-            if slots[j] > 0:
-                again.append(j)
-            if len(picked_rank) + len(pass_open) == most:
-                break
-        if not pass_open:
+    for j in order.tolist():
+        row = scores[j]
+        pick = int(row.argmax())
+        if row[pick] == -np.inf:
+            continue
+        picked_rank.append(int(open_ranks[j]))
+        picked_row.append(int(rows[pick]))
+        scores[:, pick] = -np.inf
+        if len(picked_rank) == most:
             break
-        js = np.asarray(pass_open, dtype=np.int64)
-        added = contributions[rows[np.asarray(pass_row, dtype=np.int64)]]
-        after = round_loads[js] + added
-        raised = np.flatnonzero((after > envelope).any(axis=1))
-        keep = len(pass_open) if raised.size == 0 else int(raised[0]) + (1 if first_pass else 0)
-        picked_rank.extend(open_ranks[js[:keep]].tolist())
-        picked_row.extend(rows[np.asarray(pass_row[:keep], dtype=np.int64)].tolist())
-        if raised.size:
-            break
-        round_loads[js] = after
-        first_pass = False
-        order = again
     ranks = np.asarray(picked_rank, dtype=np.int64)
     requests = np.asarray(picked_row, dtype=np.int64)
-    np.add.at(loads, ranks, contributions[requests])
+    raised = np.flatnonzero((loads[ranks] + contributions[requests] > envelope).any(axis=1))
+    if raised.size:
+        ranks, requests = ranks[: raised[0] + 1], requests[: raised[0] + 1]
+    loads[ranks] += contributions[requests]
     rank_of[requests] = ranks
-    cap -= np.bincount(ranks, minlength=cap.shape[0])
+    cap[ranks] -= 1
     return int(ranks.shape[0])
 
 

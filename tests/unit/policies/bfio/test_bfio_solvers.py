@@ -136,9 +136,9 @@ class TestSolveFast:
             cut_short += 0 < fast.local_search_moves < unbounded.local_search_moves
         assert cut_short > 0
 
-    def test_a_round_with_several_picks_per_rank_equals_the_exact_sequential_greedy_when_ranks_agree(self) -> None:
-        """One open rank with three slots and room for everything: the later passes reuse the round's F,
-        and the result is the exact sequential greedy's, the three largest requests (ties: earliest)."""
+    def test_one_open_rank_with_room_takes_the_largest_requests_earliest_first(self) -> None:
+        """One open rank with three slots, far below the envelope: every request fits under it, so F is
+        v itself and the greedy takes the three largest (two tie at 50; both are taken)."""
         base = np.array([[10_000.0], [0.0]])
         v = np.array([[5.0], [50.0], [7.0], [50.0], [40.0]])
         fast = solve_fast(base, np.array([0, 3]), v, np.ones(1), local_search_rounds=0)
