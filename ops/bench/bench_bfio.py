@@ -13,7 +13,10 @@ section 5.3). Reports, per setting, the wall-clock latency of ``BfioRouter.route
 without a budget; with the default 1.5 ms budget, the share of calls that fall back to JSQ-by-load
 (``fallback_rate``: the greedy phase did not finish) and the share that finish within it
 (``within_budget``: no fallback and the whole call, exchange phase included, within 1.5 ms); the bare
-``solve_fast`` latency and the share of bare solves under 1.5 ms; then the mean/max optimality gap of
+``solve_fast`` latency and the share of bare solves under 1.5 ms, the greedy phase alone (no exchange
+moves), and the prediction of the active requests' base loads two ways, the direct formula
+(``active_contributions``) and the router's per-bundle ratio tables (``ClassPredictor``), timed on the
+same steps one after the other; then the mean/max optimality gap of
 ``solve_fast`` against ``solve_exact`` on small random instances. Timings depend on the machine and its
 load; they belong here, never in a test. ``--clock wall`` (default) times and budgets the router on the
 wall clock (time.perf_counter), what an engine sees on its core; ``--clock thread`` uses the thread's CPU
@@ -39,6 +42,7 @@ from policies.bfio import (
     ActiveBatch,
     BfioParams,
     BfioRouter,
+    ClassPredictor,
     NewRequestModel,
     SurvivalCurve,
     WaitingBatch,
@@ -47,6 +51,7 @@ from policies.bfio import (
     build_payload,
     new_request_contributions,
     rank_base_loads,
+    rank_base_loads_by_offset,
     solve_exact,
     solve_fast,
 )
@@ -148,9 +153,14 @@ def bench_router(calls: int, setting: str, seed: int, clock: Callable[[], float]
     grid = build_horizon_grid(20, dyadic=True, scheme=BfioParams().weight_scheme, decay_gamma=0.86)
     edges = np.unique(np.round(np.geomspace(1, 4096, 40)))
     curve = SurvivalCurve(edges_tokens=edges, survival_frac=np.exp(-edges / 300.0))
-    solve_latencies = []
+    predictor = ClassPredictor(
+        curve, offsets_steps=grid.offsets_steps, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL
+    )
+    solve_latencies, greedy_latencies = [], []
+    direct_latencies, table_latencies = [], []
     for _ in range(calls):
         waiting, active, free = _step(rng, 0, num_ranks, num_waiting, free_frac)
+        start = clock()
         base = rank_base_loads(
             active_contributions(
                 curve,
@@ -163,6 +173,18 @@ def bench_router(calls: int, setting: str, seed: int, clock: Callable[[], float]
             active.rank,
             num_ranks,
         )
+        direct_latencies.append(clock() - start)
+        start = clock()
+        rank_base_loads_by_offset(
+            predictor.active_by_offset(
+                prompt_tokens=active.prompt_tokens,
+                generated_tokens=active.generated_tokens,
+                max_tokens=active.max_tokens,
+            ),
+            active.rank,
+            num_ranks,
+        )
+        table_latencies.append(clock() - start)
         v = new_request_contributions(
             curve,
             prompt_tokens=waiting.prompt_tokens,
@@ -174,10 +196,16 @@ def bench_router(calls: int, setting: str, seed: int, clock: Callable[[], float]
         start = clock()
         solve_fast(base, free, v, grid.weights)
         solve_latencies.append(clock() - start)
+        start = clock()
+        solve_fast(base, free, v, grid.weights, local_search_rounds=0)
+        greedy_latencies.append(clock() - start)
     results["solve_fast_only"] = {
         **_percentiles_ms(solve_latencies),
         "within_budget": float(np.mean(np.asarray(solve_latencies) <= budget_s)),
     }
+    results["greedy_phase_only"] = _percentiles_ms(greedy_latencies)
+    results["prediction_direct"] = _percentiles_ms(direct_latencies)
+    results["prediction_tables"] = _percentiles_ms(table_latencies)
     return results
 
 
@@ -226,7 +254,7 @@ def main() -> None:
         routers[setting] = bench_router(args.calls, setting, args.seed, CLOCKS[args.clock])
         for label, row in routers[setting].items():
             admitted = f"{row['mean_admitted']:.1f}" if "mean_admitted" in row else "-"
-            within = f"{row['within_budget']:.3f}" if label != "route_unbounded" else "-"
+            within = f"{row['within_budget']:.3f}" if "within_budget" in row and label != "route_unbounded" else "-"
             fallback = f"{row['fallback_rate']:.3f}" if label == "route_default_budget" else "-"
             print(
                 f"{setting:<11} {label:<21} {row['p50_ms']:>7.3f} {row['p99_ms']:>7.3f} {fallback:>9} {within:>14} "
