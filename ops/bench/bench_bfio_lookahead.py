@@ -12,7 +12,8 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   paper's setting), to separate prediction error from the objective itself.
 - ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
   pool, so waits count from arrival or from entering the candidate window), Poisson 8,000 req/s, 4 s,
-  H = 20, aging deadline 2 s against 600 s (off); reports the share of admissions the guard forced.
+  H = 20, aging deadline 2 s against 600 s (off), and JSQ-by-load; reports the share of admissions the
+  guard forced.
 
 Usage: PYTHONPATH=. python ops/bench/bench_bfio_lookahead.py [--parts lookahead guard] [--seeds 1 2 3 4 5]
        [--oracle] [--out out/bench/bench_bfio_lookahead.json]
@@ -129,8 +130,15 @@ def lookahead(seeds: list[int], oracle: bool) -> dict[str, dict[str, dict[str, A
 
 
 def guard(seeds: list[int]) -> dict[str, dict[str, Any]]:
-    """Imbalance and forced share with the default 2 s deadline and with the guard off, whole queue visible."""
+    """Imbalance and forced share with the default 2 s deadline and with the guard off, whole queue visible;
+    JSQ-by-load on the same runs as the baseline."""
     rows: dict[str, dict[str, Any]] = {}
+    values = [
+        _run("jsq-load", SATURATED, seed, None, duration_s=4.0, visible_pool=None).avg_imbalance_tokens / 1e4
+        for seed in seeds
+    ]
+    rows["jsq-load"] = _summary(values)
+    _print("saturated", "jsq-load", rows["jsq-load"])
     for label, deadline_s in (("aging_2s", 2.0), ("aging_off_600s", 600.0)):
         values, forced = [], []
         for seed in seeds:
