@@ -13,19 +13,27 @@ section 5.3). Reports, per setting, the wall-clock latency of ``BfioRouter.route
 without a budget; with the default 1.5 ms budget, the share of calls that fall back to JSQ-by-load
 (``fallback_rate``: the greedy phase did not finish) and the share that finish within it
 (``within_budget``: no fallback and the whole call, exchange phase included, within 1.5 ms); the bare
-``solve_fast`` latency and the share of bare solves under 1.5 ms; then the mean/max optimality gap of
+``solve_fast`` latency and the share of bare solves under 1.5 ms, the greedy phase alone (no exchange
+moves), and the prediction of the active requests' base loads two ways, the direct formula
+(``active_contributions``) and the router's per-bundle ratio tables (``ClassPredictor``), timed on the
+same steps one after the other; then the mean/max optimality gap of
 ``solve_fast`` against ``solve_exact`` on small random instances. Timings depend on the machine and its
-load; they belong here, never in a test. Writes JSON to ``--out``.
+load; they belong here, never in a test. ``--clock wall`` (default) times and budgets the router on the
+wall clock (time.perf_counter), what an engine sees on its core; ``--clock thread`` uses the thread's CPU
+time (time.thread_time), which leaves out the time other processes hold the core: on a shared machine it
+estimates what a dedicated core would see. Writes JSON to ``--out``.
 
 Usage: python ops/bench/bench_bfio.py [--calls 500] [--settings burst table1-g16 table1-g32]
-       [--out out/bench/bench_bfio.json]
+       [--clock wall|thread] [--out out/bench/bench_bfio.json]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +42,7 @@ from policies.bfio import (
     ActiveBatch,
     BfioParams,
     BfioRouter,
+    ClassPredictor,
     NewRequestModel,
     SurvivalCurve,
     WaitingBatch,
@@ -42,6 +51,7 @@ from policies.bfio import (
     build_payload,
     new_request_contributions,
     rank_base_loads,
+    rank_base_loads_by_offset,
     solve_exact,
     solve_fast,
 )
@@ -112,21 +122,24 @@ def _percentiles_ms(samples: list[float]) -> dict[str, float]:
     return {"p50_ms": float(np.percentile(values, 50)), "p99_ms": float(np.percentile(values, 99))}
 
 
-def bench_router(calls: int, setting: str, seed: int) -> dict[str, dict[str, float]]:
-    """Time ``BfioRouter.route`` unbounded and with the default budget, and bare ``solve_fast``."""
+CLOCKS = {"wall": time.perf_counter, "thread": time.thread_time}
+
+
+def bench_router(calls: int, setting: str, seed: int, clock: Callable[[], float]) -> dict[str, dict[str, float]]:
+    """Time ``BfioRouter.route`` unbounded and with the default budget, and bare ``solve_fast``, on ``clock``."""
     num_ranks, num_waiting, free_frac = SETTINGS[setting]
     budget_s = BfioParams().solver_budget_s
     results: dict[str, dict[str, float]] = {}
     for label, route_budget_s in (("route_unbounded", 10.0), ("route_default_budget", budget_s)):
         rng = np.random.default_rng(seed)
-        router = BfioRouter(clock=time.perf_counter, policy=_policy(route_budget_s))
+        router = BfioRouter(clock=clock, policy=_policy(route_budget_s))
         cid = router.class_id("chat")
         latencies, fallbacks, finished, admitted = [], 0, 0, []
         for step in range(calls):
             waiting, active, free = _step(rng, cid, num_ranks, num_waiting, free_frac)
-            start = time.perf_counter()
+            start = clock()
             routing = router.route(waiting=waiting, active=active, free_slots=free, now_s=0.0, step_index=step)
-            latencies.append(time.perf_counter() - start)
+            latencies.append(clock() - start)
             fallbacks += routing.fallback_reason is not None
             finished += routing.fallback_reason is None and latencies[-1] <= route_budget_s
             admitted.append(len(routing.assignments))
@@ -140,9 +153,14 @@ def bench_router(calls: int, setting: str, seed: int) -> dict[str, dict[str, flo
     grid = build_horizon_grid(20, dyadic=True, scheme=BfioParams().weight_scheme, decay_gamma=0.86)
     edges = np.unique(np.round(np.geomspace(1, 4096, 40)))
     curve = SurvivalCurve(edges_tokens=edges, survival_frac=np.exp(-edges / 300.0))
-    solve_latencies = []
+    predictor = ClassPredictor(
+        curve, offsets_steps=grid.offsets_steps, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL
+    )
+    solve_latencies, greedy_latencies = [], []
+    direct_latencies, table_latencies = [], []
     for _ in range(calls):
         waiting, active, free = _step(rng, 0, num_ranks, num_waiting, free_frac)
+        start = clock()
         base = rank_base_loads(
             active_contributions(
                 curve,
@@ -155,6 +173,18 @@ def bench_router(calls: int, setting: str, seed: int) -> dict[str, dict[str, flo
             active.rank,
             num_ranks,
         )
+        direct_latencies.append(clock() - start)
+        start = clock()
+        rank_base_loads_by_offset(
+            predictor.active_by_offset(
+                prompt_tokens=active.prompt_tokens,
+                generated_tokens=active.generated_tokens,
+                max_tokens=active.max_tokens,
+            ),
+            active.rank,
+            num_ranks,
+        )
+        table_latencies.append(clock() - start)
         v = new_request_contributions(
             curve,
             prompt_tokens=waiting.prompt_tokens,
@@ -163,13 +193,19 @@ def bench_router(calls: int, setting: str, seed: int) -> dict[str, dict[str, flo
             drift=1.0,
             model=NewRequestModel.S_PLUS_H_SURVIVAL,
         )
-        start = time.perf_counter()
+        start = clock()
         solve_fast(base, free, v, grid.weights)
-        solve_latencies.append(time.perf_counter() - start)
+        solve_latencies.append(clock() - start)
+        start = clock()
+        solve_fast(base, free, v, grid.weights, local_search_rounds=0)
+        greedy_latencies.append(clock() - start)
     results["solve_fast_only"] = {
         **_percentiles_ms(solve_latencies),
         "within_budget": float(np.mean(np.asarray(solve_latencies) <= budget_s)),
     }
+    results["greedy_phase_only"] = _percentiles_ms(greedy_latencies)
+    results["prediction_direct"] = _percentiles_ms(direct_latencies)
+    results["prediction_tables"] = _percentiles_ms(table_latencies)
     return results
 
 
@@ -201,20 +237,24 @@ def main() -> None:
     parser.add_argument("--settings", nargs="+", choices=sorted(SETTINGS), default=list(SETTINGS))
     parser.add_argument("--gap-instances", type=int, default=200)
     parser.add_argument("--seed", type=int, default=3)
+    parser.add_argument("--clock", choices=sorted(CLOCKS), default="wall")
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_bfio.json"))
     args = parser.parse_args()
     budget_ms = BfioParams().solver_budget_s * 1e3
-    print(f"BF-IO router, B={B}, H=20 dyadic, {args.calls} calls per row, default budget {budget_ms:g} ms")
+    print(
+        f"BF-IO router, B={B}, H=20 dyadic, {args.calls} calls per row, default budget {budget_ms:g} ms, "
+        f"{args.clock} clock, load average {os.getloadavg()[0]:.2f}"
+    )
     print(
         f"{'setting':<11} {'measure':<21} {'p50 ms':>7} {'p99 ms':>7} {'fallback':>9} {'within budget':>14} "
         f"{'admitted':>9}"
     )
     routers: dict[str, dict[str, dict[str, float]]] = {}
     for setting in args.settings:
-        routers[setting] = bench_router(args.calls, setting, args.seed)
+        routers[setting] = bench_router(args.calls, setting, args.seed, CLOCKS[args.clock])
         for label, row in routers[setting].items():
             admitted = f"{row['mean_admitted']:.1f}" if "mean_admitted" in row else "-"
-            within = f"{row['within_budget']:.3f}" if label != "route_unbounded" else "-"
+            within = f"{row['within_budget']:.3f}" if "within_budget" in row and label != "route_unbounded" else "-"
             fallback = f"{row['fallback_rate']:.3f}" if label == "route_default_budget" else "-"
             print(
                 f"{setting:<11} {label:<21} {row['p50_ms']:>7.3f} {row['p99_ms']:>7.3f} {fallback:>9} {within:>14} "
@@ -227,7 +267,15 @@ def main() -> None:
     )
     args.out.parent.mkdir(parents=True, exist_ok=True)
     settings = {name: dict(zip(("G", "waiting", "free_frac"), SETTINGS[name], strict=True)) for name in args.settings}
-    document = {"B": B, "budget_ms": budget_ms, "settings": settings, "router": routers, "gap": gap}
+    document = {
+        "B": B,
+        "budget_ms": budget_ms,
+        "clock": args.clock,
+        "load_average_1min": os.getloadavg()[0],
+        "settings": settings,
+        "router": routers,
+        "gap": gap,
+    }
     args.out.write_text(json.dumps(document, indent=2))
     print(f"wrote {args.out}")
 

@@ -12,11 +12,13 @@ from policies.bfio.greedy import FastSolution, SolveBudget, solve_fast
 from policies.bfio.horizon import HorizonGrid, build_horizon_grid
 from policies.bfio.inputs import BfioInputs, SurvivalTable
 from policies.bfio.lookahead import (
+    ClassPredictor,
     SurvivalCurve,
     active_contributions,
     conditional_survival,
     new_request_contributions,
     rank_base_loads,
+    rank_base_loads_by_offset,
 )
 from policies.bfio.objective import imbalance_tokens, is_feasible, loads_after, marginal_scores, objective_j
 from policies.bfio.params import BfioMode, BfioParams, NewRequestModel, WeightScheme
@@ -29,6 +31,7 @@ __all__ = [
     "BfioMode",
     "BfioParams",
     "BfioRouter",
+    "ClassPredictor",
     "FastSolution",
     "HorizonGrid",
     "NewRequestModel",
@@ -56,6 +59,7 @@ __all__ = [
     "objective_j",
     "power_of_d",
     "rank_base_loads",
+    "rank_base_loads_by_offset",
     "round_robin",
     "solve_exact",
     "solve_fast",

@@ -5,7 +5,9 @@ F_{r,g} = sum_h omega_h [v_r(h) - G (v_r(h) - m_g(h))^+] = -Delta J (section 2.5
 placed, the (IO) constraint "fill every fillable slot". Step 4: exchange moves (swap two admitted requests
 between ranks, move one to a rank with a free slot, or replace an admitted request by a waiting one) on the
 ranks that attain the envelope, while J decreases; this is the paper's exchange argument (Lemma 1).
-If the per-call budget runs out, the remaining slots are filled by JSQ-by-load in FIFO order (section 6.2).
+If the per-call budget runs out during the greedy phase, the remaining slots are filled by JSQ-by-load in
+FIFO order (section 6.2). The exchange phase is anytime: it starts a move only while the time left covers
+the last step's cost (a greedy round or a move), so it ends within the budget instead of past it.
 
 F is kept as an (N, G) matrix: an assignment to rank g changes only column g unless it raises the envelope
 max_j L_j(h), in which case every margin moves and F is recomputed. The greedy runs in rounds: each rank
@@ -31,7 +33,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.bfio.baselines import jsq_load
-from policies.bfio.objective import fillable_slots, objective_j, scores_from_margins
+from policies.bfio.objective import fillable_slots, objective_j, scores_by_offset
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -92,22 +94,29 @@ def solve_fast(
         exactly U(k) admitted.
     """
     start_s = budget.clock() if budget is not None else 0.0
+    step_cost_s = 0.0
 
-    def out_of_time() -> bool:
-        return budget is not None and budget.clock() - start_s > budget.budget_s
+    def elapsed_s() -> float:
+        return budget.clock() - start_s if budget is not None else 0.0
+
+    def out_of_time(used_s: float, reserve_s: float) -> bool:
+        """Past the budget, or less than ``reserve_s`` (the last step's cost) of it left."""
+        return budget is not None and used_s + reserve_s > budget.budget_s
 
     num_waiting = contributions.shape[0]
     loads = base_loads.astype(np.float64, copy=True)
     cap = free_slots.astype(np.int64, copy=True)
     rank_of = np.full(num_waiting, -1, dtype=np.int64)
     target = fillable_slots(num_waiting, cap)
+    by_offset = np.ascontiguousarray(contributions.T)
     must = np.zeros(num_waiting, dtype=bool) if forced is None else forced.copy()
     if int(must.sum()) > target:
         must[np.flatnonzero(must)[target:]] = False
     assigned = 0
     fallback_used = False
     while assigned < target:
-        if out_of_time():
+        used_s = elapsed_s()
+        if out_of_time(used_s, 0.0):
             fallback_used = True
             break
         assigned += _greedy_round(
@@ -115,10 +124,12 @@ def solve_fast(
             cap=cap,
             rank_of=rank_of,
             contributions=contributions,
+            by_offset=by_offset,
             weights=weights,
             must=must,
             limit=target - assigned,
         )
+        step_cost_s = elapsed_s() - used_s
     if fallback_used:
         order = np.concatenate((np.flatnonzero(must & (rank_of < 0)), np.flatnonzero(~must & (rank_of < 0))))
         order = order[: target - assigned]
@@ -129,12 +140,16 @@ def solve_fast(
             rank_of=rank_of, objective_j_tokens=objective_j(loads, weights), fallback_used=True, local_search_moves=0
         )
     moves = 0
-    while moves < local_search_rounds and not out_of_time():
+    while moves < local_search_rounds:
+        used_s = elapsed_s()
+        if out_of_time(used_s, step_cost_s):
+            break
         if not _apply_best_exchange(
             loads=loads, cap=cap, rank_of=rank_of, contributions=contributions, weights=weights, must=must
         ):
             break
         moves += 1
+        step_cost_s = elapsed_s() - used_s
     return FastSolution(
         rank_of=rank_of, objective_j_tokens=objective_j(loads, weights), fallback_used=False, local_search_moves=moves
     )
@@ -146,6 +161,7 @@ def _greedy_round(
     cap: IntArray,
     rank_of: IntArray,
     contributions: FloatArray,
+    by_offset: FloatArray,
     weights: FloatArray,
     must: BoolArray,
     limit: int,
@@ -157,15 +173,18 @@ def _greedy_round(
     the first assignment that raises the envelope max_j L_j(h), because that moves every rank's margin;
     loads are updated once at the end. Returns the number of requests placed (at least one when
     ``limit`` > 0 and a request and a slot are left).
+
+    Args:
+        contributions: shape (N, K), v_r(h); ``by_offset`` is the same, offset-major (K, N).
     """
     overdue = np.flatnonzero(must & (rank_of < 0))
     rows = overdue if overdue.size else np.flatnonzero(rank_of < 0)
     open_ranks = np.flatnonzero(cap > 0)
     envelope = loads.max(axis=0)
-    scores = scores_from_margins(envelope - loads[open_ranks], contributions[rows], weights, num_ranks=loads.shape[0])
-    best = scores.max(axis=1)
     open_loads = loads[open_ranks]
-    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -best))
+    margins = np.ascontiguousarray((envelope - open_loads).T)
+    scores = scores_by_offset(margins, by_offset[:, rows], weights, num_ranks=loads.shape[0])
+    order = np.lexsort((open_loads @ weights, open_loads[:, 0], -scores.max(axis=1)))
     most = 1 if overdue.size else limit
     picked_rank: list[int] = []
     picked_row: list[int] = []

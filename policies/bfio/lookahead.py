@@ -74,6 +74,11 @@ class SurvivalCurve:
             return values
         return self._search(n_tokens)
 
+    @property
+    def dense_length(self) -> int | None:
+        """Length of the whole-token lookup table (ages 0..last edge), or None without one."""
+        return None if self._dense is None else int(self._dense.shape[0])
+
     def _search(self, n_tokens: FloatArray) -> FloatArray:
         index = np.searchsorted(self.edges_tokens, n_tokens, side="right") - 1
         values = self.survival_frac[np.clip(index, 0, None)]
@@ -154,6 +159,83 @@ def new_request_contributions(
         offsets_steps=offsets_steps,
         drift=drift,
     )
+
+
+class ClassPredictor:
+    """Predicts w^_i(h) and v_j(h) for one traffic class on a fixed grid, with the ratios precomputed.
+
+    The router is called at every decode step with every active request, and the grid (offsets, delta)
+    changes only with the bundle. For a request of whole-token age a, q(h_k) = S(a + delta h_k) / S(a)
+    depends only on (a, k), so ``ratios[k, a]`` is computed once per bundle for every age up to the
+    table's last edge (beyond it S is flat and q = 1, the last column). A step's prediction is then one
+    gather per active request instead of two survival lookups and a division per request and offset.
+    Arrays are offset-major, shape (K, M), so every elementwise pass runs over the M requests.
+    The values are bit-identical to ``active_contributions`` and ``new_request_contributions``, which
+    are used as they are for fractional ages or a curve without a dense table.
+
+    Args:
+        curve: the class's survival table, or None (only max_tokens ends a request).
+        offsets_steps: shape (K,), the horizon offsets h.
+        drift: tokens generated per step (delta).
+        model: how a request admitted now is predicted.
+    """
+
+    def __init__(
+        self, curve: SurvivalCurve | None, *, offsets_steps: FloatArray, drift: float, model: NewRequestModel
+    ) -> None:
+        self._curve = curve
+        self._offsets = offsets_steps
+        self._drift = drift
+        self._model = model
+        self._growth = (drift * offsets_steps)[:, None]
+        self._ratios: FloatArray | None = None
+        if curve is not None and curve.dense_length is not None and drift >= 0:
+            ages = np.arange(curve.dense_length, dtype=np.float64)
+            q = conditional_survival(curve, ages, np.full_like(ages, np.inf), offsets_steps, drift)
+            self._ratios = np.ascontiguousarray(q.T)
+
+    def active_by_offset(
+        self, *, prompt_tokens: FloatArray, generated_tokens: FloatArray, max_tokens: FloatArray
+    ) -> FloatArray:
+        """w^_i(h_k) of active requests, shape (K, M): ``active_contributions`` transposed."""
+        ratios = self._ratios
+        if ratios is None or not np.array_equal(generated_tokens, np.floor(generated_tokens)):
+            by_request = active_contributions(
+                self._curve,
+                prompt_tokens=prompt_tokens,
+                generated_tokens=generated_tokens,
+                max_tokens=max_tokens,
+                offsets_steps=self._offsets,
+                drift=self._drift,
+            )
+            return np.ascontiguousarray(by_request.T)
+        index = np.clip(generated_tokens, 0, ratios.shape[1] - 1).astype(np.int64)
+        q = np.take(ratios, index, axis=1)
+        if np.isfinite(max_tokens).any():
+            q *= (self._growth + generated_tokens[None, :]) < max_tokens[None, :]
+        q[self._offsets == 0] = 1.0
+        context = self._growth + (prompt_tokens + generated_tokens)[None, :]
+        return context * q
+
+    def new(self, *, prompt_tokens: FloatArray, max_tokens: FloatArray) -> FloatArray:
+        """v_j(h) of waiting requests if admitted now, shape (N, K): ``new_request_contributions``."""
+        if self._model is NewRequestModel.CONST_S:
+            return np.repeat(prompt_tokens[:, None], self._offsets.shape[0], axis=1).astype(np.float64)
+        by_offset = self.active_by_offset(
+            prompt_tokens=prompt_tokens, generated_tokens=np.zeros_like(prompt_tokens), max_tokens=max_tokens
+        )
+        return np.ascontiguousarray(by_offset.T)
+
+
+def rank_base_loads_by_offset(contributions: FloatArray, rank_index: IntArray, num_ranks: int) -> FloatArray:
+    """b_g(h) from offset-major contributions of shape (K, M); returns shape (G, K) like ``rank_base_loads``.
+
+    Each cell sums its requests in index order, as ``rank_base_loads`` does, so the two agree bitwise.
+    """
+    num_offsets = contributions.shape[0]
+    cells = (np.arange(num_offsets)[:, None] * num_ranks + rank_index[None, :]).ravel()
+    sums = np.bincount(cells, weights=contributions.ravel(), minlength=num_ranks * num_offsets)
+    return np.ascontiguousarray(sums.reshape(num_offsets, num_ranks).T)
 
 
 def rank_base_loads(contributions: FloatArray, rank_index: IntArray, num_ranks: int) -> FloatArray:

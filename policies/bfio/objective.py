@@ -61,19 +61,31 @@ def scores_from_margins(
 ) -> FloatArray:
     """F_{r,g} = sum_h omega_h [v_r(h) - G (v_r(h) - m_g(h))^+] for given margins, shape (len(margins), N).
 
-    Rank-major so that a rank's scores are contiguous (the greedy takes a rank's best request); the
-    excess tensor is reduced as one (G N, K) matrix-vector product.
-
     Args:
         margins: shape (G', K), m_g(h) = max_j L_j(h) - L_g(h) of the ranks to score (a subset is allowed).
         contributions: shape (N, K), v_r(h).
         weights: shape (K,), omega.
         num_ranks: G of Eq. 2 (all ranks, not only the scored ones).
     """
-    excess = contributions[None, :, :] - margins[:, None, :]
+    return scores_by_offset(
+        np.ascontiguousarray(margins.T), np.ascontiguousarray(contributions.T), weights, num_ranks=num_ranks
+    )
+
+
+def scores_by_offset(
+    margins_by_offset: FloatArray, contributions_by_offset: FloatArray, weights: FloatArray, *, num_ranks: int
+) -> FloatArray:
+    """``scores_from_margins`` from offset-major inputs: margins (K, G'), contributions (K, N); returns (G', N).
+
+    Offset-major keeps the long axis (requests) innermost, so the (K, G', N) excess tensor is built and
+    clipped in passes over N contiguous values and reduced over the K offsets by one vector-matrix
+    product; rank-major output, so that a rank's scores are contiguous (the greedy takes a rank's best).
+    """
+    num_offsets, num_scored = margins_by_offset.shape
+    excess = contributions_by_offset[:, None, :] - margins_by_offset[:, :, None]
     np.maximum(excess, 0.0, out=excess)
-    penalty = (excess.reshape(-1, excess.shape[2]) @ weights).reshape(margins.shape[0], contributions.shape[0])
-    scores: FloatArray = (contributions @ weights)[None, :] - num_ranks * penalty
+    penalty = weights @ excess.reshape(num_offsets, -1)
+    scores: FloatArray = (weights @ contributions_by_offset)[None, :] - num_ranks * penalty.reshape(num_scored, -1)
     return scores
 
 

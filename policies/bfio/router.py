@@ -7,11 +7,13 @@ plane pushed (section 6.5). It never blocks on the control plane:
 - no bundle, or one past ``valid_until``: JSQ-by-load (the documented safe default, DESIGN principle 5);
 - pushed central-pool assignments are used only while valid (step not past ``valid_until_step``, same
   bundle version, request still waiting, the rank still has a free slot); everything else is solved locally;
-- starvation guard (spec section 8 item 8): a request that has waited ``aging_deadline_s`` or longer is
-  admitted before any younger one, the oldest first. So a request is admitted at the first step at which
-  it has waited at least the deadline and fewer older overdue requests than free slots remain; with
-  non-zero free capacity per step, its admission delay is bounded by the deadline plus the steps needed
-  to drain the overdue requests ahead of it;
+- starvation guard (spec section 8 item 8): a request that has waited ``aging_deadline_s`` or longer in
+  the candidate window (counted from the first step that offered it to the solver, not from its arrival;
+  see ``_in_window_since``) is admitted before any younger one, the oldest first. So a request is
+  admitted at the first step at which it has waited at least the deadline in the window and fewer older
+  overdue requests than free slots remain; with non-zero free capacity per step, its delay after
+  entering the window is bounded by the deadline plus the steps needed to drain the overdue requests
+  ahead of it (the wait before entering it is the FIFO queue's);
 - the solver's budget counts from the start of the call, prediction included; past it the remaining
   slots are filled by JSQ-by-load.
 
@@ -29,7 +31,7 @@ import numpy.typing as npt
 
 from policies.bfio.baselines import fcfs_index_fill, jsq_load
 from policies.bfio.greedy import SolveBudget, solve_fast
-from policies.bfio.lookahead import SurvivalCurve, active_contributions, new_request_contributions, rank_base_loads
+from policies.bfio.lookahead import ClassPredictor, SurvivalCurve, rank_base_loads_by_offset
 from policies.bfio.objective import fillable_slots
 from policies.bfio.params import BfioMode, NewRequestModel
 from schemas.errors import InvalidInputError
@@ -123,8 +125,9 @@ class BfioRouter:
         self._clock = clock
         self._class_ids: dict[str, int] = {}
         self._policy: BfioPolicy | None = None
-        self._curves: dict[int, SurvivalCurve] = {}
-        self._default_curve: SurvivalCurve | None = None
+        self._predictors: dict[int, ClassPredictor] = {}
+        self._window_since_s: dict[str, float] = {}
+        self._default_predictor: ClassPredictor | None = None
         if policy is not None:
             self.reload(policy)
 
@@ -150,9 +153,20 @@ class BfioRouter:
             )
             for t in policy.payload.survival_tables
         }
-        default = policy.payload.default_class
-        self._curves = curves
-        self._default_curve = None if default is None else curves[self.class_id(default)]
+        payload = policy.payload
+        offsets = np.asarray(payload.horizon_grid_steps, dtype=np.float64)
+        model = NewRequestModel(payload.new_request_model)
+        predictors = {
+            cid: ClassPredictor(curve, offsets_steps=offsets, drift=payload.drift_tokens_per_step, model=model)
+            for cid, curve in curves.items()
+        }
+        default = payload.default_class
+        self._predictors = predictors
+        self._default_predictor = (
+            ClassPredictor(None, offsets_steps=offsets, drift=payload.drift_tokens_per_step, model=model)
+            if default is None
+            else predictors[self.class_id(default)]
+        )
         self._policy = policy
 
     def route(
@@ -228,22 +242,17 @@ class BfioRouter:
         num_ranks = cap.shape[0]
         offsets = np.asarray(payload.horizon_grid_steps, dtype=np.float64)
         weights = np.asarray(payload.horizon_weights, dtype=np.float64)
-        drift = payload.drift_tokens_per_step
-        contributions_active = np.zeros((active.rank.shape[0], offsets.shape[0]))
-        for cid in _classes(active.class_id):
-            rows = active.class_id == cid
-            contributions_active[rows] = active_contributions(
-                self._curve(int(cid)),
+        contributions_active = np.zeros((offsets.shape[0], active.rank.shape[0]))
+        for cid, rows in _class_rows(active.class_id):
+            contributions_active[:, rows] = self._predictor(cid).active_by_offset(
                 prompt_tokens=active.prompt_tokens[rows],
                 generated_tokens=active.generated_tokens[rows],
                 max_tokens=active.max_tokens[rows],
-                offsets_steps=offsets,
-                drift=drift,
             )
-        base = rank_base_loads(contributions_active, active.rank, num_ranks)
+        base = rank_base_loads_by_offset(contributions_active, active.rank, num_ranks)
         rank_of = np.full(len(waiting.request_ids), -1, dtype=np.int64)
         pushed_used, pushed_rejected = 0, 0
-        for index, request_id in enumerate(waiting.request_ids):
+        for index, request_id in enumerate(waiting.request_ids if pushed else ()):
             plan = pushed.get(request_id)
             if plan is None:
                 continue
@@ -259,50 +268,24 @@ class BfioRouter:
                 pushed_used += 1
             else:
                 pushed_rejected += 1
-        overdue = (now_s - waiting.arrival_s) >= payload.aging_deadline_s
-        free_rows = np.flatnonzero(rank_of < 0)
-        window = free_rows[: payload.candidate_window]
-        candidates = np.union1d(window, free_rows[overdue[free_rows]])
-        model = NewRequestModel(payload.new_request_model)
-        contributions_new = np.zeros((candidates.shape[0], offsets.shape[0]))
-        for cid in _classes(waiting.class_id[candidates]):
-            rows = waiting.class_id[candidates] == cid
-            picked = candidates[rows]
-            contributions_new[rows] = new_request_contributions(
-                self._curve(int(cid)),
-                prompt_tokens=waiting.prompt_tokens[picked],
-                max_tokens=waiting.max_tokens[picked],
-                offsets_steps=offsets,
-                drift=drift,
-                model=model,
-            )
-        placed = rank_of >= 0
-        if np.any(placed):
-            pushed_contrib = np.zeros((int(placed.sum()), offsets.shape[0]))
-            for cid in _classes(waiting.class_id[placed]):
-                rows = waiting.class_id[placed] == cid
-                picked = np.flatnonzero(placed)[rows]
-                pushed_contrib[rows] = new_request_contributions(
-                    self._curve(int(cid)),
-                    prompt_tokens=waiting.prompt_tokens[picked],
-                    max_tokens=waiting.max_tokens[picked],
-                    offsets_steps=offsets,
-                    drift=drift,
-                    model=model,
-                )
-            np.add.at(base, rank_of[placed], pushed_contrib)
+        candidates = np.flatnonzero(rank_of < 0)[: payload.candidate_window]
+        overdue = (now_s - self._in_window_since(waiting, candidates, now_s)) >= payload.aging_deadline_s
+        contributions_new = self._new_contributions(waiting, candidates, offsets.shape[0])
+        placed = np.flatnonzero(rank_of >= 0)
+        if placed.size:
+            np.add.at(base, rank_of[placed], self._new_contributions(waiting, placed, offsets.shape[0]))
         remaining_s = payload.solver_budget_s - (self._clock() - start_s)
         solution = solve_fast(
             base,
             cap,
             contributions_new,
             weights,
-            forced=overdue[candidates],
+            forced=overdue,
             local_search_rounds=payload.local_search_rounds,
             budget=SolveBudget(clock=self._clock, budget_s=remaining_s),
         )
         rank_of[candidates] = solution.rank_of
-        forced = int(np.count_nonzero(overdue[candidates] & (solution.rank_of >= 0)))
+        forced = int(np.count_nonzero(overdue & (solution.rank_of >= 0)))
         return _routing(
             waiting,
             rank_of,
@@ -314,8 +297,37 @@ class BfioRouter:
             objective=solution.objective_j_tokens,
         )
 
-    def _curve(self, cid: int) -> SurvivalCurve | None:
-        return self._curves.get(cid, self._default_curve)
+    def _in_window_since(self, waiting: WaitingBatch, candidates: IntArray, now_s: float) -> FloatArray:
+        """Since when each candidate has been in the candidate window (the FIFO front the solver chooses from).
+
+        The starvation guard counts a request's wait from the later of its arrival and the first step that
+        offered it to the solver: the queueing before that is FIFO, the same under every policy, and
+        counting it would force FIFO admission whenever the queue is longer than the deadline (issue 13:
+        most admissions forced on an overloaded setting). A request stays in the window until admitted
+        (only requests before it leave), so the map is rebuilt from the window at each call.
+        """
+        ids = [waiting.request_ids[i] for i in candidates.tolist()]
+        seen = self._window_since_s
+        since = [seen.get(request_id, now_s) for request_id in ids]
+        self._window_since_s = dict(zip(ids, since, strict=True))
+        return np.maximum(waiting.arrival_s[candidates], np.asarray(since, dtype=np.float64))
+
+    def _predictor(self, cid: int) -> ClassPredictor:
+        predictor = self._predictors.get(cid, self._default_predictor)
+        if predictor is None:
+            msg = "the router has no bundle to predict with"
+            raise InvalidInputError(msg, field="policy", value=None)
+        return predictor
+
+    def _new_contributions(self, waiting: WaitingBatch, picked: IntArray, num_offsets: int) -> FloatArray:
+        """v_j(h) of the waiting requests ``picked``, shape (len(picked), K), by class."""
+        contributions = np.zeros((picked.shape[0], num_offsets))
+        for cid, rows in _class_rows(waiting.class_id[picked]):
+            chosen = picked[rows]
+            contributions[rows] = self._predictor(cid).new(
+                prompt_tokens=waiting.prompt_tokens[chosen], max_tokens=waiting.max_tokens[chosen]
+            )
+        return contributions
 
     def batches(
         self, waiting: Sequence[WaitingRequestDoc], ranks: Sequence[RankDoc]
@@ -348,13 +360,13 @@ class BfioRouter:
         return waiting_arrays, active_arrays, free_slots
 
 
-def _classes(class_id: IntArray) -> list[int]:
-    """Distinct class ids; the common single-class case skips the sort of np.unique."""
+def _class_rows(class_id: IntArray) -> list[tuple[int, slice | npt.NDArray[np.bool_]]]:
+    """(class id, rows) per distinct class; the common single-class case is one slice, no mask or sort."""
     if class_id.size == 0:
         return []
     if bool((class_id == class_id[0]).all()):
-        return [int(class_id[0])]
-    return [int(c) for c in np.unique(class_id)]
+        return [(int(class_id[0]), slice(None))]
+    return [(int(c), class_id == c) for c in np.unique(class_id)]
 
 
 def _current_loads(active: ActiveBatch, num_ranks: int) -> FloatArray:

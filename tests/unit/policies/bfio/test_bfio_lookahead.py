@@ -6,11 +6,13 @@ import numpy as np
 import pytest
 
 from policies.bfio.lookahead import (
+    ClassPredictor,
     SurvivalCurve,
     active_contributions,
     conditional_survival,
     new_request_contributions,
     rank_base_loads,
+    rank_base_loads_by_offset,
 )
 from policies.bfio.params import NewRequestModel
 from schemas.errors import InvalidInputError
@@ -128,3 +130,49 @@ class TestRankBaseLoads:
         contributions = np.array([[1.0, 2.0], [10.0, 20.0], [100.0, 200.0]])
         loads = rank_base_loads(contributions, np.array([0, 2, 0]), 3)
         np.testing.assert_allclose(loads, [[101.0, 202.0], [0.0, 0.0], [10.0, 20.0]])
+
+
+class TestClassPredictor:
+    """The router's per-bundle precomputed ratios give the same numbers, bit for bit, as the direct formulas."""
+
+    @pytest.mark.parametrize("model", list(NewRequestModel))
+    @pytest.mark.parametrize("drift", [1.0, 0.5])
+    def test_matches_the_direct_predictions_bitwise(self, model: NewRequestModel, drift: float) -> None:
+        rng = np.random.default_rng(7)
+        edges = np.unique(np.round(np.geomspace(1, 4096, 40)))
+        curve = SurvivalCurve(edges_tokens=edges, survival_frac=np.exp(-edges / 300.0) * (edges < 3000))
+        offsets = np.array([0.0, 1.0, 2.0, 4.0, 8.0, 16.0, 20.0])
+        prompts = rng.integers(1, 3000, 500).astype(np.float64)
+        ages = rng.integers(0, 5000, 500).astype(np.float64)  # past the last edge and past S = 0 too
+        caps = np.where(rng.random(500) < 0.3, ages + rng.integers(1, 30, 500), np.inf)
+        predictor = ClassPredictor(curve, offsets_steps=offsets, drift=drift, model=model)
+        direct = active_contributions(
+            curve, prompt_tokens=prompts, generated_tokens=ages, max_tokens=caps, offsets_steps=offsets, drift=drift
+        )
+        by_offset = predictor.active_by_offset(prompt_tokens=prompts, generated_tokens=ages, max_tokens=caps)
+        np.testing.assert_array_equal(by_offset, direct.T)
+        new = new_request_contributions(
+            curve, prompt_tokens=prompts, max_tokens=caps, offsets_steps=offsets, drift=drift, model=model
+        )
+        np.testing.assert_array_equal(predictor.new(prompt_tokens=prompts, max_tokens=caps), new)
+
+    def test_fractional_ages_and_no_curve_use_the_direct_formula(self, curve: SurvivalCurve) -> None:
+        ages = np.array([2.5, 3.0])
+        prompts = np.array([10.0, 20.0])
+        caps = np.array([np.inf, 6.0])
+        for table in (curve, None):
+            predictor = ClassPredictor(table, offsets_steps=OFFSETS, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL)
+            direct = active_contributions(
+                table, prompt_tokens=prompts, generated_tokens=ages, max_tokens=caps, offsets_steps=OFFSETS, drift=1.0
+            )
+            got = predictor.active_by_offset(prompt_tokens=prompts, generated_tokens=ages, max_tokens=caps)
+            np.testing.assert_array_equal(got, direct.T)
+
+    def test_rank_sums_by_offset_equal_the_request_major_sums(self) -> None:
+        rng = np.random.default_rng(3)
+        contributions = rng.uniform(0, 1000, (300, 7))
+        rank = rng.integers(0, 9, 300)
+        expected = rank_base_loads(contributions, rank, 10)
+        np.testing.assert_array_equal(
+            rank_base_loads_by_offset(np.ascontiguousarray(contributions.T), rank, 10), expected
+        )

@@ -165,6 +165,21 @@ class TestStarvationGuard:
             waiting = [w for w in waiting if w.request_id not in admitted]
         return None
 
+    def test_the_wait_counts_from_entering_the_candidate_window_not_from_arrival(self) -> None:
+        """Requests that queued 10 s before the router first sees them are not overdue at once (counting
+        from arrival would force FIFO admission whenever the queue is longer than the deadline); after
+        0.6 s in the window, past the 0.5 s deadline, they are."""
+        router = BfioRouter(clock=_frozen, policy=_policy(horizon_steps=0, aging_deadline_s=0.5))
+        waiting = [WaitingRequestDoc(request_id=f"q{i}", prompt_tokens=100 * (i + 1), arrival_s=0.0) for i in range(6)]
+        ranks = [RankDoc(free_slots=1, active=[]), RankDoc(free_slots=1, active=[])]
+        batch, active, free = router.batches(waiting, ranks)
+        first = router.route(waiting=batch, active=active, free_slots=free, now_s=10.0, step_index=0)
+        assert first.forced == 0
+        admitted = {request_id for request_id, _ in first.assignments}
+        batch, active, free = router.batches([w for w in waiting if w.request_id not in admitted], ranks)
+        second = router.route(waiting=batch, active=active, free_slots=free, now_s=10.6, step_index=1)
+        assert second.forced == 2
+
     def test_without_aging_the_long_prompt_starves(self) -> None:
         assert self._admission_delay_s(aging_deadline_s=600.0, steps=150) is None
 

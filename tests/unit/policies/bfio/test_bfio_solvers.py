@@ -7,15 +7,21 @@ partition has max - min <= s_max). On small random instances it is usually exact
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from typing import TypeVar
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from policies.bfio import greedy
 from policies.bfio.exact import solve_exact
 from policies.bfio.greedy import SolveBudget, solve_fast
 from policies.bfio.objective import is_feasible, loads_after, objective_j
 from schemas.errors import InvalidInputError
+
+T = TypeVar("T")
 
 
 @st.composite
@@ -93,6 +99,50 @@ class TestSolveFast:
         fast = solve_fast(base, np.array([1, 1, 1]), np.array([[5.0], [6.0], [7.0], [8.0]]), np.ones(1), budget=budget)
         assert fast.fallback_used
         np.testing.assert_array_equal(fast.rank_of, [1, 2, 0, -1])
+
+    def test_the_exchange_phase_starts_no_move_it_cannot_finish_within_the_budget(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Simulated time: each greedy round and each exchange move takes 1 s, reading the clock takes none.
+        Whenever the greedy phase ends within the budget, the solve ends within it too (a move starts only
+        while the last step's cost still fits), and some budgets cut the search short."""
+        rng = np.random.default_rng(11)
+        base = rng.uniform(0, 5000, (8, 3))
+        free = np.full(8, 3)
+        v = rng.uniform(1, 3000, (20, 3))
+        unbounded = solve_fast(base, free, v, np.ones(3))
+        assert unbounded.local_search_moves >= 2
+        now = [0.0]
+        greedy_end = [0.0]
+
+        def timed(step: Callable[..., T], *, ends_greedy: bool) -> Callable[..., T]:
+            def run(**kwargs: object) -> T:
+                now[0] += 1.0
+                if ends_greedy:
+                    greedy_end[0] = now[0]
+                return step(**kwargs)
+
+            return run
+
+        monkeypatch.setattr(greedy, "_greedy_round", timed(greedy._greedy_round, ends_greedy=True))
+        monkeypatch.setattr(greedy, "_apply_best_exchange", timed(greedy._apply_best_exchange, ends_greedy=False))
+        cut_short = 0
+        for budget_s in np.arange(1.0, 20.0):
+            now[0] = 0.0
+            fast = solve_fast(base, free, v, np.ones(3), budget=SolveBudget(clock=lambda: now[0], budget_s=budget_s))
+            assert is_feasible(fast.rank_of, free)
+            if not fast.fallback_used and greedy_end[0] <= budget_s:
+                assert now[0] <= budget_s
+            cut_short += 0 < fast.local_search_moves < unbounded.local_search_moves
+        assert cut_short > 0
+
+    def test_one_open_rank_with_room_takes_the_largest_requests_earliest_first(self) -> None:
+        """One open rank with three slots, far below the envelope: every request fits under it, so F is
+        v itself and the greedy takes the three largest (two tie at 50; both are taken)."""
+        base = np.array([[10_000.0], [0.0]])
+        v = np.array([[5.0], [50.0], [7.0], [50.0], [40.0]])
+        fast = solve_fast(base, np.array([0, 3]), v, np.ones(1), local_search_rounds=0)
+        np.testing.assert_array_equal(fast.rank_of, [-1, 1, -1, 1, 1])
 
     def test_equal_scores_go_to_the_least_loaded_rank_not_rank_zero(self) -> None:
         base = np.array([[30.0], [10.0], [20.0], [100.0]])

@@ -1,0 +1,181 @@
+"""BF-IO lookahead and starvation-guard study (issue 13 item 4): closed-loop imbalance over seeds.
+
+Two parts, each over several seeds (mean +- standard deviation), imbalance (Eq. 2) measured before each
+step's admissions, the router on a frozen clock (deterministic), the bundle decided by the registered
+``bfio`` policy from the run's own telemetry (censoring-aware survival; never true lengths):
+
+- ``lookahead``: the Table 1 setting (G = 16, B = 72, R = 64, Poisson 3,000 req/s after a full backlog)
+  and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts), 3 s runs, for
+  FCFS, JSQ-by-load, BF-IO H = 0, 4, 8 and 20 (uniform weights, the paper's J) and H = 20 with the
+  reference code's decay 0.86. With ``--oracle`` it adds, as a diagnosis only, H = 20 predicted from
+  each request's true output length (no survival curve, the output cap set to the true length; the
+  paper's setting), to separate prediction error from the objective itself.
+- ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
+  pool, so waits count from arrival or from entering the candidate window), Poisson 8,000 req/s, 4 s,
+  H = 20, aging deadline 2 s against 600 s (off), and JSQ-by-load; reports the share of admissions the
+  guard forced.
+
+Usage: PYTHONPATH=. python ops/bench/bench_bfio_lookahead.py [--parts lookahead guard] [--seeds 1 2 3 4 5]
+       [--oracle] [--out out/bench/bench_bfio_lookahead.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import policies.bfio.router as router_module
+import services.sim.routers_bfio as sim_routers
+from policies.bfio import BfioParams, WeightScheme
+from policies.bfio.lookahead import ClassPredictor
+from services.sim.bfio_loop import DpLoopResult, dp_workload, run_dp_loop
+from services.sim.workload import BurstyArrivals, PoissonArrivals, Workload
+
+G, B, R = 16, 72, 64
+BACKLOG = G * B + R
+WORKLOADS = {
+    "table1": dp_workload(PoissonArrivals(rate_per_s=3000.0), backlog_requests=BACKLOG),
+    "bursty": dp_workload(
+        BurstyArrivals(rate_per_s=2000.0, burst_rate_per_s=4000.0, mean_calm_s=1.0, mean_burst_s=0.5),
+        backlog_requests=BACKLOG,
+    ),
+}
+SATURATED = dp_workload(PoissonArrivals(rate_per_s=8000.0), backlog_requests=BACKLOG)
+VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
+    "fcfs": ("fcfs", None),
+    "jsq-load": ("jsq-load", None),
+    "bfio_h0": ("bfio", BfioParams(horizon_steps=0)),
+    "bfio_h4": ("bfio", BfioParams(horizon_steps=4)),
+    "bfio_h8": ("bfio", BfioParams(horizon_steps=8)),
+    "bfio_h20": ("bfio", BfioParams(horizon_steps=20)),
+    "bfio_h20_decay": ("bfio", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.DECAY)),
+}
+
+
+class _TrueLengthPredictor(ClassPredictor):
+    """Diagnosis only: ignores the survival curve, so a request is alive exactly until its output cap."""
+
+    def __init__(self, curve: object, **kwargs: Any) -> None:
+        super().__init__(None, **kwargs)
+
+
+_PATCHED = ((router_module, "ClassPredictor"), (sim_routers, "_cap"))
+
+
+@contextmanager
+def _true_lengths() -> Iterator[None]:
+    """Route with every request's true output length as its cap and no survival curve (the oracle)."""
+    saved = {name: getattr(module, name) for module, name in _PATCHED}
+    replacements = {"ClassPredictor": _TrueLengthPredictor, "_cap": lambda r: float(r.target_output_tokens)}
+    for module, name in _PATCHED:
+        setattr(module, name, replacements[name])
+    try:
+        yield
+    finally:
+        for module, name in _PATCHED:
+            setattr(module, name, saved[name])
+
+
+def _run(
+    router: str,
+    workload: Workload,
+    seed: int,
+    params: BfioParams | None,
+    *,
+    duration_s: float = 3.0,
+    visible_pool: int | None = R,
+) -> DpLoopResult:
+    return run_dp_loop(
+        router=router,  # type: ignore[arg-type]
+        workload=workload,
+        duration_s=duration_s,
+        seed=seed,
+        ranks=G,
+        slots_per_rank=B,
+        params=params,
+        visible_pool=visible_pool,
+        bundle_interval_s=0.25,
+    )
+
+
+def _summary(values: list[float]) -> dict[str, Any]:
+    return {"per_seed": [round(v, 4) for v in values], "mean": float(np.mean(values)), "std": float(np.std(values))}
+
+
+def lookahead(seeds: list[int], oracle: bool) -> dict[str, dict[str, dict[str, Any]]]:
+    """Imbalance (1e4 tokens) per workload and variant."""
+    table: dict[str, dict[str, dict[str, Any]]] = {}
+    for name, workload in WORKLOADS.items():
+        table[name] = {}
+        variants = list(VARIANTS.items())
+        for label, (router, params) in variants:
+            values = [_run(router, workload, seed, params).avg_imbalance_tokens / 1e4 for seed in seeds]
+            table[name][label] = _summary(values)
+            _print(name, label, table[name][label])
+        if oracle:
+            with _true_lengths():
+                values = [
+                    _run("bfio", workload, seed, BfioParams(horizon_steps=20)).avg_imbalance_tokens / 1e4
+                    for seed in seeds
+                ]
+            table[name]["bfio_h20_true_lengths"] = _summary(values)
+            _print(name, "bfio_h20_true_lengths", table[name]["bfio_h20_true_lengths"])
+    return table
+
+
+def guard(seeds: list[int]) -> dict[str, dict[str, Any]]:
+    """Imbalance and forced share with the default 2 s deadline and with the guard off, whole queue visible;
+    JSQ-by-load on the same runs as the baseline."""
+    rows: dict[str, dict[str, Any]] = {}
+    values = [
+        _run("jsq-load", SATURATED, seed, None, duration_s=4.0, visible_pool=None).avg_imbalance_tokens / 1e4
+        for seed in seeds
+    ]
+    rows["jsq-load"] = _summary(values)
+    _print("saturated", "jsq-load", rows["jsq-load"])
+    for label, deadline_s in (("aging_2s", 2.0), ("aging_off_600s", 600.0)):
+        values, forced = [], []
+        for seed in seeds:
+            params = BfioParams(horizon_steps=20, aging_deadline_s=deadline_s)
+            result = _run("bfio", SATURATED, seed, params, duration_s=4.0, visible_pool=None)
+            stats = result.router_stats
+            assert stats is not None
+            values.append(result.avg_imbalance_tokens / 1e4)
+            forced.append(stats.forced / max(1, len(stats.admissions)))
+        rows[label] = {**_summary(values), "forced_share_per_seed": forced}
+        _print("saturated", label, rows[label])
+    return rows
+
+
+def _print(workload: str, label: str, row: dict[str, Any]) -> None:
+    extra = f"  forced {max(row['forced_share_per_seed']):.4f} max" if "forced_share_per_seed" in row else ""
+    print(f"{workload:10} {label:24} {row['mean']:7.3f} +- {row['std']:5.3f}  {row['per_seed']}{extra}", flush=True)
+
+
+def main() -> None:
+    """Run the parts asked for and write their JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--parts", nargs="+", choices=["lookahead", "guard"], default=["lookahead", "guard"])
+    parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
+    parser.add_argument("--oracle", action="store_true")
+    parser.add_argument("--out", type=Path, default=Path("out/bench/bench_bfio_lookahead.json"))
+    args = parser.parse_args()
+    print(f"G={G} B={B}, seeds {args.seeds}; AvgImbalance before admission, 1e4 tokens, mean +- std")
+    document: dict[str, Any] = {"seeds": args.seeds}
+    if "lookahead" in args.parts:
+        document["lookahead"] = lookahead(args.seeds, args.oracle)
+    if "guard" in args.parts:
+        document["guard"] = guard(args.seeds)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(document, indent=2))
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()
