@@ -69,6 +69,10 @@ class Settings(EnvSettings):
     fleet_slot_s: float = Field(
         default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
     )
+    stream_runtime: Literal["kafka", "faust"] = Field(
+        default="kafka",
+        description="stream processor runtime: kafka (kafka-python) or faust (faust-streaming)",
+    )
 
     def redacted(self) -> dict[str, object]:
         """Return the settings for the ``settings_loaded`` log line, with credentials in URLs hidden."""

@@ -18,6 +18,7 @@ from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.settings import Settings
 from services.store.redis_store import RedisStore
+from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
 
 log = structlog.get_logger(__name__)
@@ -46,6 +47,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sub = run.add_subparsers(dest="service", metavar="SERVICE", required=True)
     stream = sub.add_parser("stream", help="fold gov.telemetry into estimates in Redis and snapshots")
     add_settings_flags(stream, FLAGS)
+    stream.add_argument(
+        "--runtime",
+        dest="stream_runtime",
+        choices=["kafka", "faust"],
+        default=None,
+        help=f"{Settings.model_fields['stream_runtime'].description} (env GOVERNOR_STREAM_RUNTIME; default kafka)",
+    )
     stream.add_argument("--idle-exit-s", type=float, default=None, help="stop after this long without records")
     stream.set_defaults(handler=run_stream)
     policy = sub.add_parser("policy", help="decide policies from gov.estimates into Redis and gov.policy.decisions")
@@ -87,13 +95,15 @@ def run_stream(args: argparse.Namespace) -> int:
     settings = _service_settings(args)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
     metrics = ServiceMetrics("stream")
-    processor = StreamProcessor(
+    runtime = FaustStreamProcessor if settings.stream_runtime == "faust" else StreamProcessor
+    processor = runtime(
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
         registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
     )
+    log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
 
 
