@@ -12,6 +12,10 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
 - revocation commits to Redis after faust has drained the agent (faust acks a taken batch only
   after the agent's loop body returns), then forgets the revoked partitions' engines;
 - a timer commits when no batch came for a tick, reports progress and ends an ``idle_exit_s`` run;
+- its consumer group is ``governor-stream-faust-{deployment}``, not the kafka runtime's: a group
+  keeps its assignment protocol (Tansu refused faust's join to a group the kafka-python members had
+  used, InconsistentGroupProtocol). Switching runtimes is stop one, start the other: both resume
+  from the offsets applied in Redis;
 - a refused commit (a newer owner of a partition committed past this worker, so this worker is a
   zombie of an old generation) stops the worker with an error: faust keeps events buffered past
   any seek, so the only safe resume point is a restart from Redis, which the supervisor (compose's
@@ -135,7 +139,7 @@ class FaustStreamProcessor:
         self._clock = clock
         self._loop = asyncio.new_event_loop()
         self._app = _GovernorApp(
-            group_id or f"governor-stream-{deployment}",
+            group_id or f"governor-stream-faust-{deployment}",
             broker=f"kafka://{bootstrap}",
             loop=self._loop,
             web_enabled=False,
@@ -232,6 +236,7 @@ class FaustStreamProcessor:
             self._stop_requested.set()
 
     def _resume_positions(self, assigned: set[TP]) -> dict[TP, int]:
+        self._last_records_at = self._clock()
         positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in assigned)
         return {TP(topic, partition): offset for (topic, partition), offset in positions.items()}
 
