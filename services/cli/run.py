@@ -18,8 +18,7 @@ from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.settings import Settings
 from services.store.redis_store import RedisStore
-from services.stream.faust_runtime import FaustStreamProcessor
-from services.stream.processor import StreamProcessor
+from services.stream.runtimes import RUNTIMES, stream_processor
 
 log = structlog.get_logger(__name__)
 
@@ -50,7 +49,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     stream.add_argument(
         "--runtime",
         dest="stream_runtime",
-        choices=["kafka", "faust"],
+        choices=RUNTIMES,
         default=None,
         help=f"{Settings.model_fields['stream_runtime'].description} (env GOVERNOR_STREAM_RUNTIME; default kafka)",
     )
@@ -95,8 +94,8 @@ def run_stream(args: argparse.Namespace) -> int:
     settings = _service_settings(args)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
     metrics = ServiceMetrics("stream")
-    runtime = FaustStreamProcessor if settings.stream_runtime == "faust" else StreamProcessor
-    processor = runtime(
+    processor = stream_processor(
+        settings.stream_runtime,
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
