@@ -54,7 +54,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="also run the same workload and seed ungoverned and on the papers' baselines (offline), "
         "print the deltas and what governing bought (default on)",
     )
-    add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
+    add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed", "stream_runtime"])
     demo.set_defaults(handler=run)
 
 

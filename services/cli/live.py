@@ -62,7 +62,7 @@ class LiveRun:
 
 
 def _start_service(
-    service: str, state: StackState, deployment: str, fleet_slot_s: float, log_path: Path
+    service: str, state: StackState, deployment: str, fleet_slot_s: float, log_path: Path, *, stream_runtime: str
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -81,6 +81,8 @@ def _start_service(
         "--fleet-slot-s",
         f"{fleet_slot_s:g}",
     ]
+    if service == "stream":
+        argv += ["--runtime", stream_runtime]
     with log_path.open("ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -155,7 +157,7 @@ def run_governed_live(
 
     Args:
         scenario: the fleet and workload; give it a deployment of its own per run.
-        settings: state dir, Redis URL and timeouts of the local stack.
+        settings: state dir, Redis URL and timeouts of the local stack, and the stream processor's runtime.
         out_dir: where the services' logs go.
         speed: simulated seconds per wall second.
         fleet_slot_s: the services' fleet-scope slot (FleetOpt decides once per closed slot), seconds.
@@ -166,9 +168,13 @@ def run_governed_live(
     state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s)
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
-    services = {name: _start_service(name, state, deployment, fleet_slot_s, log) for name, log in logs.items()}
+    services = {
+        name: _start_service(name, state, deployment, fleet_slot_s, log, stream_runtime=settings.stream_runtime)
+        for name, log in logs.items()
+    }
     say(
-        f"services: stream processor pid {services['stream'].pid}, policy service pid {services['policy'].pid} "
+        f"services: stream processor pid {services['stream'].pid} ({settings.stream_runtime} runtime), "
+        f"policy service pid {services['policy'].pid} "
         f"(logs in {out_dir}); fleet slot {fleet_slot_s:g} s"
     )
     started = time.monotonic()

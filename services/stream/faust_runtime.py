@@ -21,7 +21,9 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
   any seek, so the only safe resume point is a restart from Redis, which the supervisor (compose's
   ``restart: unless-stopped``) provides.
 
-Settings measured on the Tansu broker (DESIGN section 7, docs/contracts.md "Runtimes"): a 6 s
+Settings measured on the Tansu broker (DESIGN section 7, docs/contracts.md "Runtimes"): fetches
+that wait at most ``FETCH_MAX_WAIT_MS`` on the broker (faust fixes 1500 ms, which showed up whole
+in the event -> estimate latency), a 6 s
 session timeout (faust's 60 s default makes joins take about 30 s), the default max-poll interval
 (shorter ones left a worker draining a backlog out of its group for good), no web server (a second
 worker on one host dies on its port), no leader topic, no tables, no faust exactly-once mode (its
@@ -36,7 +38,9 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
 
+import aiokafka
 import faust
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Transport
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP, StreamT
 from faust.types.transports import ConsumerT
@@ -45,7 +49,7 @@ from mode.types.signals import BaseSignalT
 from schemas.errors import GovernorError
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
-from services.kafka_clients import record_producer
+from services.kafka_clients import FETCH_MAX_WAIT_MS, record_producer
 from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
@@ -62,10 +66,27 @@ class FencedWorkerError(GovernorError):
     """A newer owner of a partition committed past this worker; restart it to resume from Redis."""
 
 
+class _ShortPollConsumerThread(AIOKafkaConsumerThread):
+    """faust's aiokafka consumer thread with the project's fetch wait instead of faust's fixed 1500 ms.
+
+    faust builds its aiokafka consumer with ``fetch_max_wait_ms=1500`` and no setting to change it;
+    on this broker a fetch waits that long whole when a partition has little data, which put the
+    event -> estimate latency at seconds. The kafka runtime uses ``FETCH_MAX_WAIT_MS`` for the same reason.
+    """
+
+    def _create_worker_consumer(self, transport: Transport) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        return consumer
+
+
 class _RedisPositionConsumer(AIOKafkaConsumer):
     """faust's aiokafka consumer, seeking assigned partitions to the applied offsets in Redis."""
 
     logger = logging.getLogger("faust.transport.consumer")
+
+    def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
+        return _ShortPollConsumerThread(self, loop=self.loop, beacon=self.beacon)
 
     async def perform_seek(self) -> None:
         """Do faust's seek to the Kafka-committed offsets, then override it with Redis's positions.
