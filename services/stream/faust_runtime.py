@@ -23,17 +23,19 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
 
 Settings measured on the Tansu broker (DESIGN section 7, docs/contracts.md "Runtimes"): fetches
 that wait at most ``FETCH_MAX_WAIT_MS`` on the broker (faust fixes 1500 ms, which showed up whole
-in the event -> estimate latency), a 6 s
-session timeout (faust's 60 s default makes joins take about 30 s), the default max-poll interval
-(shorter ones left a worker draining a backlog out of its group for good), no web server (a second
-worker on one host dies on its port), no leader topic, no tables, no faust exactly-once mode (its
-transactional producer does not start on this broker; the Redis offset fence gives the effect).
+in the event -> estimate latency); a 6 s session timeout (faust's 60 s default makes joins take
+about 30 s); the default max-poll interval (shorter ones left a worker draining a backlog out of
+its group for good); no web server (a second worker on one host dies on its port); no leader
+topic and no tables (faust still makes a data directory: a temporary one, removed on close); no
+faust exactly-once mode (its transactional producer does not start on this broker; the Redis
+offset fence gives the effect).
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, cast
@@ -159,10 +161,12 @@ class FaustStreamProcessor:
             logging.getLogger(name).setLevel(logging.WARNING)
         self._clock = clock
         self._loop = asyncio.new_event_loop()
+        self._datadir = tempfile.TemporaryDirectory(prefix="governor-faust-")
         self._app = _GovernorApp(
             group_id or f"governor-stream-faust-{deployment}",
             broker=f"kafka://{bootstrap}",
             loop=self._loop,
+            datadir=self._datadir.name,
             web_enabled=False,
             topic_disable_leader=True,
             topic_allow_declare=False,
@@ -211,6 +215,7 @@ class FaustStreamProcessor:
             self._batches.commit()
         self._producer.close(timeout=5)
         self._loop.close()
+        self._datadir.cleanup()
 
     def run(self, *, idle_exit_s: float | None = None) -> StreamCounters:
         """Run the faust app until ``stop`` (or ``idle_exit_s`` without records while assigned).
