@@ -171,6 +171,7 @@ def test_a_faust_worker_killed_mid_stream_then_restarted_gives_the_uninterrupted
 def test_a_faust_worker_stopped_past_its_session_timeout_resumes_without_doubling_or_losing(
     stack: StackState, deployment: str, tmp_path: Path
 ) -> None:
+    """Tansu evicts a silent member after about 60 s, not the session timeout; on Kafka this pause is a rejoin."""
     events = synthetic_stream(engines=4, requests=5000, deployment=deployment, seed=6)
     half = len(events) // 2
     _publish(stack, events[:half])
