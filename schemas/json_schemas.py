@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from schemas.events import event_json_schema
 from schemas.policy_docs import POLICY_DOCUMENTS
-from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot
+from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord
 
 JSON_DIR = Path(__file__).resolve().parent / "json"
 
@@ -21,7 +21,13 @@ def _model_schema(model: type[BaseModel]) -> str:
 def rendered_json_schemas() -> dict[str, str]:
     """Return file name -> JSON Schema text for every contract Governor publishes."""
     files = {"events.schema.json": event_json_schema()}
-    models: tuple[type[BaseModel], ...] = (DeadLetter, DecisionRecord, EstimateSnapshot, *POLICY_DOCUMENTS)
+    models: tuple[type[BaseModel], ...] = (
+        DeadLetter,
+        DecisionRecord,
+        EstimateSnapshot,
+        PolicyConfigRecord,
+        *POLICY_DOCUMENTS,
+    )
     for model in models:
         files[f"{model.__name__}.schema.json"] = _model_schema(model)
     return files

@@ -49,6 +49,11 @@ def policy_channel(deployment: str) -> str:
     return f"gov:{deployment}:policy-updates"
 
 
+def pin_key(deployment: str, kind: str, scope: str) -> str:
+    """Key of an operator's pin on a policy, expiring with it: ``gov:{deployment}:pin:{kind}:{scope}``."""
+    return f"gov:{deployment}:pin:{kind}:{scope}"
+
+
 def ack_key(deployment: str, kind: str, engine_id: str) -> str:
     """Key of an engine's last acknowledgement: ``gov:{deployment}:ack:{kind}:{engine_id}``."""
     return f"gov:{deployment}:ack:{kind}:{engine_id}"

@@ -1,8 +1,10 @@
-"""Records the control plane itself writes to Kafka: dead letters, estimate snapshots, decisions.
+"""Records the control plane itself writes to Kafka: dead letters, estimate snapshots, configs, decisions.
 
 These are the log's account of what the control plane did (DESIGN principles 1, 6 and 8): an
 invalid event is never dropped silently, every estimate snapshot a decision read is on
-``gov.estimates``, and every decision is on ``gov.policy.decisions``.
+``gov.estimates``, every policy configuration the policy service applied is on ``gov.estimates``
+between the snapshots it was applied before, and every decision (the policy's own, a shadow
+policy's, an operator's pin or unpin) is on ``gov.policy.decisions``.
 """
 
 from __future__ import annotations
@@ -39,13 +41,49 @@ class EstimateSnapshot(ContractModel):
     estimates: dict[str, JsonValue]
 
 
+class PolicyConfigRecord(ContractModel):
+    """A policy configuration as the policy service applies it, in the order of ``gov.estimates``.
+
+    ``name`` is ``live`` for the configuration the service decides with, or a shadow policy's name.
+    A record with no ``config`` returns ``live`` to the built-in defaults, or stops the shadow.
+    The configuration itself is validated by the policy service (services/policy/config.py).
+    """
+
+    record_type: Literal["policy_config"] = "policy_config"
+    deployment: Identifier
+    name: Identifier
+    config: dict[str, JsonValue] | None
+    digest: str | None = Field(max_length=64, description="content hash of ``config``; None without one")
+    source: str = Field(default="", max_length=1024, description="the file it was read from, for the record")
+
+
+class PinDetails(ContractModel):
+    """What an operator pinned: the payload keys set, for how long, and the version it replaced."""
+
+    values: dict[str, JsonValue] = Field(description="dotted payload key -> value the pin set")
+    for_s: float = Field(gt=0.0, allow_inf_nan=False, description="how long the pin holds, wall-clock seconds")
+    expires_at_unix_s: float = Field(ge=0.0, allow_inf_nan=False, description="wall-clock time the pin expires")
+    replaced_version: int = Field(ge=1, description="the version of the document the pin replaced")
+
+
 class DecisionRecord(ContractModel):
-    """One policy decision as appended to ``gov.policy.decisions`` (key ``kind:scope``)."""
+    """One policy decision as appended to ``gov.policy.decisions`` (key ``kind:scope``).
+
+    ``origin`` says who decided: the policy service (``policy``) or an operator (``pin``, ``unpin``).
+    A policy decision is written to the key engines read unless a shadow policy made it
+    (``shadow``), or an operator's pin holds the key (``held_by_pin``); ``accepted`` says whether
+    it was written.
+    """
 
     record_type: Literal["decision"] = "decision"
     deployment: Identifier
     kind: Identifier
     scope: Identifier
     version: int = Field(ge=1)
-    accepted: bool = Field(description="False when the compare-and-set refused the write")
+    accepted: bool = Field(description="False when the document was not written (refused, shadow or pinned)")
     document: dict[str, JsonValue]
+    origin: Literal["policy", "pin", "unpin"] = "policy"
+    config: str | None = Field(default=None, max_length=64, description="digest of the config it was decided with")
+    shadow: Identifier | None = Field(default=None, description="the shadow policy that decided it; never written")
+    held_by_pin: bool = Field(default=False, description="an operator's pin held the key, so it was not written")
+    pin: PinDetails | None = Field(default=None, description="what the operator pinned (origin pin or unpin)")

@@ -3,10 +3,16 @@
 ``/healthz`` answers 200 with a JSON body while the service's loop has made progress recently, 503
 otherwise; ``/metrics`` serves the service's own Prometheus registry. The server runs in a daemon
 thread; the owner starts it and shuts it down.
+
+Every series carries ``deployment`` and ``service`` labels (a Prometheus scraping several
+deployments' services tells them apart without relabelling), and the per-policy series add
+``kind`` and ``scope``. docs/observability.md lists the series; ops/grafana and ops/prometheus
+query them, and tests/unit/test_ops_metrics.py checks every query names one of them.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import threading
 import time
@@ -16,34 +22,151 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from schemas.engines import PolicyApplied
+from schemas.errors import ConfigError
+from schemas.policy_docs.base import PolicyDocument
+from services.headline import headline
+
+SERVICE_LABELS = ("deployment", "service")
+FOREIGN_DEPLOYMENTS_LABELLED = 20  # past this many other deployments, their events count under "other"
+
 
 class ServiceMetrics:
     """The metrics every Governor service exports, in a registry of its own."""
 
-    def __init__(self, service: str) -> None:
+    def __init__(self, service: str, deployment: str) -> None:
         self.registry = CollectorRegistry()
-        self.events_folded = Counter("governor_events_folded", "telemetry events folded", registry=self.registry)
+        self.service = service
+        self.deployment = deployment
+        labels = SERVICE_LABELS
+        policy_labels = (*SERVICE_LABELS, "kind", "scope")
+        registry = self.registry
+        self.events_folded = Counter(
+            "governor_events_folded", "telemetry events folded", labels, registry=registry
+        ).labels(deployment, service)
         self.events_dead_lettered = Counter(
-            "governor_events_dead_lettered", "invalid events dead-lettered", registry=self.registry
+            "governor_events_dead_lettered", "invalid events dead-lettered", labels, registry=registry
+        ).labels(deployment, service)
+        self.snapshots = Counter("governor_snapshots", "estimate snapshots taken", labels, registry=registry).labels(
+            deployment, service
         )
-        self.snapshots = Counter("governor_snapshots", "estimate snapshots taken", registry=self.registry)
-        self.foreign_events = Counter(
-            "governor_foreign_events", "events of another deployment, skipped", registry=self.registry
+        self._foreign_events = Counter(
+            "governor_foreign_events",
+            "events of another deployment, skipped (a wrong GOVERNOR_DEPLOYMENT on an engine)",
+            (*labels, "foreign_deployment"),
+            registry=registry,
         )
-        self.decisions = Counter("governor_decisions", "policy decisions stored", ["kind"], registry=self.registry)
-        self.lag = Gauge("governor_consumer_lag", "records behind the end of the log", registry=self.registry)
+        self._decisions = Counter("governor_decisions", "policy decisions stored", (*labels, "kind"), registry=registry)
+        self._refused = Counter(
+            "governor_decisions_refused",
+            "policy decisions the compare-and-set refused (a newer version was stored)",
+            (*labels, "kind"),
+            registry=registry,
+        )
+        self.lag = Gauge(
+            "governor_consumer_lag", "records behind the end of the log", labels, registry=registry
+        ).labels(deployment, service)
         self.loop_latency = Histogram(
             "governor_loop_latency_seconds",
             "time to process one batch",
+            labels,
             buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5),
-            registry=self.registry,
+            registry=registry,
+        ).labels(deployment, service)
+        self._version = Gauge(
+            "governor_policy_version", "version of the current policy document", policy_labels, registry=registry
         )
-        self.service = service
+        self._decided_at = Gauge(
+            "governor_policy_decided_timestamp_seconds",
+            "wall-clock time the current document was decided, Unix seconds",
+            policy_labels,
+            registry=registry,
+        )
+        self._age = Gauge(
+            "governor_policy_age_seconds",
+            "event time from the document's computed_at to its scope's newest snapshot, seconds",
+            policy_labels,
+            registry=registry,
+        )
+        self._valid_for = Gauge(
+            "governor_policy_valid_for_seconds",
+            "valid_until - computed_at of the current document, seconds",
+            policy_labels,
+            registry=registry,
+        )
+        self._value = Gauge(
+            "governor_policy_value",
+            "a watched value of the current document (EB+ mode, SLAI delta, FleetOpt n_s/n_l, ...)",
+            (*policy_labels, "name"),
+            registry=registry,
+        )
+        self._acked_version = Gauge(
+            "governor_policy_acked_version",
+            "version an engine last acknowledged as applied",
+            (*policy_labels, "engine"),
+            registry=registry,
+        )
+        self._engine_seen_at = Gauge(
+            "governor_engine_last_event_timestamp_seconds",
+            "wall-clock time an engine's last event was folded, Unix seconds",
+            (*labels, "engine"),
+            registry=registry,
+        )
+        self._engine_event_time = Gauge(
+            "governor_engine_event_time_seconds",
+            "event time of an engine's last folded event",
+            (*labels, "engine"),
+            registry=registry,
+        )
+        self._computed_at: dict[tuple[str, str], float] = {}
+        self._foreign_seen: set[str] = set()
         self.last_progress = time.monotonic()
 
     def progressed(self) -> None:
         """Record that the service's loop completed an iteration."""
         self.last_progress = time.monotonic()
+
+    def foreign(self, foreign_deployment: str) -> None:
+        """Count one event of ``foreign_deployment`` (the first few deployments by name, then ``other``)."""
+        if foreign_deployment not in self._foreign_seen and len(self._foreign_seen) < FOREIGN_DEPLOYMENTS_LABELLED:
+            self._foreign_seen.add(foreign_deployment)
+        label = foreign_deployment if foreign_deployment in self._foreign_seen else "other"
+        self._foreign_events.labels(self.deployment, self.service, label).inc()
+
+    def decided(self, document: PolicyDocument) -> None:
+        """Export a newly stored document: its version, validity, decision time and headline values."""
+        labels = (self.deployment, self.service, document.kind, document.scope)
+        self._decisions.labels(self.deployment, self.service, document.kind).inc()
+        self._version.labels(*labels).set(document.version)
+        self._decided_at.labels(*labels).set_to_current_time()
+        self._valid_for.labels(*labels).set(document.valid_until - document.computed_at)
+        self._age.labels(*labels).set(0.0)
+        self._computed_at[(document.kind, document.scope)] = document.computed_at
+        for value in headline(document):
+            self._value.labels(*labels, value.name).set(value.value)
+
+    def refused(self, kind: str) -> None:
+        """Count a decision the compare-and-set refused."""
+        self._refused.labels(self.deployment, self.service, kind).inc()
+
+    def snapshot_seen(self, scope: str, ts: float) -> None:
+        """Age every current document of ``scope`` to the event time ``ts`` of its newest snapshot."""
+        for (kind, document_scope), computed_at in self._computed_at.items():
+            if document_scope == scope:
+                self._age.labels(self.deployment, self.service, kind, scope).set(max(0.0, ts - computed_at))
+
+    def acked(self, ack: PolicyApplied) -> None:
+        """Export the version an engine acknowledged as applied (a refusal changes nothing)."""
+        if ack.applied:
+            self._acked_version.labels(self.deployment, self.service, ack.kind, ack.scope, ack.engine_id).set(
+                ack.version
+            )
+
+    def engines_seen(self, last_ts: dict[str, float]) -> None:
+        """Mark each engine of ``last_ts`` (engine -> event time of its last event) as heard from now."""
+        for engine, ts in last_ts.items():
+            self._engine_seen_at.labels(self.deployment, self.service, engine).set_to_current_time()
+            self._engine_event_time.labels(self.deployment, self.service, engine).set(ts)
 
 
 class HealthServer:
@@ -57,11 +180,21 @@ class HealthServer:
         stale_after_s: float = 30.0,
         details: Callable[[], dict[str, object]] | None = None,
     ) -> None:
+        """Bind the server (it serves once started).
+
+        Raises:
+            ConfigError: ``host``:``port`` is already in use or cannot be bound.
+        """
         self._metrics = metrics
         self._stale_after_s = stale_after_s
         self._details = details or dict
         handler = self._handler()
-        self._server = ThreadingHTTPServer((host, port), handler)
+        try:
+            self._server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            reason = "is already in use" if exc.errno == errno.EADDRINUSE else f"cannot be bound ({exc.strerror})"
+            msg = f"metrics port {host}:{port} {reason}: choose another with --metrics-port or GOVERNOR_METRICS_PORT"
+            raise ConfigError(msg) from exc
         self.port = int(self._server.server_address[1])
         self._thread = threading.Thread(target=self._server.serve_forever, name="governor-health", daemon=True)
 

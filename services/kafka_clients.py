@@ -13,6 +13,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaError
+
+from schemas.errors import BackendUnavailableError, InvalidInputError
+from services.backends import kafka_answers
 
 REBALANCE_TIMEOUT_MS = 5000
 FETCH_MAX_WAIT_MS = 10  # a fetch returns at once when data is there; the broker's default 500 ms holds it back
@@ -57,3 +61,52 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
     def on_partitions_assigned(self, assigned: list[TopicPartition]) -> None:
         """Call the service's assignment callback."""
         self._on_assigned(assigned)
+
+
+def consumer_lag(consumer: KafkaConsumer) -> int:
+    """Records between the consumer's positions and the ends of its assigned partitions (0 when unknown)."""
+    lag = 0
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is not None:
+            lag += max(0, high - consumer.position(tp))
+    return lag
+
+
+def reader(bootstrap: str, *, timeout_s: float, idle_s: float | None = None) -> KafkaConsumer:
+    """A group-less consumer for the command-line tools (record, status, explain): it never creates topics.
+
+    Iterating it stops after ``idle_s`` without records (never, when None).
+
+    Raises:
+        BackendUnavailableError: no broker of ``bootstrap`` answers.
+    """
+    if not kafka_answers(bootstrap):
+        msg = f"kafka at {bootstrap} did not answer"
+        raise BackendUnavailableError(msg, backend="kafka")
+    try:
+        return KafkaConsumer(
+            bootstrap_servers=bootstrap,
+            enable_auto_commit=False,
+            allow_auto_create_topics=False,
+            request_timeout_ms=int(timeout_s * 1000) + 1000,
+            bootstrap_timeout_ms=int(timeout_s * 1000),
+            consumer_timeout_ms=float("inf") if idle_s is None else int(idle_s * 1000),
+        )
+    except KafkaError as exc:
+        msg = f"kafka at {bootstrap} did not answer ({type(exc).__name__})"
+        raise BackendUnavailableError(msg, backend="kafka") from exc
+
+
+def require_topic(consumer: KafkaConsumer, topic: str, bootstrap: str) -> list[TopicPartition]:
+    """Return the partitions of ``topic``, sorted.
+
+    Raises:
+        InvalidInputError: the broker has no such topic (the message lists the ones it has).
+    """
+    topics = consumer.topics()
+    if topic not in topics:
+        known = ", ".join(sorted(t for t in topics if not t.startswith("__"))) or "none"
+        msg = f"topic {topic!r} does not exist on {bootstrap} (topics: {known})"
+        raise InvalidInputError(msg, field="topic", value=topic)
+    return [TopicPartition(topic, p) for p in sorted(consumer.partitions_for_topic(topic) or ())]

@@ -66,6 +66,9 @@ class Settings(EnvSettings):
     seed: int = Field(default=42, ge=0, description="seed of every random generator")
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
     metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
+    backend_wait_s: float = Field(
+        default=60.0, ge=0.0, description="how long a service waits at start for Kafka and Redis to answer, seconds"
+    )
     fleet_slot_s: float = Field(
         default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
     )

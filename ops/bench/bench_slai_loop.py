@@ -35,8 +35,8 @@ from services.sim.engine import EngineConfig, SimEngine
 from services.sim.metrics import MetricsRecorder
 from services.sim.routing import LeastLoadedRouter
 from services.sim.scenario import load_scenario
+from services.sim.schedulers import SarathiServeScheduler, SlaiScheduler
 from services.sim.schedulers.base import Scheduler
-from services.sim.schedulers.slai import SarathiServeScheduler, SlaiScheduler
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 

@@ -13,6 +13,10 @@ documents stored and acknowledged per kind, and writes ``summary.json`` and the 
 With ``--compare`` (the default) it then runs the same scenario and seed offline without control
 and on the papers' baselines (services/sim/compare.py), prints the table of deltas, adds the
 comparison to ``summary.json`` and its plots, and ends with one line saying what governing bought.
+
+Once the live run is over (or interrupted) the demo removes the Redis keys of its deployment and,
+when it started the local stack itself, stops it; ``--keep`` keeps both for inspection
+(``governor status``, ``governor explain``).
 """
 
 from __future__ import annotations
@@ -28,12 +32,15 @@ from schemas.policy_docs import AdmissionPolicy, BfioPolicy, EbplusPolicy, Fleet
 from schemas.policy_docs.base import PolicyDocument
 from services.cli.live import run_governed_live
 from services.cli.options import add_settings_flags, settings_from_args
+from services.policy.config import read_config
+from services.policy.config_records import shadow_assignment
 from services.sdk.policy_client import PolicyClient
+from services.settings import Settings
 from services.sim import ProgressSample, Scenario, load_scenario
 from services.sim.compare import FLEET_SCOPE, Arm, Comparison, Control, compare_arms, fleet_gpus
 from services.sim.plots import write_comparison_plots, write_plots
 from services.sim.simulation import EngineSample
-from services.stack.launcher import StackState
+from services.stack.launcher import StackState, read_state, stack_down, stack_status
 from services.store.redis_store import RedisStore
 
 PROGRESS_EVERY_S = 5.0
@@ -53,6 +60,24 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         default=True,
         help="also run the same workload and seed ungoverned and on the papers' baselines (offline), "
         "print the deltas and what governing bought (default on)",
+    )
+    demo.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="policy configuration (TOML, docs/operations.md) the stream processor and the policy service run with",
+    )
+    demo.add_argument(
+        "--shadow",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIG",
+        help="also decide CONFIG as shadow policy NAME, never written (compare: `governor shadow report`)",
+    )
+    demo.add_argument(
+        "--keep",
+        action="store_true",
+        help="keep what the demo started (the local stack) and the Redis keys it wrote (default: remove them)",
     )
     add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed", "stream_runtime"])
     demo.set_defaults(handler=run)
@@ -221,9 +246,39 @@ def _documents_and_acks(
     return documents, acks
 
 
+def _clean_up(settings: Settings, deployment: str, *, stop_stack: bool) -> str:
+    """Remove the demo deployment's Redis keys, and stop the stack when the demo started it; say what was done.
+
+    Its records stay on the topics of a stack that was already running (a log is not edited); a
+    stack the demo started keeps its topics in memory, so stopping it removes them too.
+    """
+    state = read_state(settings.state_dir)
+    if state is None:
+        return "cleanup: no stack recorded; nothing to remove"
+    store = RedisStore.from_url(state.redis_url, deployment, settings.redis_timeout_s)
+    try:
+        removed = store.flush_deployment()
+    finally:
+        store.close()
+    if stop_stack:
+        stack_down(settings.state_dir)
+        return f"cleanup: removed {removed} Redis keys of {deployment}; stopped the stack the demo started"
+    return f"cleanup: removed {removed} Redis keys of {deployment}; the stack was running before and keeps running"
+
+
 def run(args: argparse.Namespace) -> int:
-    """Run the demo; exit 0 when every event reached the services and they consumed it all."""
+    """Run the demo; exit 0 when every event reached the services and they consumed it all.
+
+    Unless ``--keep`` is given, it removes the Redis keys it wrote and stops the stack if it started
+    it, also when interrupted.
+    """
     settings = settings_from_args(args)
+    if args.config is not None:
+        read_config(args.config)
+    for shadow in args.shadow:
+        read_config(shadow_assignment(shadow)[1])
+    status = stack_status(settings.state_dir)
+    stop_stack = not (status.kafka_ok and status.redis_ok)
     seed = None if args.seed is None else settings.seed
     scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=seed)
     run_id = uuid.uuid4().hex[:8]
@@ -233,16 +288,24 @@ def run(args: argparse.Namespace) -> int:
     out_dir: Path = args.out / run_id
     out_dir.mkdir(parents=True, exist_ok=True)
 
-    live = run_governed_live(
-        governed,
-        settings=settings,
-        out_dir=out_dir,
-        speed=args.speed,
-        fleet_slot_s=DEMO_FLEET_SLOT_S,
-        say=print,
-        progress=lambda client: _progress_printer(client, groups),
-    )
-    documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
+    try:
+        live = run_governed_live(
+            governed,
+            settings=settings,
+            out_dir=out_dir,
+            speed=args.speed,
+            fleet_slot_s=DEMO_FLEET_SLOT_S,
+            say=print,
+            progress=lambda client: _progress_printer(client, groups),
+            config=args.config,
+            shadows=tuple(args.shadow),
+        )
+        documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
+    finally:
+        if args.keep:
+            print(f"kept: the stack and the Redis keys of {deployment} (--keep)")
+        else:
+            print(_clean_up(settings, deployment, stop_stack=stop_stack))
     summary_body: dict[str, object] = dict(live.summary.to_dict())
     plots = write_plots(
         live.summary, out_dir, title=f"governor demo {run_id} (governed live)", policy_changes=live.policy_changes

@@ -62,7 +62,15 @@ class LiveRun:
 
 
 def _start_service(
-    service: str, state: StackState, deployment: str, fleet_slot_s: float, log_path: Path, *, stream_runtime: str
+    service: str,
+    state: StackState,
+    deployment: str,
+    fleet_slot_s: float,
+    log_path: Path,
+    *,
+    config: Path | None,
+    shadows: tuple[str, ...],
+    stream_runtime: str,
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -80,6 +88,8 @@ def _start_service(
         "0",
         "--fleet-slot-s",
         f"{fleet_slot_s:g}",
+        *([] if config is None else ["--config", str(config)]),
+        *(arg for shadow in (shadows if service == "policy" else ()) for arg in ("--shadow", shadow)),
     ]
     if service == "stream":
         argv += ["--runtime", stream_runtime]
@@ -152,6 +162,8 @@ def run_governed_live(
     fleet_slot_s: float,
     say: Callable[[str], None],
     progress: Callable[[PolicyClient], Callable[[ProgressSample], None]] | None = None,
+    config: Path | None = None,
+    shadows: tuple[str, ...] = (),
 ) -> LiveRun:
     """Run ``scenario`` (its ``deployment`` names the run in Kafka and Redis) under the live services.
 
@@ -163,13 +175,24 @@ def run_governed_live(
         fleet_slot_s: the services' fleet-scope slot (FleetOpt decides once per closed slot), seconds.
         say: prints one line of what is happening (the stack, the services, the fleet).
         progress: builds the progress callback from the run's policy client, or None.
+        config: the policy configuration file both services run with (docs/operations.md), or None.
+        shadows: ``NAME=CONFIG`` shadow policies the policy service decides beside the live one.
     """
     deployment = scenario.deployment
     state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s)
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
     services = {
-        name: _start_service(name, state, deployment, fleet_slot_s, log, stream_runtime=settings.stream_runtime)
+        name: _start_service(
+            name,
+            state,
+            deployment,
+            fleet_slot_s,
+            log,
+            config=config,
+            shadows=shadows,
+            stream_runtime=settings.stream_runtime,
+        )
         for name, log in logs.items()
     }
     say(

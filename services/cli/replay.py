@@ -3,16 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import itertools
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
 
+from tqdm import tqdm
+
+from schemas.errors import BackendUnavailableError, InvalidInputError
+from schemas.events import Event
 from schemas.names import TELEMETRY_TOPIC
+from services.backends import kafka_answers
 from services.cli.options import add_settings_flags, settings_from_args
 from services.policy.specs import default_registry
 from services.replay.files import read_events, write_lines
-from services.replay.replay import decision_lines, read_topic, replay_events, replay_offline
+from services.replay.replay import as_deployment, decision_lines, read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 
 
@@ -31,6 +37,12 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     pace.add_argument("--max-speed", action="store_true", help="publish as fast as possible")
     replay.add_argument("--offline", action="store_true", help="fold in-process (no Kafka/Redis); write decisions")
     replay.add_argument("--out", type=Path, default=None, help="with --offline: decision stream file (JSON lines)")
+    replay.add_argument(
+        "--as-deployment",
+        default=None,
+        metavar="NAME",
+        help="relabel every event to deployment NAME (replay a recording into another deployment)",
+    )
     add_settings_flags(replay, ["kafka_bootstrap", "deployment", "log_format"])
     replay.set_defaults(handler=run_replay)
 
@@ -38,38 +50,35 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_record(args: argparse.Namespace) -> int:
     """Record the topic from its beginning until idle."""
     settings = settings_from_args(args)
-    count = write_lines(args.out, read_topic(settings.kafka_bootstrap, args.topic, idle_s=args.idle_s))
+    records = read_topic(settings.kafka_bootstrap, args.topic, idle_s=args.idle_s)
+    first = next(records, None)  # the broker and the topic are checked before the file is created
+    count = write_lines(args.out, records if first is None else itertools.chain([first], records))
     print(f"{args.out}: {count} records of {args.topic}")
     return 0
 
 
-def _progress_bar(total: int) -> Callable[[int], None]:
-    started = time.monotonic()
+def _events(args: argparse.Namespace) -> Iterator[Event]:
+    """The file's events, streamed (never all in memory), relabelled by ``--as-deployment``.
 
-    def show(done: int) -> None:
-        if done % 500 and done != total:
-            return
-        width = 30
-        filled = int(width * done / max(total, 1))
-        rate = done / max(time.monotonic() - started, 1e-9)
-        end = "\n" if done == total else ""
-        print(
-            f"\r[{'#' * filled}{'.' * (width - filled)}] {done}/{total} events {rate:,.0f}/s",
-            end=end,
-            file=sys.stderr,
-            flush=True,
-        )
-
-    return show
+    Raises:
+        InvalidInputError: the file is missing, unreadable, has a bad line, or holds no events.
+    """
+    events = read_events(args.file)
+    first = next(events, None)
+    if first is None:
+        msg = f"{args.file}: no events (the file is empty)"
+        raise InvalidInputError(msg, source=str(args.file))
+    stream = itertools.chain([first], events)
+    return as_deployment(stream, args.as_deployment) if args.as_deployment is not None else stream
 
 
 def run_replay(args: argparse.Namespace) -> int:
-    """Replay the file to Kafka (paced) or offline (decisions out)."""
+    """Replay the file to Kafka (paced; a progress bar on a terminal) or offline (decisions out)."""
     settings = settings_from_args(args)
-    events = list(read_events(args.file))
+    events = _events(args)
     if args.offline:
         started = time.monotonic()
-        deployment = args.deployment
+        deployment = args.as_deployment or args.deployment
         plane = replay_offline(events, default_registry(), deployment)
         wall = time.monotonic() - started
         accepted = sum(1 for d in plane.decisions if d.accepted)
@@ -82,13 +91,22 @@ def run_replay(args: argparse.Namespace) -> int:
             write_lines(args.out, decision_lines(plane.decisions))
             print(f"decisions: {args.out}")
         return 0
+    if not kafka_answers(settings.kafka_bootstrap):
+        msg = f"kafka at {settings.kafka_bootstrap} did not answer; nothing was replayed"
+        raise BackendUnavailableError(msg, backend="kafka")
     publisher = TelemetryPublisher(settings.kafka_bootstrap, block_when_full=True)
+    bar = tqdm(unit=" events", file=sys.stderr, mininterval=0.5) if sys.stderr.isatty() else None
     try:
         stats = replay_events(
-            events, publisher, speed=None if args.max_speed else args.speed, progress=_progress_bar(len(events))
+            events,
+            publisher,
+            speed=None if args.max_speed else args.speed,
+            progress=None if bar is None else (lambda done: bar.update(1)),
         )
         publisher.flush(60.0)
     finally:
+        if bar is not None:
+            bar.close()
         publisher.close()
     dropped = publisher.stats().dropped
     print(

@@ -1,19 +1,29 @@
 """``governor run stream`` and ``governor run policy``: the two long-running services.
 
 Each connects to Kafka and Redis from flags or environment, serves ``/healthz`` and ``/metrics``,
-logs JSON lines by default, and stops cleanly on SIGINT or SIGTERM.
+logs JSON lines by default, and stops cleanly on SIGINT or SIGTERM. ``--config FILE`` gives the
+policy configuration (docs/operations.md): the stream processor takes its triggers from it at start;
+the policy service appends it (and each ``--shadow NAME=CONFIG``) to ``gov.estimates`` before it
+starts, and applies it in log order.
 """
 
 from __future__ import annotations
 
 import argparse
 import signal
+from pathlib import Path
 from typing import Protocol
 
 import structlog
 
+from schemas.errors import ConfigError
+from services.backends import wait_for_backends
 from services.cli.options import add_settings_flags, settings_from_args
 from services.health import HealthServer, ServiceMetrics
+from services.policy.config import policy_set, read_config
+from services.policy.config_records import LIVE, file_record, publish_configs, shadow_assignment
+from services.policy.pins import RedisPins
+from services.policy.registry import PolicyRegistry
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.settings import Settings
@@ -31,6 +41,7 @@ FLAGS = [
     "log_format",
     "log_level",
     "fleet_slot_s",
+    "backend_wait_s",
 ]
 
 
@@ -54,10 +65,26 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help=f"{Settings.model_fields['stream_runtime'].description} (env GOVERNOR_STREAM_RUNTIME; default kafka)",
     )
     stream.add_argument("--idle-exit-s", type=float, default=None, help="stop after this long without records")
+    stream.add_argument("--config", type=Path, default=None, help="policy config (TOML): the policies' triggers")
     stream.set_defaults(handler=run_stream)
     policy = sub.add_parser("policy", help="decide policies from gov.estimates into Redis and gov.policy.decisions")
     add_settings_flags(policy, FLAGS)
     policy.add_argument("--idle-exit-s", type=float, default=None, help="stop after this long without records")
+    policy.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="policy config (TOML, docs/operations.md), appended to gov.estimates and applied in log order "
+        "(default: the last one applied, else the built-in defaults)",
+    )
+    policy.add_argument(
+        "--shadow",
+        action="append",
+        default=[],
+        metavar="NAME=CONFIG",
+        help="also decide the config CONFIG as shadow policy NAME: recorded on gov.policy.decisions, never "
+        "written to the keys engines read (repeatable; compare with `governor shadow report`)",
+    )
     policy.set_defaults(handler=run_policy)
 
 
@@ -66,11 +93,17 @@ def _service_settings(args: argparse.Namespace) -> Settings:
         args.log_format = "json"
     settings = settings_from_args(args)
     log.info("settings_loaded", **settings.redacted())
+    shown = str(settings.redacted()["redis_url"])
+    wait_for_backends(settings.kafka_bootstrap, settings.redis_url, wait_s=settings.backend_wait_s, redis_shown=shown)
     return settings
 
 
 def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Settings, idle_exit_s: float | None) -> int:
-    health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+    try:
+        health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+    except ConfigError:
+        service.close()
+        raise
     health.start()
     log.info("service_started", service=name, health_port=health.port)
 
@@ -89,17 +122,26 @@ def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Sett
     return 0
 
 
+def config_registry(config: Path | None, fleet_slot_s: float) -> PolicyRegistry:
+    """The registry of ``config`` (its triggers and params), or the defaults without one."""
+    if config is None:
+        return default_registry(fleet_slot_s=fleet_slot_s)
+    parsed, _ = read_config(config)
+    return policy_set(parsed, source=str(config), fleet_slot_s=fleet_slot_s).registry
+
+
 def run_stream(args: argparse.Namespace) -> int:
     """Run the stream processor until stopped."""
     settings = _service_settings(args)
+    registry = config_registry(args.config, settings.fleet_slot_s)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    metrics = ServiceMetrics("stream")
+    metrics = ServiceMetrics("stream", settings.deployment)
     processor = stream_processor(
         settings.stream_runtime,
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
-        registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
+        registry=registry,
         metrics=metrics,
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
@@ -107,15 +149,25 @@ def run_stream(args: argparse.Namespace) -> int:
 
 
 def run_policy(args: argparse.Namespace) -> int:
-    """Run the policy service until stopped."""
+    """Run the policy service until stopped, after appending its ``--config`` and ``--shadow`` records."""
     settings = _service_settings(args)
+    records = [] if args.config is None else [file_record(settings.deployment, LIVE, args.config)]
+    for assignment in args.shadow:
+        name, path = shadow_assignment(assignment)
+        records.append(file_record(settings.deployment, name, path))
+    if records:
+        publish_configs(settings.kafka_bootstrap, records, settings.kafka_timeout_s)
+        for record in records:
+            log.info("config_published", name=record.name, digest=record.digest, source=record.source)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    metrics = ServiceMetrics("policy")
+    metrics = ServiceMetrics("policy", settings.deployment)
     service = PolicyService(
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
         registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
+        pins=RedisPins.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s),
+        fleet_slot_s=settings.fleet_slot_s,
     )
     return _serve("policy", service, metrics, settings, args.idle_exit_s)

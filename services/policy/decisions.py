@@ -5,6 +5,10 @@ engine-scope snapshot is decided at once: find the policy it was taken for, read
 document from the store, decide (services/policy/runner.py), compare-and-set the new version into
 the store (which announces it). A fleet-scope policy's per-engine slot contributions go to that
 policy's ``FleetAggregator`` instead, and each fleet slot they close is decided the same way.
+
+The policy set (services/policy/config.py) can narrow the engines a kind decides for
+(``applies_to``); an engine outside it is skipped as ``not_applicable``. While an operator's pin
+holds a key (services/policy/pins.py), the decision is recorded but not written.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from pydantic import ValidationError
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
+from services.policy.config import PolicySet
+from services.policy.pins import PinBoard
 from services.policy.registry import EverySeconds, PolicyRegistry, PolicySpec
 from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
 from services.store.protocol import Store
@@ -36,11 +42,16 @@ class Handled:
 class DecisionMaker:
     """Decide, store and record, for every registered policy of one deployment."""
 
-    def __init__(self, registry: PolicyRegistry, store: Store) -> None:
-        self._registry = registry
+    def __init__(self, registry: PolicyRegistry, store: Store, *, pins: PinBoard | None = None) -> None:
+        self.policy_set = PolicySet(registry=registry)
         self._store = store
+        self._pins = pins
         self.aggregators: dict[str, FleetAggregator] = {}
         self.skipped: dict[str, int] = {}
+
+    def configure(self, policy_set: PolicySet) -> None:
+        """Decide with ``policy_set`` from the next snapshot on (a config record, applied in log order)."""
+        self.policy_set = policy_set
 
     def previous(self, spec: PolicySpec, scope: str) -> PolicyDocument | None:
         """Return the stored document of the policy for ``scope``, or None.
@@ -59,7 +70,7 @@ class DecisionMaker:
 
     def on_snapshot(self, snapshot: EstimateSnapshot) -> Handled:
         """Decide from ``snapshot`` (or fold it into its fleet aggregator) and return what followed."""
-        spec = self._registry.get(snapshot_kind(snapshot))
+        spec = self.policy_set.registry.get(snapshot_kind(snapshot))
         handled = Handled()
         if spec.scope == "fleet":
             if snapshot.scope == "fleet":
@@ -67,6 +78,10 @@ class DecisionMaker:
             for fleet_snapshot in self._aggregator(spec, snapshot.deployment).add(snapshot):
                 handled.fleet_snapshots.append(fleet_snapshot)
                 self._decide(spec, fleet_snapshot, handled)
+            return handled
+        engine = snapshot.estimates.get("engine")
+        if not self.policy_set.applies(spec.kind, snapshot.scope, engine if isinstance(engine, dict) else {}):
+            self.skipped["not_applicable"] = self.skipped.get("not_applicable", 0) + 1
             return handled
         self._decide(spec, snapshot, handled)
         return handled
@@ -83,7 +98,7 @@ class DecisionMaker:
 
     def fleet_scopes(self) -> list[str]:
         """Store scopes of the registered fleet policies' aggregators."""
-        return [FLEET_STATE_PREFIX + spec.kind for spec in self._registry if spec.scope == "fleet"]
+        return [FLEET_STATE_PREFIX + spec.kind for spec in self.policy_set.registry if spec.scope == "fleet"]
 
     def _aggregator(self, spec: PolicySpec, deployment: str) -> FleetAggregator:
         aggregator = self.aggregators.get(spec.kind)
@@ -100,7 +115,10 @@ class DecisionMaker:
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
             return
         document = outcome.document
-        accepted = self._store.put_policy(spec.kind, document.scope, document.version, document.model_dump_json())
+        held = self._pins is not None and self._pins.holds(spec.kind, document.scope)
+        accepted = not held and self._store.put_policy(
+            spec.kind, document.scope, document.version, document.model_dump_json()
+        )
         handled.records.append(
             DecisionRecord(
                 deployment=document.deployment,
@@ -109,5 +127,7 @@ class DecisionMaker:
                 version=document.version,
                 accepted=accepted,
                 document=json.loads(document.model_dump_json()),
+                config=self.policy_set.digest,
+                held_by_pin=held,
             )
         )

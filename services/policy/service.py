@@ -9,30 +9,48 @@ batch's offsets are committed to Redis in one atomic, offset-fenced write, exact
 processor does; on assignment each partition is sought past its applied offset, so a restarted
 service neither loses nor repeats an aggregation, and engine-scope duplicates are skipped by
 snapshot version.
+
+Policy configuration records (``PolicyConfigRecord``, appended to the same topic by
+``governor run policy --config``/``--shadow`` and ``governor config apply``) are applied in log
+order: the live one replaces the params and scopes every following snapshot is decided with, a
+named one starts (or stops) a shadow policy (services/policy/shadow.py). The applied records are
+committed with the offsets, so a restarted service decides with the configuration it had.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated
 
 import structlog
 from kafka import TopicPartition
-from pydantic import ValidationError
+from pydantic import Field, TypeAdapter, ValidationError
 
-from schemas.errors import GovernorError
+from schemas.errors import GovernorError, InvalidInputError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
-from schemas.records import DecisionRecord, EstimateSnapshot
+from schemas.records import DecisionRecord, EstimateSnapshot, PolicyConfigRecord
+from services.headline import parse_document
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, group_consumer, record_producer
+from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
+from services.policy.config import PolicySet, config_policy_set
 from services.policy.decisions import DecisionMaker
+from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
+from services.policy.shadow import ShadowPolicy
+from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
 
 CONSUMER_NAME = "policy"
+LIVE_CONFIG = "live"
+CONFIG_STATE_SCOPE = "policy-config"
+_LOG_RECORD: TypeAdapter[EstimateSnapshot | PolicyConfigRecord] = TypeAdapter(
+    Annotated[EstimateSnapshot | PolicyConfigRecord, Field(discriminator="record_type")]
+)
 
 
 @dataclass(slots=True)
@@ -45,6 +63,9 @@ class PolicyCounters:
     refused: int = 0
     invalid: int = 0
     skipped_offsets: int = 0
+    configs: int = 0
+    configs_invalid: int = 0
+    shadow_decisions: int = 0
     last_decision_latency_s: float = 0.0
 
 
@@ -61,10 +82,16 @@ class PolicyService:
         group_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
+        pins: PinBoard | None = None,
+        fleet_slot_s: float = FLEET_SLOT_S,
     ) -> None:
         self._deployment = deployment
         self._store = store
-        self._decider = DecisionMaker(registry, store)
+        self._default_registry = registry
+        self._fleet_slot_s = fleet_slot_s
+        self._decider = DecisionMaker(registry, store, pins=pins)
+        self._configs: dict[str, PolicyConfigRecord] = {}
+        self.shadows: dict[str, ShadowPolicy] = {}
         self._clock = clock
         self._metrics = metrics
         self.counters = PolicyCounters()
@@ -75,8 +102,18 @@ class PolicyService:
         self._stopped = False
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
-        """Reload the fleet aggregators and seek each partition past its applied offset."""
+        """Reload the configuration, the shadows and the fleet aggregators; seek past the applied offsets."""
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
+        self._decider.configure(PolicySet(registry=self._default_registry))
+        self._configs.clear()
+        self.shadows.clear()
+        stored = self._store.load_states([CONFIG_STATE_SCOPE]).get(CONFIG_STATE_SCOPE)
+        for body in json.loads(stored).values() if stored is not None else []:
+            self._apply_config(PolicyConfigRecord.model_validate_json(json.dumps(body)))
+        shadow_states = self._store.load_states([shadow.state_scope for shadow in self.shadows.values()])
+        for shadow in self.shadows.values():
+            if shadow.state_scope in shadow_states:
+                shadow.load(shadow_states[shadow.state_scope])
         self._decider.aggregators.clear()
         self._decider.load_aggregators(self._store.load_states(self._decider.fleet_scopes()))
         for tp in partitions:
@@ -87,6 +124,8 @@ class PolicyService:
             "partitions_assigned",
             partitions=sorted(tp.partition for tp in partitions),
             aggregators=sorted(self._decider.aggregators),
+            config=self._decider.policy_set.digest,
+            shadows=sorted(self.shadows),
         )
 
     def stop(self) -> None:
@@ -122,22 +161,60 @@ class PolicyService:
                 offsets[field] = max(offsets.get(field, -1), record.offset)
                 self._handle(record.value)
             self._producer.flush(timeout=10)
-            if offsets and self._store.commit(CONSUMER_NAME, offsets, self._decider.aggregator_states(), {}):
+            if offsets and self._store.commit(CONSUMER_NAME, offsets, self._states(), {}):
                 self._applied.update(offsets)
             self._consumer.commit()
+            if self._metrics is not None:
+                self._metrics.lag.set(consumer_lag(self._consumer))
         return self.counters
+
+    def _states(self) -> dict[str, str]:
+        """What a commit stores with the offsets: aggregators, applied configs, shadows' documents."""
+        states = self._decider.aggregator_states()
+        states[CONFIG_STATE_SCOPE] = json.dumps(
+            {name: json.loads(record.model_dump_json()) for name, record in sorted(self._configs.items())}
+        )
+        for shadow in self.shadows.values():
+            states[shadow.state_scope] = shadow.state()
+        return states
+
+    def _apply_config(self, record: PolicyConfigRecord) -> None:
+        """Decide with ``record`` from here on: the live configuration, or a shadow's."""
+        source = f"config record {record.name!r} ({record.source or 'no file'})"
+        try:
+            policy_set = config_policy_set(record.config, source=source, fleet_slot_s=self._fleet_slot_s)
+        except InvalidInputError as exc:
+            self.counters.configs_invalid += 1
+            log.warning("config_invalid", name=record.name, reason=str(exc))
+            return
+        self.counters.configs += 1
+        self._configs[record.name] = record
+        if record.name == LIVE_CONFIG:
+            self._decider.configure(policy_set)
+        elif record.config is None:
+            self.shadows.pop(record.name, None)
+            del self._configs[record.name]
+        elif record.name not in self.shadows or self.shadows[record.name].policy_set.digest != policy_set.digest:
+            self.shadows[record.name] = ShadowPolicy(record.name, policy_set)
+        log.info("config_applied", name=record.name, digest=policy_set.digest, source=record.source)
 
     def _handle(self, raw: bytes) -> None:
         started = self._clock()
         try:
-            snapshot = EstimateSnapshot.model_validate_json(raw)
+            parsed = _LOG_RECORD.validate_json(raw)
         except ValidationError as exc:
             self.counters.invalid += 1
             log.warning("snapshot_invalid", reason=str(exc).splitlines()[0])
             return
-        if snapshot.deployment != self._deployment:
+        if parsed.deployment != self._deployment:
             return
+        if isinstance(parsed, PolicyConfigRecord):
+            self._apply_config(parsed)
+            return
+        snapshot = parsed
         self.counters.snapshots += 1
+        if self._metrics is not None:
+            self._metrics.snapshot_seen(snapshot.scope, snapshot.ts)
         try:
             handled = self._decider.on_snapshot(snapshot)
         except GovernorError:
@@ -148,17 +225,36 @@ class PolicyService:
             self._producer.send(ESTIMATES_TOPIC, key=b"fleet", value=fleet_snapshot.model_dump_json().encode())
         for record in handled.records:
             self._record(record, started)
+        for shadow in self.shadows.values():
+            try:
+                shadow_records = shadow.on_snapshot(snapshot, handled.fleet_snapshots)
+            except GovernorError:
+                log.exception(
+                    "shadow_decision_failed", shadow=shadow.name, scope=snapshot.scope, trigger=snapshot.trigger
+                )
+                continue
+            for record in shadow_records:
+                self.counters.shadow_decisions += 1
+                self._send(record)
 
-    def _record(self, record: DecisionRecord, started: float) -> None:
+    def _send(self, record: DecisionRecord) -> None:
         key = f"{record.kind}:{record.scope}".encode()
         self._producer.send(DECISIONS_TOPIC, key=key, value=record.model_dump_json().encode())
-        if record.accepted:
+
+    def _record(self, record: DecisionRecord, started: float) -> None:
+        self._send(record)
+        if record.held_by_pin:
+            self.counters.decisions += 1
+            log.info("policy_held_by_pin", kind=record.kind, scope=record.scope, version=record.version)
+        elif record.accepted:
             self.counters.decisions += 1
             log.info("policy_decided", kind=record.kind, scope=record.scope, version=record.version)
             if self._metrics is not None:
-                self._metrics.decisions.labels(kind=record.kind).inc()
+                self._metrics.decided(parse_document(record.kind, record.document))
                 self._metrics.loop_latency.observe(self._clock() - started)
         else:
             self.counters.refused += 1
+            if self._metrics is not None:
+                self._metrics.refused(record.kind)
             log.warning("policy_refused", kind=record.kind, scope=record.scope, version=record.version)
         self.counters.last_decision_latency_s = self._clock() - started

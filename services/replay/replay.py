@@ -12,13 +12,18 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
-from kafka import KafkaConsumer, TopicPartition
+from pydantic import TypeAdapter, ValidationError
 
+from schemas.envelope import Identifier
+from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.records import DecisionRecord
+from services.kafka_clients import reader, require_topic
 from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
+
+IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,6 +67,21 @@ def replay_events(
     )
 
 
+def as_deployment(events: Iterable[Event], deployment: str) -> Iterator[Event]:
+    """Yield ``events`` relabelled to ``deployment`` (a recording replayed into another deployment).
+
+    Raises:
+        InvalidInputError: ``deployment`` is not a valid identifier.
+    """
+    try:
+        name = IDENTIFIER.validate_python(deployment)
+    except ValidationError as exc:
+        msg = f"--as-deployment {deployment!r}: {exc.errors(include_url=False)[0]['msg']}"
+        raise InvalidInputError(msg, field="deployment", value=deployment) from exc
+    for event in events:
+        yield event.model_copy(update={"deployment": name})
+
+
 def replay_offline(
     events: Iterable[Event], registry: PolicyRegistry, deployment: str | None = None
 ) -> OfflineControlPlane:
@@ -81,25 +101,26 @@ def decision_lines(decisions: Iterable[DecisionRecord]) -> Iterator[bytes]:
         yield decision.model_dump_json().encode()
 
 
-def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0) -> Iterator[bytes]:
-    """Yield every record value of ``topic`` from the beginning, in partition order, until idle for ``idle_s``."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap, enable_auto_commit=False, consumer_timeout_ms=int(idle_s * 1000)
-    )
+def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: float = 10.0) -> Iterator[bytes]:
+    """Yield every record value of ``topic`` from the beginning, each partition in order, until idle for ``idle_s``.
+
+    It reads until the topic has been quiet for ``idle_s`` rather than up to the end offsets read
+    at the start: the Tansu broker reports as a partition's end the offset after its last record
+    *batch's base*, so stopping there would lose the rest of that batch.
+
+    Raises:
+        BackendUnavailableError: the broker does not answer.
+        InvalidInputError: the topic does not exist.
+    """
+    consumer = reader(bootstrap, timeout_s=timeout_s, idle_s=idle_s)
     try:
-        partitions = sorted(consumer.partitions_for_topic(topic) or ())
-        assigned = [TopicPartition(topic, p) for p in partitions]
+        assigned = require_topic(consumer, topic, bootstrap)
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
-        ends = consumer.end_offsets(assigned)
-        remaining = {tp for tp in assigned if ends[tp] > 0}
+        if not any(consumer.end_offsets(assigned).values()):
+            return
         for message in consumer:
             if message.value is not None:  # a tombstone carries no event: nothing to record
                 yield message.value
-            tp = TopicPartition(message.topic, message.partition)
-            if message.offset >= ends[tp] - 1:
-                remaining.discard(tp)
-            if not remaining:
-                break
     finally:
         consumer.close()

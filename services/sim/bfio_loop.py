@@ -42,8 +42,9 @@ from services.policy.registry import PolicyRegistry
 from services.policy.wiring.bfio import bfio_spec
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
-from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
+from services.sim.dp import DpConfig, DpEngine
 from services.sim.metrics import MetricsRecorder
+from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter, CentralPoolPlanner, PlannerStats, RouterStats, frozen_clock
 from services.sim.routing import LeastLoadedRouter
 from services.sim.simulation import Simulation
@@ -235,12 +236,12 @@ def run_dp_loop(
             inner=step_meter,
             policy_source=control_plane,
             engine_id=ENGINE_ID,
-            num_ranks=ranks,
-            slots_per_rank=slots_per_rank,
-            params=bfio_params,
             period_s=central_pool.period_s,
+            num_ranks=ranks,
             loop_latency_s=central_pool.loop_latency_s,
+            slots_per_rank=slots_per_rank,
             window=central_pool.window,
+            params=bfio_params,
         )
         sink = planner
     rank_router: RankRouter
@@ -250,10 +251,8 @@ def run_dp_loop(
             visible_pool=visible_pool, assignments=planner, clock=decision_clock or frozen_clock
         )
         rank_router = bfio_router
-    elif router == "jsq-load":
-        rank_router = JsqLoadRankRouter()
     else:
-        rank_router = FcfsRankRouter()
+        rank_router = baseline_rank_router(router)
     metrics = MetricsRecorder()
     engine = DpEngine(
         DpConfig(engine_id=ENGINE_ID, ranks=ranks, slots_per_rank=slots_per_rank),

@@ -169,27 +169,19 @@ def run_offline_arm(
     if control is Control.LIVE:
         msg = "a live arm runs through the services, not run_offline_arm"
         raise ValueError(msg)
-    extra: list[TelemetrySink] = [] if record is None else [record]
-    if control is Control.NONE:
-        recorder = PolicyChangeRecorder(_Tee(extra) if extra else _Discard())
-        summary = run_offline(scenario, sink=recorder, policy_source=StaticPolicySource())
-        return Arm(
-            name=name,
-            control=control,
-            summary=summary,
-            policy_changes=tuple(recorder.changes),
-            fleet_gpus=fleet_gpus(scenario),
-        )
-    plane = OfflineControlPlane(scenario.deployment, default_registry(fleet_slot_s=fleet_slot_s))
-    recorder = PolicyChangeRecorder(_Tee([plane, *extra]))
-    summary = run_offline(scenario, sink=recorder, policy_source=plane)
+    plane = None
+    if control is Control.OFFLINE:
+        plane = OfflineControlPlane(scenario.deployment, default_registry(fleet_slot_s=fleet_slot_s))
+    sinks: list[TelemetrySink] = [sink for sink in (plane, record) if sink is not None]
+    recorder = PolicyChangeRecorder(_Tee(sinks) if sinks else _Discard())
+    summary = run_offline(scenario, sink=recorder, policy_source=StaticPolicySource() if plane is None else plane)
     return Arm(
         name=name,
         control=control,
         summary=summary,
         policy_changes=tuple(recorder.changes),
         fleet_gpus=fleet_gpus(scenario),
-        planned_gpus=planned_gpus(plane, scenario.duration_s),
+        planned_gpus=None if plane is None else planned_gpus(plane, scenario.duration_s),
     )
 
 

@@ -5,8 +5,10 @@ the router assigns waiting requests to ranks with free slots; an admission adds 
 the rank's load L_g; every active request then decodes one token (L_g grows by one per request);
 a request leaves after its output length. Each rank's local time is its timing model's price of
 its own batch, the step lasts the slowest rank's time (the barrier), and every rank reports its
-load, free slots, local compute and barrier wait (``rank.step``). Routers implement ``RankRouter``;
-FCFS (index fill, the reference code's Table 1 variant) and JSQ by token load ship as baselines.
+load, free slots, local compute and barrier wait (``rank.step``). Routers implement ``RankRouter``
+(services/sim/rank_routers.py: the FCFS and JSQ-by-load baselines of ``policies.bfio``, and BF-IO in
+services/sim/routers_bfio.py). Arrivals, the policy refresh, registration, heartbeats, tokens and the
+step report are ``EngineCore``'s (services/sim/engine_core.py), shared with the single engine.
 
 Imbalance (Eq. 2) is measured where the reference code measures it (spec section 1.4): after the
 step's decode and the removal of finished requests, before the next step's admissions (the
@@ -24,115 +26,16 @@ admission against ``kv_tokens_per_rank``, so no preemption is ever needed.
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Protocol
 
-from schemas.errors import ConfigError
-from schemas.policy_docs.base import PolicyDocument
 from services.sdk.protocol import PolicySource
+from services.sim.engine_core import EngineCore, require_positive
 from services.sim.metrics import MetricsRecorder
+from services.sim.rank_routers import RankRouter, RankView
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
-from services.sim.telemetry import EngineTelemetry
+from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import BatchShape, TimingModel
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class RankView:
-    """What a router sees of one rank: its load L_g (tokens), active requests, free slots and KV room.
-
-    ``requests`` are the rank's active requests (read-only; BF-IO's lookahead needs each one's prompt
-    and age); ``step_id`` and ``now_s`` are the decode step and event time the view is taken at
-    (validity of pushed assignments and of the bundle, request ages).
-    """
-
-    rank: int
-    load_tokens: int
-    active: int
-    free_slots: int
-    kv_free_tokens: int
-    requests: tuple[SimRequest, ...] = ()
-    step_id: int = 0
-    now_s: float = 0.0
-
-
-class RankRouter(Protocol):
-    """Assigns waiting requests to ranks at a step (BF-IO's decision point)."""
-
-    @property
-    def policy_kind(self) -> str | None:
-        """The policy-document kind the router obeys (fetched per DP deployment), or None."""
-        ...
-
-    def assign(
-        self, waiting: Sequence[SimRequest], ranks: Sequence[RankView], policy: PolicyDocument | None
-    ) -> list[tuple[int, int]]:
-        """Return (index into ``waiting``, rank) pairs; each rank gets at most its free slots."""
-        ...
-
-
-def _fits(request: SimRequest, view_kv_free: int) -> bool:
-    return request.spec.prompt_tokens + request.target_output_tokens <= view_kv_free
-
-
-@dataclass(frozen=True, slots=True)
-class FcfsRankRouter:
-    """FCFS index fill (seed 003 section 3, reference ``strategy_FCFS``): oldest requests fill rank 0, then 1..."""
-
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def assign(
-        self, waiting: Sequence[SimRequest], ranks: Sequence[RankView], policy: PolicyDocument | None
-    ) -> list[tuple[int, int]]:
-        """Fill ranks in index order with the queue head, skipping a rank whose KV room is too small."""
-        del policy
-        out: list[tuple[int, int]] = []
-        index = 0
-        for view in ranks:
-            slots = view.free_slots
-            kv_free = view.kv_free_tokens
-            while slots > 0 and index < len(waiting) and _fits(waiting[index], kv_free):
-                request = waiting[index]
-                kv_free -= request.spec.prompt_tokens + request.target_output_tokens
-                out.append((index, view.rank))
-                index += 1
-                slots -= 1
-        return out
-
-
-@dataclass(frozen=True, slots=True)
-class JsqLoadRankRouter:
-    """JSQ by load (seed 003 section 3, reference ``strategy_join_shortest_queue``): FIFO, each to argmin L_g."""
-
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def assign(
-        self, waiting: Sequence[SimRequest], ranks: Sequence[RankView], policy: PolicyDocument | None
-    ) -> list[tuple[int, int]]:
-        """Each queued request, in order, to the least-loaded rank with a slot (first index on ties)."""
-        del policy
-        loads = [view.load_tokens for view in ranks]
-        slots = [view.free_slots for view in ranks]
-        kv_free = [view.kv_free_tokens for view in ranks]
-        out: list[tuple[int, int]] = []
-        for index, request in enumerate(waiting):
-            best = -1
-            for g in range(len(ranks)):
-                if slots[g] > 0 and _fits(request, kv_free[g]) and (best < 0 or loads[g] < loads[best]):
-                    best = g
-            if best < 0:
-                break
-            out.append((index, ranks[best].rank))
-            loads[best] += request.spec.prompt_tokens
-            slots[best] -= 1
-            kv_free[best] -= request.spec.prompt_tokens + request.target_output_tokens
-        return out
 
 
 @dataclass(slots=True)
@@ -155,6 +58,18 @@ class ImbalanceMeter:
     decisions: int = 0
     decision_sum_s: float = 0.0
     decision_max_s: float = 0.0
+
+    def record_step(self, *, pre_admission_tokens: float, post_admission_tokens: float) -> None:
+        """Add one decode step's imbalance at both measurement points."""
+        self.steps += 1
+        self.pre_admission_sum_tokens += pre_admission_tokens
+        self.post_admission_sum_tokens += post_admission_tokens
+
+    def record_decision(self, seconds: float) -> None:
+        """Add one timed router call."""
+        self.decisions += 1
+        self.decision_sum_s += seconds
+        self.decision_max_s = max(self.decision_max_s, seconds)
 
     @property
     def avg_pre_admission_tokens(self) -> float | None:
@@ -185,14 +100,11 @@ class DpConfig:
     pool: str = "default"
 
     def __post_init__(self) -> None:
-        for name in ("ranks", "slots_per_rank", "kv_tokens_per_rank", "block_size_tokens"):
-            value = getattr(self, name)
-            if value < 1:
-                msg = f"{name} must be >= 1, got {value} (DP deployment {self.engine_id})"
-                raise ConfigError(msg)
+        sizes = ("ranks", "slots_per_rank", "kv_tokens_per_rank", "block_size_tokens")
+        require_positive(self, sizes, f"DP deployment {self.engine_id}")
 
 
-class DpEngine:
+class DpEngine(EngineCore):
     """G ranks, B slots each, stepping together behind one barrier."""
 
     def __init__(
@@ -218,86 +130,57 @@ class DpEngine:
             decision_clock: wall-clock seconds (time.perf_counter) to time the router and charge it
                 to the step; None leaves the router free (deterministic runs).
         """
+        kind = router.policy_kind
+        super().__init__(
+            config.engine_id, timing, telemetry, policy_source, metrics, pool=config.pool, policy_kind=kind
+        )
         self.config = config
-        self.engine_id = config.engine_id
-        self.pool = config.pool
         self.router = router
-        self.timing = timing
-        self.telemetry = telemetry
-        self.policy_source = policy_source
-        self.metrics = metrics
-        self._waiting: deque[SimRequest] = deque()
         self._active: list[list[SimRequest]] = [[] for _ in range(config.ranks)]
         self._loads = [0] * config.ranks
         self._reserved = [0] * config.ranks
         self._admitted_now = [0] * config.ranks
         self._local_s = [0.0] * config.ranks
-        self._step_id = 0
-        self._step_started_s = 0.0
-        self._policy: PolicyDocument | None = None
         self._in_step = False
         self._decision_clock = decision_clock
         self._decision_s = 0.0
         self.imbalance = ImbalanceMeter()
-        self.busy = False
 
     @property
-    def load(self) -> int:
-        """Requests on the deployment (active plus waiting), for fleet routers."""
-        return sum(len(a) for a in self._active) + len(self._waiting)
+    def num_running(self) -> int:
+        """Requests active on any rank."""
+        return sum(len(a) for a in self._active)
 
     @property
     def rank_loads_tokens(self) -> tuple[int, ...]:
         """L_g per rank, tokens."""
         return tuple(self._loads)
 
-    def register(self, now_s: float) -> None:
-        """Announce the deployment (``engine.registered`` with ``dp_size``)."""
+    def registration(self) -> Registration:
+        """The deployment's limits summed over its ranks, with ``dp_size`` = G."""
         c = self.config
-        self.telemetry.registered(
-            now_s,
+        return Registration(
+            hardware_profile=None,
+            dp_size=c.ranks,
             model=c.model,
             gpu=c.gpu,
-            hardware_profile=None,
-            pool=c.pool,
             max_num_seqs=c.ranks * c.slots_per_rank,
             max_num_batched_tokens=c.ranks * c.slots_per_rank,
             max_model_len=c.kv_tokens_per_rank,
             kv_blocks_total=c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens),
             block_size_tokens=c.block_size_tokens,
-            dp_size=c.ranks,
-            obeys=[] if self.router.policy_kind is None else [self.router.policy_kind],
         )
 
-    def heartbeat(self, now_s: float) -> None:
-        """Emit ``engine.heartbeat``."""
-        running = sum(len(a) for a in self._active)
-        self.telemetry.heartbeat(now_s, num_running=running, num_waiting=len(self._waiting))
-
-    def arrive(self, spec: RequestSpec, now_s: float) -> None:
-        """Queue a request, or reject it when it cannot fit one rank's KV."""
-        self.telemetry.arrived(now_s, spec)
-        self.metrics.arrived(self.engine_id, spec)
+    def rejection(self, spec: RequestSpec) -> str | None:
+        """Prompt plus output over one rank's KV reservation room."""
         total = spec.prompt_tokens + spec.target_output_tokens
         if total > self.config.kv_tokens_per_rank:
-            reason = f"prompt+output {total} tokens exceeds kv_tokens_per_rank {self.config.kv_tokens_per_rank}"
-            self.telemetry.finished(now_s, SimRequest(spec), finish_reason="error")
-            self.metrics.rejected(self.engine_id, spec, reason)
-            return
-        self._waiting.append(SimRequest(spec))
-
-    def _refresh_policy(self, now_s: float) -> None:
-        kind = self.router.policy_kind
-        if kind is None:
-            return
-        document = self.policy_source.current(kind, self.engine_id, now_s)
-        if document is not None and document.version != self.telemetry.policy_versions.get(kind):
-            self.telemetry.policy_applied(now_s, kind=kind, scope=self.engine_id, version=document.version)
-        self._policy = document
+            return f"prompt+output {total} tokens exceeds kv_tokens_per_rank {self.config.kv_tokens_per_rank}"
+        return None
 
     def start_step(self, now_s: float) -> float | None:
         """Route, admit and price one synchronised step; None when nothing is active or admissible."""
-        self._refresh_policy(now_s)
+        self.refresh_policy(now_s)
         c = self.config
         if self._waiting:
             views = [
@@ -320,10 +203,7 @@ class DpEngine:
             assigned = self.router.assign(waiting, views, self._policy)
             if clock is not None:
                 self._decision_s = clock() - started_s
-                meter = self.imbalance
-                meter.decisions += 1
-                meter.decision_sum_s += self._decision_s
-                meter.decision_max_s = max(meter.decision_max_s, self._decision_s)
+                self.imbalance.record_decision(self._decision_s)
             for index, g in assigned:
                 request = waiting[index]
                 taken.add(index)
@@ -380,21 +260,11 @@ class DpEngine:
             decode_ctx += loads_before[g]
             keep: list[SimRequest] = []
             for request in active:
-                request.generated_tokens += 1
-                last = request.last_token_s
-                if last is None:
-                    request.first_token_s = now_s
-                    self.telemetry.first_token(now_s, request)
-                else:
-                    request.gaps_s.append(now_s - last)
-                request.last_token_s = now_s
-                if request.generated_tokens >= request.target_output_tokens:
+                if self.token(request, now_s):
                     self._loads[g] -= request.computed_tokens
                     self._reserved[g] -= request.spec.prompt_tokens + request.target_output_tokens
                     completed[g] += 1
-                    reason = request.spec.finish_reason
-                    self.telemetry.finished(now_s, request, finish_reason=reason)
-                    self.metrics.finished(self.engine_id, request, now_s, reason)
+                    self.finish(request, now_s)
                 else:
                     request.computed_tokens += 1
                     self._loads[g] += 1
@@ -415,41 +285,26 @@ class DpEngine:
             )
             self._admitted_now[g] = 0
         pre_admission = float(c.ranks * max(self._loads) - sum(self._loads))
-        self.imbalance.steps += 1
-        self.imbalance.pre_admission_sum_tokens += pre_admission
-        self.imbalance.post_admission_sum_tokens += float(c.ranks * max(loads_before) - sum(loads_before))
+        post_admission = float(c.ranks * max(loads_before) - sum(loads_before))
+        self.imbalance.record_step(pre_admission_tokens=pre_admission, post_admission_tokens=post_admission)
         self.metrics.rank_step(
             imbalance_tokens=pre_admission,
             idle_s=sum(max(0.0, step_s - local) for local in self._local_s),
             capacity_s=c.ranks * step_s,
         )
-        blocks_total = c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens)
-        blocks_used = sum(blocks_for_tokens(load, c.block_size_tokens) for load in self._loads)
-        running = sum(len(a) for a in self._active)
-        self.telemetry.step(
+        self.report_step(
             now_s,
-            step_id=self._step_id,
-            duration_s=step_s,
-            num_prefill_requests=prefills,
-            sum_prefill_tokens=prefill_tokens,
-            num_decode_requests=decodes,
-            sum_decode_kv_tokens=decode_ctx - prefill_tokens,
-            num_running=running,
-            num_waiting=len(self._waiting),
-            kv_blocks_used=blocks_used,
-            kv_blocks_total=blocks_total,
-            block_size_tokens=c.block_size_tokens,
-            num_preempted=0,
-            scheduler_mode="dp",
-        )
-        self.metrics.step(
-            self.engine_id,
-            now_s,
-            duration_s=step_s,
+            StepCounts(
+                duration_s=step_s,
+                num_prefill_requests=prefills,
+                sum_prefill_tokens=prefill_tokens,
+                num_decode_requests=decodes,
+                sum_decode_kv_tokens=decode_ctx - prefill_tokens,
+                kv_blocks_used=sum(blocks_for_tokens(load, c.block_size_tokens) for load in self._loads),
+                kv_blocks_total=c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens),
+                block_size_tokens=c.block_size_tokens,
+                num_preempted=0,
+                scheduler_mode="dp",
+            ),
             tokens=prefill_tokens + prefills + decodes,
-            kv_use_frac=blocks_used / blocks_total,
-            num_running=running,
-            num_waiting=len(self._waiting),
         )
-        self._step_id += 1
-        self.busy = False

@@ -6,22 +6,23 @@ The engine is an entity of the discrete-event core (services/sim/core.py): the s
 budget, slots), prices it with its timing model (services/sim/timing.py) and, at the step's end,
 advances every request in it. Telemetry goes out through ``EngineTelemetry``; policies come from a
 ``PolicySource`` read at the start of each step (specs/seed-001-ebplus.md section 6.5 and
-specs/seed-000-slai.md section 5.6 describe the engine model).
+specs/seed-000-slai.md section 5.6 describe the engine model). Arrivals, the policy refresh,
+registration, heartbeats, tokens and the step report are ``EngineCore``'s (services/sim/engine_core.py),
+shared with the data-parallel deployment.
 """
 
 from __future__ import annotations
 
-from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from schemas.errors import ConfigError, InvalidInputError
-from schemas.policy_docs.base import PolicyDocument
+from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource
+from services.sim.engine_core import EngineCore, require_positive
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.schedulers.base import BatchPlan, Scheduler
-from services.sim.telemetry import EngineTelemetry
+from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import BatchShape, TimingModel
 
 
@@ -45,14 +46,11 @@ class EngineConfig:
     max_model_len: int = 32_768
 
     def __post_init__(self) -> None:
-        for name in ("max_num_seqs", "token_budget_tokens", "kv_blocks_total", "block_size_tokens", "max_model_len"):
-            value = getattr(self, name)
-            if value < 1:
-                msg = f"{name} must be >= 1, got {value} (engine {self.engine_id})"
-                raise ConfigError(msg)
+        limits = ("max_num_seqs", "token_budget_tokens", "kv_blocks_total", "block_size_tokens", "max_model_len")
+        require_positive(self, limits, f"engine {self.engine_id}")
 
 
-class SimEngine:
+class SimEngine(EngineCore):
     """One engine: waiting queue, running set, KV blocks, a scheduler and a timing model."""
 
     def __init__(
@@ -65,23 +63,21 @@ class SimEngine:
         policy_source: PolicySource,
         metrics: MetricsRecorder,
     ) -> None:
+        kind = scheduler.policy_kind
+        super().__init__(
+            config.engine_id, timing, telemetry, policy_source, metrics, pool=config.pool, policy_kind=kind
+        )
         self.config = config
-        self.engine_id = config.engine_id
-        self.pool = config.pool
         self.scheduler = scheduler
-        self.timing = timing
-        self.telemetry = telemetry
-        self.policy_source = policy_source
-        self.metrics = metrics
-        self._waiting: deque[SimRequest] = deque()
+        # The EngineView limits: KV capacity (blocks), tokens per block, most running, tokens per step.
+        self.kv_blocks_total = config.kv_blocks_total
+        self.block_size_tokens = config.block_size_tokens
+        self.max_num_seqs = config.max_num_seqs
+        self.token_budget_tokens = config.token_budget_tokens
         self._running: list[SimRequest] = []
         self._kv_blocks_used = 0
         self._now_s = 0.0
-        self._policy: PolicyDocument | None = None
         self._plan: BatchPlan | None = None
-        self._step_id = 0
-        self._step_started_s = 0.0
-        self.busy = False
 
     # EngineView, read by the scheduler.
     @property
@@ -110,82 +106,33 @@ class SimEngine:
         return self._kv_blocks_used
 
     @property
-    def kv_blocks_total(self) -> int:
-        """KV capacity in blocks."""
-        return self.config.kv_blocks_total
+    def num_running(self) -> int:
+        """Requests holding KV."""
+        return len(self._running)
 
-    @property
-    def block_size_tokens(self) -> int:
-        """Tokens per KV block."""
-        return self.config.block_size_tokens
-
-    @property
-    def max_num_seqs(self) -> int:
-        """Most requests running at once."""
-        return self.config.max_num_seqs
-
-    @property
-    def token_budget_tokens(self) -> int:
-        """Most tokens one iteration may compute (``max_num_batched_tokens``)."""
-        return self.config.token_budget_tokens
-
-    @property
-    def policy(self) -> PolicyDocument | None:
-        """The scheduler's policy document in effect, or None (safe defaults)."""
-        return self._policy
-
-    @property
-    def load(self) -> int:
-        """Requests on the engine (running plus waiting), for routers."""
-        return len(self._running) + len(self._waiting)
-
-    def register(self, now_s: float) -> None:
-        """Announce the engine (``engine.registered``)."""
+    def registration(self) -> Registration:
+        """The engine's limits, as configured."""
         c = self.config
-        self.telemetry.registered(
-            now_s,
+        return Registration(
             model=c.model,
             gpu=c.gpu,
             hardware_profile=c.hardware_profile,
-            pool=c.pool,
+            dp_size=1,
             max_num_seqs=c.max_num_seqs,
             max_num_batched_tokens=c.token_budget_tokens,
             max_model_len=c.max_model_len,
             kv_blocks_total=c.kv_blocks_total,
             block_size_tokens=c.block_size_tokens,
-            obeys=[] if self.scheduler.policy_kind is None else [self.scheduler.policy_kind],
         )
 
-    def heartbeat(self, now_s: float) -> None:
-        """Emit ``engine.heartbeat`` with the queue sizes."""
-        self.telemetry.heartbeat(now_s, num_running=len(self._running), num_waiting=len(self._waiting))
-
-    def arrive(self, spec: RequestSpec, now_s: float) -> None:
-        """Queue a request, or reject it (finish ``error``) when it can never fit the engine."""
-        self.telemetry.arrived(now_s, spec)
-        self.metrics.arrived(self.engine_id, spec)
+    def rejection(self, spec: RequestSpec) -> str | None:
+        """Prompt plus output over ``max_model_len`` or over the whole KV cache."""
         total_tokens = spec.prompt_tokens + spec.target_output_tokens
-        reason = None
         if total_tokens > self.config.max_model_len:
-            reason = f"prompt+output {total_tokens} tokens exceeds max_model_len {self.config.max_model_len}"
-        elif blocks_for_tokens(total_tokens, self.config.block_size_tokens) > self.config.kv_blocks_total:
-            reason = f"prompt+output {total_tokens} tokens exceeds the KV capacity"
-        if reason is not None:
-            request = SimRequest(spec)
-            self.telemetry.finished(now_s, request, finish_reason="error")
-            self.metrics.rejected(self.engine_id, spec, reason)
-            return
-        self._waiting.append(SimRequest(spec))
-
-    def _refresh_policy(self, now_s: float) -> None:
-        kind = self.scheduler.policy_kind
-        if kind is None:
-            return
-        document = self.policy_source.current(kind, self.engine_id, now_s)
-        applied = self.telemetry.policy_versions.get(kind)
-        if document is not None and document.version != applied:
-            self.telemetry.policy_applied(now_s, kind=kind, scope=self.engine_id, version=document.version)
-        self._policy = document
+            return f"prompt+output {total_tokens} tokens exceeds max_model_len {self.config.max_model_len}"
+        if blocks_for_tokens(total_tokens, self.config.block_size_tokens) > self.config.kv_blocks_total:
+            return f"prompt+output {total_tokens} tokens exceeds the KV capacity"
+        return None
 
     def start_step(self, now_s: float) -> float | None:
         """Plan and price the next iteration at ``now_s``; return its duration, or None when idle.
@@ -194,7 +141,7 @@ class SimEngine:
             InvalidInputError: the scheduler's plan breaks a limit (KV, budget, slots): a scheduler bug.
         """
         self._now_s = now_s
-        self._refresh_policy(now_s)
+        self.refresh_policy(now_s)
         if not self._running and not self._waiting:
             self.busy = False
             return None
@@ -264,17 +211,6 @@ class SimEngine:
         self.telemetry.preempted(now_s, request)
         self.metrics.preempted(self.engine_id)
 
-    def _token(self, request: SimRequest, now_s: float) -> bool:
-        request.generated_tokens += 1
-        last = request.last_token_s
-        if last is None:
-            request.first_token_s = now_s
-            self.telemetry.first_token(now_s, request)
-        else:
-            request.gaps_s.append(now_s - last)
-        request.last_token_s = now_s
-        return request.generated_tokens >= request.target_output_tokens
-
     def end_step(self, now_s: float) -> None:
         """Apply the running iteration's work at its end time ``now_s`` and emit its events."""
         plan = self._plan
@@ -286,47 +222,33 @@ class SimEngine:
         for request, chunk in plan.prefills:
             request.computed_tokens += chunk
             prefill_tokens += chunk
-            if request.computed_tokens >= request.prefill_target_tokens and self._token(request, now_s):
+            if request.computed_tokens >= request.prefill_target_tokens and self.token(request, now_s):
                 done.append(request)
         decode_ctx = 0
         for request in plan.decodes:
             decode_ctx += request.computed_tokens
             request.computed_tokens += 1
-            if self._token(request, now_s):
+            if self.token(request, now_s):
                 done.append(request)
         if done:
             self._running = [r for r in self._running if r.generated_tokens < r.target_output_tokens]
         for request in done:
             self._kv_blocks_used -= request.kv_blocks
             request.kv_blocks = 0
-            reason = request.spec.finish_reason
-            self.telemetry.finished(now_s, request, finish_reason=reason)
-            self.metrics.finished(self.engine_id, request, now_s, reason)
-        duration_s = now_s - self._step_started_s
-        self.telemetry.step(
+            self.finish(request, now_s)
+        self.report_step(
             now_s,
-            step_id=self._step_id,
-            duration_s=duration_s,
-            num_prefill_requests=len(plan.prefills),
-            sum_prefill_tokens=prefill_tokens,
-            num_decode_requests=len(plan.decodes),
-            sum_decode_kv_tokens=decode_ctx,
-            num_running=len(self._running),
-            num_waiting=len(self._waiting),
-            kv_blocks_used=self._kv_blocks_used,
-            kv_blocks_total=self.config.kv_blocks_total,
-            block_size_tokens=self.config.block_size_tokens,
-            num_preempted=len(plan.preempted),
-            scheduler_mode=plan.mode,
-        )
-        self.metrics.step(
-            self.engine_id,
-            now_s,
-            duration_s=duration_s,
+            StepCounts(
+                duration_s=now_s - self._step_started_s,
+                num_prefill_requests=len(plan.prefills),
+                sum_prefill_tokens=prefill_tokens,
+                num_decode_requests=len(plan.decodes),
+                sum_decode_kv_tokens=decode_ctx,
+                kv_blocks_used=self._kv_blocks_used,
+                kv_blocks_total=self.config.kv_blocks_total,
+                block_size_tokens=self.config.block_size_tokens,
+                num_preempted=len(plan.preempted),
+                scheduler_mode=plan.mode,
+            ),
             tokens=prefill_tokens + len(plan.decodes),
-            kv_use_frac=self._kv_blocks_used / self.config.kv_blocks_total,
-            num_running=len(self._running),
-            num_waiting=len(self._waiting),
         )
-        self._step_id += 1
-        self.busy = False

@@ -44,7 +44,7 @@ from schemas.policy_docs.bfio import (
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished
 from schemas.steps import StepReport
 from services.sdk.protocol import PolicySource, TelemetrySink
-from services.sim.dp import RankView
+from services.sim.rank_routers import RankView, kv_admissible
 from services.sim.request import SimRequest
 
 NO_CLASS = -1
@@ -182,20 +182,13 @@ class BfioRankRouter:
         since: np.ndarray,
         now_s: float,
     ) -> list[tuple[int, int]]:
-        kv_free = {v.rank: v.kv_free_tokens for v in ranks}
-        out: list[tuple[int, int]] = []
-        for index in np.flatnonzero(rank_of >= 0):
-            request = visible[int(index)]
-            rank = ranks[int(rank_of[index])].rank
-            need = request.spec.prompt_tokens + request.target_output_tokens
-            if need > kv_free[rank]:
-                self.stats.kv_dropped += 1
-                continue
-            kv_free[rank] -= need
-            out.append((int(index), rank))
+        admitted, dropped = kv_admissible(visible, ranks, rank_of)
+        self.stats.kv_dropped += len(dropped)
+        for index, _ in admitted:
+            request = visible[index]
             self.stats.admissions.append((request.spec.prompt_tokens, now_s - float(since[index])))
             self._visible_since_s.pop(request.spec.request_id, None)
-        return out
+        return admitted
 
 
 def _cap(request: SimRequest) -> float:
@@ -267,10 +260,10 @@ class CentralPoolPlanner:
     Args:
         inner: the sink behind the planner (the offline control plane).
         policy_source: where the bundle is read (kind ``bfio``, scope ``engine_id``).
+        params: ``assignment_ttl_steps`` sets each assignment's validity.
         engine_id: the DP engine planned for.
         num_ranks: G.
         slots_per_rank: B.
-        params: ``assignment_ttl_steps`` sets each assignment's validity.
         period_s: event time between plans.
         loop_latency_s: event time from a plan to its assignments being readable by the router.
         window: most waiting requests a plan considers.
@@ -284,10 +277,10 @@ class CentralPoolPlanner:
         *,
         inner: TelemetrySink,
         policy_source: PolicySource,
+        params: BfioParams | None = None,
         engine_id: str,
         num_ranks: int,
         slots_per_rank: int,
-        params: BfioParams | None = None,
         period_s: float = 0.1,
         loop_latency_s: float = 0.05,
         window: int = 128,

@@ -18,17 +18,19 @@ import numpy as np
 from policies.slai import PrefillOrder
 from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource, TelemetrySink
-from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
+from services.sim.dp import DpConfig, DpEngine
 from services.sim.engine import EngineConfig, SimEngine
+from services.sim.engine_core import EngineCore
 from services.sim.metrics import MetricsRecorder, RunSummary
+from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
 from services.sim.scenario import Scenario
 from services.sim.schedulers.base import Scheduler
-from services.sim.schedulers.baselines import MixedChunkedScheduler
+from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiServeScheduler, VllmPrefillFirstScheduler
 from services.sim.schedulers.ebplus import EbplusScheduler
-from services.sim.schedulers.slai import SarathiServeScheduler, SlaiScheduler, VllmPrefillFirstScheduler
-from services.sim.simulation import ProgressSample, SimulatedEngine, Simulation
+from services.sim.schedulers.slai import SlaiScheduler
+from services.sim.simulation import ProgressSample, Simulation
 from services.sim.telemetry import EngineTelemetry
 
 
@@ -71,7 +73,7 @@ def _scheduler(name: str) -> Scheduler:
 def _rank_router(name: str) -> RankRouter:
     if name == "bfio":
         return BfioRankRouter()
-    return JsqLoadRankRouter() if name == "jsq-load" else FcfsRankRouter()
+    return baseline_rank_router(name)
 
 
 def build_simulation(
@@ -83,7 +85,7 @@ def build_simulation(
 ) -> tuple[Simulation, MetricsRecorder]:
     """Return the scenario's simulation (engines on ``sink`` and ``policy_source``) and its recorder."""
     metrics = MetricsRecorder()
-    engines: list[SimulatedEngine] = []
+    engines: list[EngineCore] = []
     telemetries: list[EngineTelemetry] = []
     for spec in scenario.engines:
         telemetry = EngineTelemetry(engine_id=spec.config.engine_id, deployment=scenario.deployment, sink=sink)

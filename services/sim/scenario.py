@@ -136,9 +136,10 @@ def _timing(table: Table, where: str) -> TimingModel:
         return EbTiming(**values)
     if model == "slai":
         slai_keys = ("a0_s", "a_tok_s_per_token", "a_seq_s_per_seq", "a_ctx_s_per_token")
-        return SlaiTiming(**{key: _num(table, key, where) for key in slai_keys})
+        return SlaiTiming(**{key: _num(table, key, where) for key in slai_keys if key in table})
     if model == "bfio":
-        return BfioTiming(c_s=_num(table, "c_s", where), t_l_s_per_token=_num(table, "t_l_s_per_token", where))
+        bfio_keys = ("c_s", "t_l_s_per_token")
+        return BfioTiming(**{key: _num(table, key, where) for key in bfio_keys if key in table})
     msg = f"{where}.model must be eb, slai or bfio, got {model!r}"
     raise InvalidInputError(msg, field=f"{where}.model", value=model)
 

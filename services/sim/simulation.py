@@ -12,32 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Protocol
 
 from services.sim.core import EventLoop, SimEvent
 from services.sim.engine import SimEngine
+from services.sim.engine_core import EngineCore
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routing import FleetRouter
 from services.sim.schedulers.slai import SlaiScheduler
-
-
-class SimulatedEngine(Protocol):
-    """What the simulation drives: a single engine (``SimEngine``) or a DP deployment (``DpEngine``)."""
-
-    @property
-    def engine_id(self) -> str: ...
-    @property
-    def pool(self) -> str: ...
-    @property
-    def load(self) -> int: ...
-    @property
-    def busy(self) -> bool: ...
-    def register(self, now_s: float) -> None: ...
-    def heartbeat(self, now_s: float) -> None: ...
-    def arrive(self, spec: RequestSpec, now_s: float) -> None: ...
-    def start_step(self, now_s: float) -> float | None: ...
-    def end_step(self, now_s: float) -> None: ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -115,7 +97,7 @@ class Simulation:
     def __init__(
         self,
         *,
-        engines: Sequence[SimulatedEngine],
+        engines: Sequence[EngineCore],
         router: FleetRouter,
         requests: Sequence[RequestSpec],
         metrics: MetricsRecorder,
@@ -203,7 +185,7 @@ class Simulation:
         )
 
 
-def _engine_sample(engine: SimulatedEngine) -> EngineSample:
+def _engine_sample(engine: EngineCore) -> EngineSample:
     if not isinstance(engine, SimEngine):
         return EngineSample(
             engine_id=engine.engine_id, running_plus_waiting=engine.load, kv_use_frac=None, slai_delta=None

@@ -7,7 +7,8 @@ event through its validating constructor, only at the moment it is emitted.
 
 from __future__ import annotations
 
-from typing import Literal
+from dataclasses import dataclass, fields
+from typing import Any, Literal
 
 from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
@@ -16,6 +17,62 @@ from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
 from services.sdk.token_gaps import token_gap_summary
 from services.sim.request import RequestSpec, SimRequest
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Registration:
+    """What ``engine.registered`` announces besides the pool and the policy kinds obeyed, in its field names.
+
+    Limits carry vLLM's names; a DP deployment sums them over its ranks.
+    """
+
+    model: str
+    gpu: str
+    hardware_profile: str | None
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    max_model_len: int
+    kv_blocks_total: int
+    block_size_tokens: int
+    dp_size: int = 1
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class StepCounts:
+    """What one finished iteration did, in the ``step`` event's own field names.
+
+    Attributes:
+        duration_s: the iteration's event time.
+        num_prefill_requests: requests with a prefill (chunk or admission) in the step.
+        sum_prefill_tokens: prompt tokens computed.
+        num_decode_requests: requests that decoded one token.
+        sum_decode_kv_tokens: summed context of the decoding requests.
+        kv_blocks_used: KV blocks held after the step.
+        kv_blocks_total: KV capacity in blocks.
+        block_size_tokens: tokens per block.
+        num_preempted: requests preempted before the step ran.
+        scheduler_mode: the scheduler's label for the step.
+    """
+
+    duration_s: float
+    num_prefill_requests: int
+    sum_prefill_tokens: int
+    num_decode_requests: int
+    sum_decode_kv_tokens: int
+    kv_blocks_used: int
+    kv_blocks_total: int
+    block_size_tokens: int
+    num_preempted: int
+    scheduler_mode: str
+
+
+_REGISTRATION_FIELDS = tuple(f.name for f in fields(Registration))
+_STEP_COUNT_FIELDS = tuple(f.name for f in fields(StepCounts))
+
+
+def _event_fields(value: object, names: tuple[str, ...]) -> dict[str, Any]:
+    """``value``'s attributes ``names`` as event keyword arguments (a shallow ``asdict``, cheap per step)."""
+    return {name: getattr(value, name) for name in names}
 
 
 class EngineTelemetry:
@@ -33,37 +90,11 @@ class EngineTelemetry:
         """Policy kind -> version in effect, as the engine's last ack recorded it."""
         return self._stamper.policy_versions
 
-    def registered(
-        self,
-        now_s: float,
-        *,
-        model: str,
-        gpu: str,
-        hardware_profile: str | None,
-        pool: str,
-        max_num_seqs: int,
-        max_num_batched_tokens: int,
-        max_model_len: int,
-        kv_blocks_total: int,
-        block_size_tokens: int,
-        dp_size: int = 1,
-        obeys: list[str] | None = None,
-    ) -> None:
+    def registered(self, now_s: float, registration: Registration, *, pool: str, obeys: list[str]) -> None:
         """Emit ``engine.registered``; ``obeys`` lists the policy kinds the engine's scheduler or router reads."""
         self.sink.publish(
             EngineRegistered(
-                **self._envelope(now_s),
-                model=model,
-                gpu=gpu,
-                hardware_profile=hardware_profile,
-                pool=pool,
-                max_num_seqs=max_num_seqs,
-                max_num_batched_tokens=max_num_batched_tokens,
-                max_model_len=max_model_len,
-                kv_blocks_total=kv_blocks_total,
-                block_size_tokens=block_size_tokens,
-                dp_size=dp_size,
-                obeys=obeys,
+                **self._envelope(now_s), **_event_fields(registration, _REGISTRATION_FIELDS), pool=pool, obeys=obeys
             )
         )
 
@@ -140,61 +171,31 @@ class EngineTelemetry:
         self.sink.publish(
             RequestFinished(
                 **self._envelope(now_s, dp_rank=request.dp_rank),
+                finish_reason=finish_reason,
                 request_id=spec.request_id,
                 prompt_tokens=spec.prompt_tokens,
                 output_tokens=request.generated_tokens,
-                finish_reason=finish_reason,
+                ttft_s=None if request.first_token_s is None else request.first_token_s - spec.arrival_s,
                 tier=spec.tier,
                 tbt_slo_s=spec.tbt_slo_s,
                 arrived_ts=spec.arrival_s,
                 admitted_ts=request.admitted_s,
-                ttft_s=None if request.first_token_s is None else request.first_token_s - spec.arrival_s,
                 preemptions=request.preemptions,
                 **token_gap_summary(request.gaps_s, spec.tbt_slo_s),
             )
         )
 
-    def step(
-        self,
-        now_s: float,
-        *,
-        step_id: int,
-        duration_s: float,
-        num_prefill_requests: int,
-        sum_prefill_tokens: int,
-        num_decode_requests: int,
-        sum_decode_kv_tokens: int,
-        num_running: int,
-        num_waiting: int,
-        kv_blocks_used: int,
-        kv_blocks_total: int,
-        block_size_tokens: int,
-        num_preempted: int,
-        scheduler_mode: str,
-    ) -> None:
-        """Emit one ``step`` (forward-pass metrics of one iteration)."""
-        kind: Literal["prefill", "decode", "mixed"] = (
-            ("mixed" if num_decode_requests > 0 else "prefill") if sum_prefill_tokens > 0 else "decode"
-        )
-        self.sink.publish(
-            StepReport(
-                **self._envelope(now_s),
-                step_id=step_id,
-                duration_s=duration_s,
-                batch_kind=kind,
-                num_prefill_requests=num_prefill_requests,
-                sum_prefill_tokens=sum_prefill_tokens,
-                num_decode_requests=num_decode_requests,
-                sum_decode_kv_tokens=sum_decode_kv_tokens,
-                num_running=num_running,
-                num_waiting=num_waiting,
-                kv_blocks_used=kv_blocks_used,
-                kv_blocks_total=kv_blocks_total,
-                block_size_tokens=block_size_tokens,
-                num_preempted=num_preempted,
-                scheduler_mode=scheduler_mode,
-            )
-        )
+    def step(self, now_s: float, counts: StepCounts, *, step_id: int, num_running: int, num_waiting: int) -> None:
+        """Emit one ``step`` (forward-pass metrics of one iteration); its batch kind follows from the counts."""
+        kind: Literal["prefill", "decode", "mixed"] = "decode"
+        if counts.sum_prefill_tokens > 0:
+            kind = "mixed" if counts.num_decode_requests > 0 else "prefill"
+        values = _event_fields(counts, _STEP_COUNT_FIELDS) | {
+            "step_id": step_id,
+            "num_running": num_running,
+            "num_waiting": num_waiting,
+        }
+        self.sink.publish(StepReport(**self._envelope(now_s), **values, batch_kind=kind))
 
     def rank_step(
         self,

@@ -56,11 +56,17 @@ class TimingModel(Protocol):
         ...
 
 
-def _require_non_negative(**values: float) -> None:
-    for name, value in values.items():
+def _require_non_negative(model: object, names: tuple[str, ...]) -> None:
+    """Raise on the first of ``names`` whose coefficient on ``model`` is negative or NaN."""
+    for name in names:
+        value = getattr(model, name)
         if not value >= 0.0:
             msg = f"{name} must be >= 0, got {value}"
             raise InvalidInputError(msg, field=name, value=value)
+
+
+# EbTiming's exclusive and mixed intercepts and slopes: named as in CostModel, never negative.
+EB_LINEAR_COEFFICIENTS = ("alpha_p_s", "beta_p_s_per_token", "alpha_d_s", "beta_d_s_per_seq", "alpha_mb_s")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -93,13 +99,7 @@ class EbTiming:
     c2_s_per_token: float
 
     def __post_init__(self) -> None:
-        _require_non_negative(
-            alpha_p_s=self.alpha_p_s,
-            beta_p_s_per_token=self.beta_p_s_per_token,
-            alpha_d_s=self.alpha_d_s,
-            beta_d_s_per_seq=self.beta_d_s_per_seq,
-            alpha_mb_s=self.alpha_mb_s,
-        )
+        _require_non_negative(self, EB_LINEAR_COEFFICIENTS)
 
     @classmethod
     def from_cost_model(cls, cost: CostModel) -> EbTiming:
@@ -111,15 +111,13 @@ class EbTiming:
         if cost.beta_mb is None:
             msg = "the cost model has no beta_MB(r) profile; mixed steps cannot be priced"
             raise InvalidInputError(msg, field="beta_mb")
+        linear = {name: getattr(cost, name) for name in EB_LINEAR_COEFFICIENTS}
+        quadratic = cost.beta_mb
         return cls(
-            alpha_p_s=cost.alpha_p_s,
-            beta_p_s_per_token=cost.beta_p_s_per_token,
-            alpha_d_s=cost.alpha_d_s,
-            beta_d_s_per_seq=cost.beta_d_s_per_seq,
-            alpha_mb_s=cost.alpha_mb_s,
-            c0_s_per_token=cost.beta_mb.c0_s_per_token,
-            c1_s_per_token=cost.beta_mb.c1_s_per_token,
-            c2_s_per_token=cost.beta_mb.c2_s_per_token,
+            **linear,
+            c0_s_per_token=quadratic.c0_s_per_token,
+            c1_s_per_token=quadratic.c1_s_per_token,
+            c2_s_per_token=quadratic.c2_s_per_token,
         )
 
     def beta_mb_s_per_token(self, decode_ratio: float) -> float:
@@ -146,8 +144,10 @@ class SlaiTiming:
     """The SLAI simulator's batch-time fit (seed 000 section 5.6, from Fig. 6a).
 
     T = a0 + a_tok tau + a_seq (sequences in the batch) + a_ctx (decode contexts + chunk contexts),
-    with tau the batch's tokens. Defaults are the spec's values (a0 = 17 ms, a_tok = 5.47e-5 s/token,
-    a_seq = 3e-4 s, a_ctx = 2e-7 s/token).
+    with tau the batch's tokens. Defaults are the spec's section 5.6 values (a0 = 17 ms, a_tok = 5.47e-5
+    s/token, a_seq = 3e-4 s, a_ctx = 2e-7 s/token), kept here only: scenarios.toml names the model
+    without repeating them. policies/slai/calibration.py's ``SlaiTimingProfile`` shares a_tok, a_seq
+    and a_ctx and keeps the section 5.4 least-squares intercept (17.16 ms) as its a0.
     """
 
     a0_s: float = 0.017
@@ -156,12 +156,7 @@ class SlaiTiming:
     a_ctx_s_per_token: float = 2e-7
 
     def __post_init__(self) -> None:
-        _require_non_negative(
-            a0_s=self.a0_s,
-            a_tok_s_per_token=self.a_tok_s_per_token,
-            a_seq_s_per_seq=self.a_seq_s_per_seq,
-            a_ctx_s_per_token=self.a_ctx_s_per_token,
-        )
+        _require_non_negative(self, ("a0_s", "a_tok_s_per_token", "a_seq_s_per_seq", "a_ctx_s_per_token"))
 
     def step_time_s(self, shape: BatchShape) -> float:
         """T = a0 + a_tok tau + a_seq seqs + a_ctx ctx, seconds."""
@@ -175,15 +170,18 @@ class SlaiTiming:
 class BfioTiming:
     """The BF-IO step model T = C + t_l max_g L_g (seed 003 section 1.3, Eq. 6).
 
-    Defaults are the reference code's: C = (72 * 0.6e-3 + 35e-3) / 16 = 4.8875 ms at B = 72 and
-    t_l = 1.00525e-7 s per resident token.
+    Defaults are the reference code's as the spec prints them: C = (72 * 0.6e-3 + 35e-3) / 16 =
+    4.8875 ms at B = 72 and t_l = 1.00525e-7 s per resident token, kept here only (scenarios.toml
+    names the model without repeating them). ``policies.bfio.BfioParams`` evaluates the same two
+    formulas for the policy's prior step model before the online fit (its t_l, 1.0052490e-7 s, is
+    the unrounded one).
     """
 
     c_s: float = 4.8875e-3
     t_l_s_per_token: float = 1.00525e-7
 
     def __post_init__(self) -> None:
-        _require_non_negative(c_s=self.c_s, t_l_s_per_token=self.t_l_s_per_token)
+        _require_non_negative(self, ("c_s", "t_l_s_per_token"))
 
     def step_time_s(self, shape: BatchShape) -> float:
         """C + t_l L*, seconds, with L* the largest rank load of the step."""

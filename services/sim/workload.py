@@ -46,22 +46,28 @@ class ArrivalProcess(Protocol):
         ...
 
 
-def _positive(name: str, value: float) -> None:
-    if not value > 0:
-        msg = f"{name} must be > 0, got {value}"
-        raise InvalidInputError(msg, field=name, value=value)
+def _positive(value: object, *names: str) -> None:
+    """Raise ``InvalidInputError`` on the first of ``names`` whose attribute on ``value`` is not > 0."""
+    for name in names:
+        number = getattr(value, name)
+        if not number > 0:
+            msg = f"{name} must be > 0, got {number}"
+            raise InvalidInputError(msg, field=name, value=number)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class FixedLengths:
-    """Every request has the same prompt and output length (deterministic tests, EB Table 11)."""
+    """Every request has the same prompt and output length (deterministic tests, EB Table 11).
+
+    Raises:
+        InvalidInputError: a length below 1.
+    """
 
     prompt_tokens: int
     output_tokens: int
 
     def __post_init__(self) -> None:
-        _positive("prompt_tokens", self.prompt_tokens)
-        _positive("output_tokens", self.output_tokens)
+        _positive(self, "prompt_tokens", "output_tokens")
 
     def sample(self, rng: np.random.Generator, count: int) -> tuple[IntArray, IntArray]:
         """Constant arrays; ``rng`` is not used."""
@@ -71,13 +77,17 @@ class FixedLengths:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GeometricLengths:
-    """Fixed prompt, geometric output with mean mean_output_tokens (CFR hazard p0 = 1/mu_O, seed 001 2.2)."""
+    """Fixed prompt, geometric output with mean mean_output_tokens (CFR hazard p0 = 1/mu_O, seed 001 2.2).
+
+    Raises:
+        InvalidInputError: a prompt below 1 token or a mean output below 1 token.
+    """
 
     prompt_tokens: int
     mean_output_tokens: float
 
     def __post_init__(self) -> None:
-        _positive("prompt_tokens", self.prompt_tokens)
+        _positive(self, "prompt_tokens")
         if not self.mean_output_tokens >= 1.0:
             msg = f"mean_output_tokens must be >= 1, got {self.mean_output_tokens}"
             raise InvalidInputError(msg, field="mean_output_tokens", value=self.mean_output_tokens)
@@ -90,16 +100,18 @@ class GeometricLengths:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class GammaLengths:
-    """Fixed prompt, gamma output of a chosen shape and mean, rounded up (shape > 1 is IFR)."""
+    """Fixed prompt, gamma output of a chosen shape and mean, rounded up (shape > 1 is IFR).
+
+    Raises:
+        InvalidInputError: a non-positive prompt, mean or shape.
+    """
 
     prompt_tokens: int
     mean_output_tokens: float
     shape: float
 
     def __post_init__(self) -> None:
-        _positive("prompt_tokens", self.prompt_tokens)
-        _positive("mean_output_tokens", self.mean_output_tokens)
-        _positive("shape", self.shape)
+        _positive(self, "prompt_tokens", "mean_output_tokens", "shape")
 
     def sample(self, rng: np.random.Generator, count: int) -> tuple[IntArray, IntArray]:
         """Gamma(shape, mean/shape) outputs, ceil'ed to >= 1 token."""
@@ -202,7 +214,7 @@ class PoissonArrivals:
     rate_per_s: float
 
     def __post_init__(self) -> None:
-        _positive("rate_per_s", self.rate_per_s)
+        _positive(self, "rate_per_s")
 
     def times(self, rng: np.random.Generator, start_s: float, end_s: float) -> FloatArray:
         """Exponential gaps from ``start_s``; the times before ``end_s``."""
@@ -227,8 +239,7 @@ class BurstyArrivals:
     mean_burst_s: float
 
     def __post_init__(self) -> None:
-        for name in ("rate_per_s", "burst_rate_per_s", "mean_calm_s", "mean_burst_s"):
-            _positive(name, getattr(self, name))
+        _positive(self, "rate_per_s", "burst_rate_per_s", "mean_calm_s", "mean_burst_s")
 
     def times(self, rng: np.random.Generator, start_s: float, end_s: float) -> FloatArray:
         """Alternate calm and burst periods, each a Poisson stretch at its rate."""
@@ -270,7 +281,13 @@ class Tier:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class WorkloadPhase:
-    """From ``start_s`` on (until the next phase), these arrivals with these lengths."""
+    """From ``start_s`` on (until the next phase), these arrivals with these lengths.
+
+    Attributes:
+        start_s: event time the phase begins, seconds.
+        arrivals: the phase's arrival process.
+        lengths: the phase's prompt and output length law.
+    """
 
     start_s: float
     arrivals: ArrivalProcess

@@ -181,6 +181,7 @@ class TelemetryBatches:
         if self.counters.first_batch_at_s is None:
             self.counters.first_batch_at_s = started
         snapshots: list[EstimateSnapshot] = []
+        last_ts: dict[str, float] = {}
         for record in records:
             tp = tp_field(record.topic, record.partition)
             if record.offset <= self._folded.get(tp, -1):
@@ -200,6 +201,9 @@ class TelemetryBatches:
             self._ensure_loaded(event, tp)
             if isinstance(event, PolicyApplied):
                 self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+                if self._metrics is not None:
+                    self._metrics.acked(event)
+            last_ts[event.engine_id] = event.ts
             snapshots.extend(self._folder.fold(event, position))
             self._pending_engines.add(event.engine_id)
             self.counters.folded += 1
@@ -212,7 +216,7 @@ class TelemetryBatches:
             self.commit()
         self.counters.last_batch_at_s = self._clock()
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
-        self._observe(len(snapshots), started)
+        self._observe(len(snapshots), started, last_ts)
 
     def commit(self) -> bool:
         """Write the folded engines' states and summaries with their offsets, atomically (step 5).
@@ -253,9 +257,10 @@ class TelemetryBatches:
         self._consumer.rewind(rewind)
         return False
 
-    def _observe(self, snapshots: int, started: float) -> None:
+    def _observe(self, snapshots: int, started: float, last_ts: dict[str, float]) -> None:
         if self._metrics is None:
             return
+        self._metrics.engines_seen(last_ts)
         self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
         self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
         self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
@@ -277,7 +282,7 @@ class TelemetryBatches:
         """
         self.counters.foreign += 1
         if self._metrics is not None:
-            self._metrics.foreign_events.inc()
+            self._metrics.foreign(event.deployment)
         source = (event.deployment, event.engine_id)
         if source not in self._foreign_sources and len(self._foreign_sources) < FOREIGN_SOURCES_LOGGED:
             self._foreign_sources.add(source)

@@ -7,8 +7,10 @@ import json
 from pathlib import Path
 
 import pytest
+import redis
 
 from services.cli.main import main
+from services.settings import Settings
 from services.stack.launcher import stack_down
 
 pytestmark = pytest.mark.integration
@@ -41,6 +43,15 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
         stack_down(state_dir)
     out = capsys.readouterr().out
     assert code == 0
+    deployment = next(line for line in out.splitlines() if line.startswith("stack: ")).rsplit(" ", 1)[1]
+    cleanup = next(line for line in out.splitlines() if line.startswith("cleanup: "))
+    assert cleanup.endswith(f"Redis keys of {deployment}; stopped the stack the demo started")
+    client = redis.Redis.from_url(Settings.load({}).redis_url)
+    try:
+        assert list(client.scan_iter(match=f"gov:{deployment}:*")) == []
+    finally:
+        client.close()
+    assert not (state_dir / "stack.json").exists()
     assert "services exited {'stream': 0, 'policy': 0}" in out
     progress = [line for line in out.splitlines() if line.startswith("  ")]
     assert any(line.startswith("  admission  h200-0 ") for line in progress)

@@ -17,6 +17,7 @@ from kafka import KafkaConsumer, KafkaProducer
 from schemas.events import Event, encode_event
 from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC
 from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
+from services.health import ServiceMetrics
 from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -95,7 +96,12 @@ def _records(events: list[Event]) -> list[tuple[str, bytes | None]]:
     return [(event.engine_id, encode_event(event)) for event in events]
 
 
-def _fold_records(stack: StackState, deployment: str, records: list[tuple[str, bytes | None]]) -> StreamProcessor:
+def _fold_records(
+    stack: StackState,
+    deployment: str,
+    records: list[tuple[str, bytes | None]],
+    metrics: ServiceMetrics | None = None,
+) -> StreamProcessor:
     """Produce (key, value) records to the telemetry topic, then fold them with one processor until idle."""
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
     for key, value in records:
@@ -104,7 +110,11 @@ def _fold_records(stack: StackState, deployment: str, records: list[tuple[str, b
     producer.close()
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     processor = StreamProcessor(
-        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+        deployment=deployment,
+        bootstrap=stack.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        metrics=metrics,
     )
     processor.run(idle_exit_s=4.0)
     processor.close()
@@ -122,12 +132,21 @@ def test_a_tombstone_record_is_dead_lettered_and_the_stream_goes_on(stack: Stack
 def test_events_of_another_deployment_are_counted_and_named_once_per_engine(stack: StackState, deployment: str) -> None:
     other = f"{deployment}-other"
     stray = synthetic_stream(engines=2, requests=30, deployment=other, seed=4)
+    metrics = ServiceMetrics("stream", deployment)
     with structlog.testing.capture_logs() as logs:
-        processor = _fold_records(stack, deployment, _records(stray))
+        processor = _fold_records(stack, deployment, _records(stray), metrics)
     assert processor.counters.foreign >= len(stray)
     assert processor.counters.folded == 0
     named = [(e["deployment"], e["engine_id"]) for e in logs if e["event"] == "foreign_deployment_events"]
     assert sorted(n for n in named if n[0] == other) == [(other, "eng-0"), (other, "eng-1")]
+    exported = [
+        sample.value
+        for family in metrics.registry.collect()
+        if family.name == "governor_foreign_events"
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    ]
+    assert sum(exported) == processor.counters.foreign
 
 
 def _document(deployment: str, version: int, valid_until: float) -> AdmissionPolicy:

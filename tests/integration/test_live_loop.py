@@ -160,7 +160,7 @@ def test_flushing_redis_and_replaying_the_log_rebuilds_identical_estimates_and_p
 def test_run_stream_serves_health_in_a_thread(stack: StackState, deployment: str) -> None:
     from services.health import HealthServer, ServiceMetrics
 
-    metrics = ServiceMetrics("stream")
+    metrics = ServiceMetrics("stream", deployment)
     server = HealthServer(metrics, 0)
     server.start()
     import urllib.request

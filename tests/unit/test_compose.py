@@ -74,3 +74,13 @@ def test_the_vllm_engine_is_optional_and_runs_a_governor_scheduler_with_engine_s
     names = {ENV_ALIASES.get(field, ENV_PREFIX + field.upper()) for field in EngineSettings.model_fields}
     assert set(engine["environment"]) <= names
     assert engine["environment"]["GOVERNOR_KAFKA_BOOTSTRAP"] == "kafka:9092"
+
+
+def test_prometheus_and_grafana_are_an_optional_profile_mounting_the_shipped_ops_files(
+    compose: dict[str, Any],
+) -> None:
+    for name in ("prometheus", "grafana"):
+        service = compose["services"][name]
+        assert service["profiles"] == ["observability"]
+        for volume in service["volumes"]:
+            assert (ROOT / volume.split(":")[0]).exists(), volume

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import structlog
+from prometheus_client import REGISTRY
 
 from schemas.envelope import MAX_ID_CHARS
 from schemas.policy_docs.base import PolicyDocument
@@ -28,6 +29,7 @@ from services.engines.stream import EngineStream, FinishReasonName, RequestTrack
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
+from services.sdk.publisher_metrics import PublisherCollector
 from services.settings import EngineSettings
 
 log = structlog.get_logger(__name__)
@@ -86,6 +88,20 @@ def request_track(request: Any, settings: EngineSettings) -> RequestTrack:
     )
 
 
+def _export(collector: PublisherCollector) -> PublisherCollector | None:
+    """Register the publisher's counters on the default registry, which vLLM's ``/metrics`` serves.
+
+    A second link in the same process (scheduler and stat logger side by side) finds the series
+    taken and exports nothing: the first link's publisher is the one shown.
+    """
+    try:
+        REGISTRY.register(collector)
+    except ValueError:
+        log.info("publisher_metrics_already_exported")
+        return None
+    return collector
+
+
 @dataclass(slots=True, kw_only=True)
 class EngineLink:
     """An engine's live connection to Governor: its event stream, its policies and its heartbeat.
@@ -101,6 +117,7 @@ class EngineLink:
     stream: EngineStream
     publisher: TelemetryPublisher
     policies: PolicyClient | None
+    collector: PublisherCollector | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
     _tiers: dict[str, str] = field(default_factory=dict)
 
@@ -139,7 +156,13 @@ class EngineLink:
             if obeys
             else None
         )
-        link = cls(settings=settings, stream=stream, publisher=publisher, policies=policies)
+        link = cls(
+            settings=settings,
+            stream=stream,
+            publisher=publisher,
+            policies=policies,
+            collector=_export(PublisherCollector(publisher, deployment=settings.deployment, engine=engine_id)),
+        )
         model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
         served = getattr(model_config, "served_model_name", None) or model_config.model
         stream.registered(
@@ -187,6 +210,8 @@ class EngineLink:
         self._stopped.set()
         if self.policies is not None:
             self.policies.close()
+        if self.collector is not None:
+            REGISTRY.unregister(self.collector)
         self.publisher.close(timeout_s)
 
     def _beat(self, load: Callable[[], tuple[int, int]]) -> None:

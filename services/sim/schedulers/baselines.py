@@ -1,128 +1,34 @@
-"""Baseline schedulers: vLLM v1 mixed batching with chunked prefill, and Sarathi-Serve FCFS.
+"""The papers' baseline schedulers: what EB+ and SLAI are compared with.
 
-- ``MixedChunkedScheduler`` (the EB paper's MB baseline, specs/seed-001-ebplus.md section 6.5):
-  every decode first, then partial prefills, then new requests FCFS in chunks under the token
-  budget; KV blocks are allocated for what the step computes; when a decode finds no block the
-  newest running request is preempted by recompute (LIFO, as vLLM).
-- ``SarathiScheduler`` (specs/seed-000-slai.md section 6.1, paper Alg. 4): the same decode-first
-  packing with one chunk per request per batch, a small chunk budget (512) and an admission that
-  needs KV for the whole prompt plus a watermark.
+- ``MixedChunkedScheduler`` (the EB paper's MB baseline, specs/seed-001-ebplus.md section 6.5): vLLM
+  v1 mixed batching with chunked prefill, ``pack_decode_first`` of services/sim/schedulers/packing.py:
+  every decode first, newest running request preempted by recompute when a decode finds no block,
+  then partial prefills, then new requests FCFS in chunks under the token budget; a new request is
+  admitted when its first chunk's blocks fit.
+- ``SarathiServeScheduler`` (specs/seed-000-slai.md section 6.1, paper Alg. 4): every decode in
+  every batch, oldest first, partial prefills, then new prefills FCFS or SPF under a small chunk
+  budget (512); an admission needs KV for the whole prompt plus the 1% watermark; newest-running
+  preemption.
+- ``VllmPrefillFirstScheduler`` (seed 000 section 6.2): whole prompts FCFS in prefill-only batches
+  while any fits, else a decode-only batch of every running request.
 
-Deviation: Sarathi's admission checks that the whole prompt fits (plus the 1% watermark) but
-allocates blocks chunk by chunk, which leaves the same free-block trajectory as reserving up front
-except while a long prompt is half prefilled.
+The two SLAI-paper baselines run the pure builders of policies/slai/batch_builder.py through the
+same engine bookkeeping as SLAI itself (``BuilderScheduler``, services/sim/schedulers/slai.py), with
+fixed settings instead of a pushed document; none of the three obeys a policy.
+
+Deviation (Sarathi): the whole-prompt admission is a check on reservations; blocks are still
+allocated chunk by chunk, which leaves the same free-block trajectory as reserving up front except
+while a long prompt is half prefilled.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from services.sim.request import SimRequest, blocks_for_tokens
+from policies.slai import BuilderParams, PrefillOrder, SchedulerKind, SlaiParams
 from services.sim.schedulers.base import BatchPlan, EngineView
-
-
-def extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) -> int:
-    """KV blocks ``request`` needs beyond those it holds to compute ``new_tokens`` more tokens."""
-    return blocks_for_tokens(request.computed_tokens + new_tokens, block_size_tokens) - request.kv_blocks
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PackedDecodes:
-    """Decodes packed into a batch: who decodes, who was preempted, and what is left."""
-
-    candidates: list[SimRequest]
-    decodes: list[SimRequest]
-    preempted: list[SimRequest]
-    free_blocks: int
-    budget_tokens: int
-
-
-def pack_decodes(
-    candidates: list[SimRequest], *, free_blocks: int, budget_tokens: int, block_size_tokens: int
-) -> PackedDecodes:
-    """Give every prefill-complete request of ``candidates`` one decode token, oldest first.
-
-    When a decode needs a KV block that is not free, the newest candidates are preempted (their
-    blocks freed) until it fits, the request itself last; ``candidates`` keeps the survivors.
-    """
-    free, budget = free_blocks, budget_tokens
-    survivors = list(candidates)
-    preempted: list[SimRequest] = []
-    decodes: list[SimRequest] = []
-    index = 0
-    while index < len(survivors) and budget > 0:
-        request = survivors[index]
-        if not request.prefill_done:
-            index += 1
-            continue
-        need = extra_blocks(request, 1, block_size_tokens)
-        while need > free and survivors[-1] is not request:
-            victim = survivors.pop()
-            preempted.append(victim)
-            free += victim.kv_blocks
-        if need > free:
-            survivors.pop()
-            preempted.append(request)
-            free += request.kv_blocks
-            break
-        free -= need
-        budget -= 1
-        decodes.append(request)
-        index += 1
-    return PackedDecodes(
-        candidates=survivors, decodes=decodes, preempted=preempted, free_blocks=free, budget_tokens=budget
-    )
-
-
-def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
-    """Pack decodes, then partial prefills, then FCFS admissions under the budget and the free KV.
-
-    Args:
-        view: the engine's state.
-        mode: the label the step report carries.
-
-    A new request is admitted when its first chunk's blocks fit (vLLM v1); Sarathi-Serve's
-    whole-prompt reservation is services/sim/schedulers/slai.py ``SarathiServeScheduler``.
-
-    Returns:
-        The plan; preempted requests come from the newest end of ``running``.
-    """
-    bs = view.block_size_tokens
-    packed = pack_decodes(
-        list(view.running),
-        free_blocks=view.kv_blocks_free,
-        budget_tokens=view.token_budget_tokens,
-        block_size_tokens=bs,
-    )
-    candidates, preempted, decodes = packed.candidates, packed.preempted, packed.decodes
-    free, budget = packed.free_blocks, packed.budget_tokens
-    prefills: list[tuple[SimRequest, int]] = []
-    for request in candidates:
-        if budget <= 0:
-            break
-        if request.prefill_done:
-            continue
-        chunk = min(request.prefill_remaining_tokens, budget)
-        need = extra_blocks(request, chunk, bs)
-        if need > free:
-            continue
-        free -= need
-        budget -= chunk
-        prefills.append((request, chunk))
-    slots = view.max_num_seqs - len(candidates)
-    # A preempted request re-enters at the front of the queue only next iteration, so FCFS order holds.
-    for request in view.waiting:
-        if budget <= 0 or slots <= 0:
-            break
-        chunk = min(request.prefill_remaining_tokens, budget)
-        need = extra_blocks(request, chunk, bs)
-        if need > free:
-            break
-        free -= need
-        budget -= chunk
-        slots -= 1
-        prefills.append((request, chunk))
-    return BatchPlan(decodes=tuple(decodes), prefills=tuple(prefills), preempted=tuple(preempted), mode=mode)
+from services.sim.schedulers.packing import MB_MODE_LABEL, pack_decode_first
+from services.sim.schedulers.slai import BuilderScheduler, BuilderSetting
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,4 +42,92 @@ class MixedChunkedScheduler:
 
     def schedule(self, view: EngineView) -> BatchPlan:
         """Decodes first, then prefill chunks under the token budget (see ``pack_decode_first``)."""
-        return pack_decode_first(view, mode="mb")
+        return pack_decode_first(view, mode=MB_MODE_LABEL)
+
+
+class FixedBuilderScheduler(BuilderScheduler):
+    """A builder scheduler with a fixed setting: the SLAI paper's baselines obey no policy.
+
+    Args:
+        scheduler: which builder runs (Sarathi-Serve or prefill-first vLLM).
+        prefill_order: the order new prompts are admitted in.
+        token_budget_tokens: tokens per batch; at most the engine's budget.
+        max_active: max_num_seqs; at most the engine's.
+    """
+
+    def __init__(
+        self, *, scheduler: SchedulerKind, prefill_order: PrefillOrder, token_budget_tokens: int, max_active: int
+    ) -> None:
+        super().__init__()
+        self._scheduler = scheduler
+        self._prefill_order = prefill_order
+        self._token_budget_tokens = token_budget_tokens
+        self._max_active = max_active
+
+    @property
+    def policy_kind(self) -> str | None:
+        """The baseline obeys no policy."""
+        return None
+
+    def _setting(self, view: EngineView) -> BuilderSetting:
+        budget = min(self._token_budget_tokens, view.token_budget_tokens)
+        builder = BuilderParams(
+            scheduler=self._scheduler,
+            token_budget_tokens=budget,
+            max_active=min(self._max_active, view.max_num_seqs),
+            prefill_order=self._prefill_order,
+            max_model_tokens=1 << 30,
+            max_batch_tokens=budget,
+        )
+        defaults = SlaiParams()
+        return BuilderSetting(
+            builder=builder,
+            tier_tbt_s={t.tier: t.tbt_slo_s for t in defaults.tiers},
+            default_tbt_s=defaults.default_tbt_s,
+        )
+
+
+class SarathiServeScheduler(FixedBuilderScheduler):
+    """Sarathi-Serve as the SLAI paper ran it (spec §6.1): decodes, partial prefills, then new
+    prefills FCFS or SPF under the chunk budget; whole-prompt reservation, newest-running preemption.
+
+    Args:
+        prefill_order: FCFS (the paper's Sarathi-Serve) or SPF (the authors' variant).
+        token_budget_tokens: the chunk size (paper: 512); at most the engine's budget.
+        max_active: max_num_seqs (paper: 128); at most the engine's.
+    """
+
+    mode = "sarathi"
+
+    def __init__(
+        self, *, prefill_order: PrefillOrder = PrefillOrder.FCFS, token_budget_tokens: int = 512, max_active: int = 128
+    ) -> None:
+        super().__init__(
+            scheduler=SchedulerKind.SARATHI,
+            prefill_order=prefill_order,
+            token_budget_tokens=token_budget_tokens,
+            max_active=max_active,
+        )
+
+
+class VllmPrefillFirstScheduler(FixedBuilderScheduler):
+    """The prefill-first vLLM-like baseline (spec §6.2): whole prompts FCFS in prefill-only batches
+    while any fits, else a decode-only batch of every running request.
+
+    The engine's ``token_budget_tokens`` must hold the longest prompt (spec: 8192), since prompts
+    are never chunked.
+
+    Args:
+        max_batch_tokens: prefill tokens per batch (spec: 8192); at most the engine's budget.
+        max_active: max_num_seqs (paper: 128); at most the engine's.
+    """
+
+    mode = "vllm"
+
+    def __init__(self, *, max_batch_tokens: int = 8192, max_active: int = 128) -> None:
+        super().__init__(
+            scheduler=SchedulerKind.VLLM,
+            prefill_order=PrefillOrder.FCFS,
+            token_budget_tokens=max_batch_tokens,
+            max_active=max_active,
+        )

@@ -31,10 +31,9 @@ from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, KvGate
 from services.sim.request import SimRequest
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.baselines import extra_blocks, pack_decode_first, pack_decodes
+from services.sim.schedulers.packing import MB_MODE_LABEL, pack_decode_first, pack_decodes, pack_prefills
 
 EB_MODE_LABEL = "eb"
-MB_MODE_LABEL = "mb"
 
 
 def phase_view(view: EngineView) -> PhaseView:
@@ -79,36 +78,16 @@ def prefill_plan(view: EngineView, *, admit_seqs: int) -> BatchPlan:
     """A pure prefill batch: partial prefills, then up to ``admit_seqs`` admissions FCFS, in chunks.
 
     Chunks fill the token budget; a chunk whose KV blocks do not fit is skipped (running) or stops
-    the admissions (waiting), so FCFS order holds.
+    the admissions (waiting), so FCFS order holds (``pack_prefills``).
     """
-    bs = view.block_size_tokens
-    budget = view.token_budget_tokens
-    free = view.kv_blocks_free
-    prefills: list[tuple[SimRequest, int]] = []
-    for request in view.running:
-        if budget <= 0:
-            break
-        if request.prefill_done:
-            continue
-        chunk = min(request.prefill_remaining_tokens, budget)
-        need = extra_blocks(request, chunk, bs)
-        if need > free:
-            continue
-        free -= need
-        budget -= chunk
-        prefills.append((request, chunk))
-    slots = min(admit_seqs, view.max_num_seqs - len(view.running))
-    for request in view.waiting:
-        if budget <= 0 or slots <= 0:
-            break
-        chunk = min(request.prefill_remaining_tokens, budget)
-        need = extra_blocks(request, chunk, bs)
-        if need > free:
-            break
-        free -= need
-        budget -= chunk
-        slots -= 1
-        prefills.append((request, chunk))
+    prefills = pack_prefills(
+        view.running,
+        view.waiting,
+        free_blocks=view.kv_blocks_free,
+        budget_tokens=view.token_budget_tokens,
+        admit_seqs=min(admit_seqs, view.max_num_seqs - len(view.running)),
+        block_size_tokens=view.block_size_tokens,
+    )
     return BatchPlan(prefills=tuple(prefills), mode=EB_MODE_LABEL, exclusive=True)
 
 

@@ -1,5 +1,6 @@
-"""SLAI and its paper's baselines as simulator ``Scheduler``s over the pure builders of
-``policies/slai/batch_builder.py`` (specs/seed-000-slai.md sections 3.2, 6.1, 6.2; paper §6).
+"""SLAI as a simulator ``Scheduler`` over the pure builders of ``policies/slai/batch_builder.py``
+(specs/seed-000-slai.md sections 3.2, 6.1, 6.2; paper §6), and the engine bookkeeping
+(``BuilderScheduler``) that SLAI shares with its paper's baselines (services/sim/schedulers/baselines.py).
 
 The builders are pure: they turn request views, a KV view and caps into a batch plan. What the
 engine must remember between batches lives here, as in the authors' ``SLAIScheduler``:
@@ -17,7 +18,7 @@ engine must remember between batches lives here, as in the authors' ``SLAISchedu
 ``SlaiScheduler`` reads the offset rule, the tier -> TBT map, the token budget, alpha, beta and the
 prefill order from the pushed SLAI document (``policy_kind = "slai"``); with no valid document it
 uses the safe default of spec §8 P16 (dynamic 5/10 at 0.96, SPF, 512/128/128, paper tiers).
-``SarathiServeScheduler`` (FCFS or SPF) and ``VllmPrefillFirstScheduler`` obey no policy.
+The baselines (``SarathiServeScheduler``, ``VllmPrefillFirstScheduler``) build with fixed settings.
 
 e_{i-1,j} is the end of the batch that gave the request its latest token: the engine emits the
 first token when the last prompt chunk completes (spec §8 P5), so ``SimRequest.last_token_s`` is
@@ -147,7 +148,7 @@ def _prefill_view(r: SimRequest, tbt_s: float, paid_tier: str, block_size_tokens
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class _Setting:
+class BuilderSetting:
     """The builder parameters and tiers one batch is built with."""
 
     builder: BuilderParams
@@ -158,7 +159,7 @@ class _Setting:
         return self.tier_tbt_s.get(r.spec.tier, self.default_tbt_s)
 
 
-class _BuilderScheduler:
+class BuilderScheduler:
     """Shared machinery: engine state -> builder views -> builder plan -> simulator plan."""
 
     mode = "slai"
@@ -167,10 +168,10 @@ class _BuilderScheduler:
     def __init__(self) -> None:
         self._book = _EngineBook()
 
-    def _setting(self, view: EngineView) -> _Setting:
+    def _setting(self, view: EngineView) -> BuilderSetting:
         raise NotImplementedError
 
-    def _after_batch(self, view: EngineView, setting: _Setting, advanced: list[SimRequest]) -> None:
+    def _after_batch(self, view: EngineView, setting: BuilderSetting, advanced: list[SimRequest]) -> None:
         """Hook run once the previous batch is accounted (SLAI computes last schedulable times)."""
         del view, setting, advanced
 
@@ -252,7 +253,7 @@ class _BuilderScheduler:
         return self._book.lst_s.get(request_id)
 
 
-class SlaiScheduler(_BuilderScheduler):
+class SlaiScheduler(BuilderScheduler):
     """SLAI (spec §3.2) obeying the pushed SLAI document, with the engine's LST bookkeeping.
 
     Each batch: the previous batch's time enters tbar; every request that got a token from it and
@@ -291,7 +292,7 @@ class SlaiScheduler(_BuilderScheduler):
         document = view.policy
         return document.payload if isinstance(document, SlaiPolicy) else self._fallback
 
-    def _setting(self, view: EngineView) -> _Setting:
+    def _setting(self, view: EngineView) -> BuilderSetting:
         p = self.payload(view)
         builder = BuilderParams(
             scheduler=SchedulerKind.SLAI,
@@ -301,9 +302,9 @@ class SlaiScheduler(_BuilderScheduler):
             prefill_order=PrefillOrder(p.prefill_order),
             max_model_tokens=1 << 30,
         )
-        return _Setting(builder=builder, tier_tbt_s=dict(p.tier_tbt_s), default_tbt_s=p.default_tbt_s)
+        return BuilderSetting(builder=builder, tier_tbt_s=dict(p.tier_tbt_s), default_tbt_s=p.default_tbt_s)
 
-    def _after_batch(self, view: EngineView, setting: _Setting, advanced: list[SimRequest]) -> None:
+    def _after_batch(self, view: EngineView, setting: BuilderSetting, advanced: list[SimRequest]) -> None:
         p = self.payload(view)
         rule: OffsetRule = offset_rule_of(p)
         book = self._book
@@ -323,98 +324,3 @@ class SlaiScheduler(_BuilderScheduler):
         for r in view.running:
             if r.prefill_done and r.spec.request_id not in book.lst_s:
                 book.lst_s[r.spec.request_id] = view.now_s
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class _FixedConfig:
-    scheduler: SchedulerKind
-    prefill_order: PrefillOrder
-    token_budget_tokens: int
-    max_active: int
-
-
-class SarathiServeScheduler(_BuilderScheduler):
-    """Sarathi-Serve as the SLAI paper ran it (spec §6.1): every decode in every batch, oldest first,
-    partial prefills, then new prefills FCFS or SPF under the chunk budget; whole-prompt reservation,
-    newest-running preemption.
-
-    Args:
-        prefill_order: FCFS (the paper's Sarathi-Serve) or SPF (the authors' variant).
-        token_budget_tokens: the chunk size (paper: 512); at most the engine's budget.
-        max_active: max_num_seqs (paper: 128); at most the engine's.
-    """
-
-    mode = "sarathi"
-
-    def __init__(
-        self,
-        *,
-        prefill_order: PrefillOrder = PrefillOrder.FCFS,
-        token_budget_tokens: int = 512,
-        max_active: int = 128,
-    ) -> None:
-        super().__init__()
-        self._config = _FixedConfig(
-            scheduler=SchedulerKind.SARATHI,
-            prefill_order=prefill_order,
-            token_budget_tokens=token_budget_tokens,
-            max_active=max_active,
-        )
-
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def _setting(self, view: EngineView) -> _Setting:
-        return _fixed_setting(self._config, view)
-
-
-class VllmPrefillFirstScheduler(_BuilderScheduler):
-    """The prefill-first vLLM-like baseline (spec §6.2): whole prompts FCFS in prefill-only batches
-    while any fits, else a decode-only batch of every running request.
-
-    The engine's ``token_budget_tokens`` must hold the longest prompt (spec: 8192), since prompts
-    are never chunked.
-
-    Args:
-        max_batch_tokens: prefill tokens per batch (spec: 8192); at most the engine's budget.
-        max_active: max_num_seqs (paper: 128); at most the engine's.
-    """
-
-    mode = "vllm"
-
-    def __init__(self, *, max_batch_tokens: int = 8192, max_active: int = 128) -> None:
-        super().__init__()
-        self._config = _FixedConfig(
-            scheduler=SchedulerKind.VLLM,
-            prefill_order=PrefillOrder.FCFS,
-            token_budget_tokens=max_batch_tokens,
-            max_active=max_active,
-        )
-
-    @property
-    def policy_kind(self) -> str | None:
-        """The baseline obeys no policy."""
-        return None
-
-    def _setting(self, view: EngineView) -> _Setting:
-        return _fixed_setting(self._config, view)
-
-
-def _fixed_setting(config: _FixedConfig, view: EngineView) -> _Setting:
-    budget = min(config.token_budget_tokens, view.token_budget_tokens)
-    builder = BuilderParams(
-        scheduler=config.scheduler,
-        token_budget_tokens=budget,
-        max_active=min(config.max_active, view.max_num_seqs),
-        prefill_order=config.prefill_order,
-        max_model_tokens=1 << 30,
-        max_batch_tokens=budget,
-    )
-    defaults = SlaiParams()
-    return _Setting(
-        builder=builder,
-        tier_tbt_s={t.tier: t.tbt_slo_s for t in defaults.tiers},
-        default_tbt_s=defaults.default_tbt_s,
-    )

@@ -7,8 +7,9 @@ import pytest
 from schemas.events import Event
 from schemas.steps import RankStepReport, StepReport
 from services.sdk.protocol import ListSink, StaticPolicySource
-from services.sim.dp import DpConfig, DpEngine, FcfsRankRouter, JsqLoadRankRouter, RankRouter
+from services.sim.dp import DpConfig, DpEngine
 from services.sim.metrics import MetricsRecorder
+from services.sim.rank_routers import FcfsRankRouter, JsqLoadRankRouter, RankRouter
 from services.sim.request import RequestSpec
 from services.sim.routing import LeastLoadedRouter
 from services.sim.simulation import Simulation

@@ -21,8 +21,7 @@ from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routing import LeastLoadedRouter
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.baselines import MixedChunkedScheduler
-from services.sim.schedulers.slai import SarathiServeScheduler
+from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiServeScheduler
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import EbTiming

@@ -16,12 +16,8 @@ from services.sim.engine import EngineConfig, SimEngine
 from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.routing import LeastLoadedRouter
-from services.sim.schedulers.slai import (
-    SarathiServeScheduler,
-    SlaiScheduler,
-    VllmPrefillFirstScheduler,
-    safe_default_payload,
-)
+from services.sim.schedulers.baselines import SarathiServeScheduler, VllmPrefillFirstScheduler
+from services.sim.schedulers.slai import SlaiScheduler, safe_default_payload
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import SlaiTiming

@@ -1,0 +1,83 @@
+"""Waiting for Kafka and Redis at a service's start, with backoff, saying what it waits for.
+
+In docker-compose (and after a host reboot) the services often start before the broker or Redis
+answers. Rather than die with a connection traceback and rely on a restart loop, a service waits:
+it probes each backend, logs ``backend_waiting`` with the backend, its address and the next retry,
+doubles the pause up to ``MAX_BACKOFF_S``, and gives up after ``wait_s`` with one clear error.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import redis
+import structlog
+
+from schemas.errors import BackendUnavailableError
+from services.stack.processes import port_open
+
+log = structlog.get_logger(__name__)
+
+FIRST_BACKOFF_S = 0.5
+MAX_BACKOFF_S = 5.0
+
+
+def kafka_answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
+    """True when any ``host:port`` of the bootstrap list accepts a TCP connection."""
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if port.isdigit() and port_open(host or "127.0.0.1", int(port), timeout_s):
+            return True
+    return False
+
+
+def redis_answers(url: str, timeout_s: float = 1.0) -> bool:
+    """True when the Redis at ``url`` answers PING."""
+    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+    try:
+        return bool(client.ping())
+    except redis.RedisError:
+        return False
+    finally:
+        client.close()
+
+
+def wait_for(
+    backend: str,
+    address: str,
+    answers: Callable[[], bool],
+    *,
+    wait_s: float,
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> None:
+    """Return once ``answers()`` is true; retry with doubling pauses, logging each wait.
+
+    Raises:
+        BackendUnavailableError: it did not answer within ``wait_s`` seconds.
+    """
+    started = clock()
+    backoff_s = FIRST_BACKOFF_S
+    while not answers():
+        waited_s = clock() - started
+        if waited_s >= wait_s:
+            msg = f"{backend} at {address} did not answer within {wait_s:g} s"
+            raise BackendUnavailableError(msg, backend=backend)
+        pause_s = min(backoff_s, MAX_BACKOFF_S, max(0.0, wait_s - waited_s))
+        log.warning(
+            "backend_waiting", backend=backend, address=address, waited_s=round(waited_s, 1), retry_in_s=pause_s
+        )
+        sleep(pause_s)
+        backoff_s *= 2
+    log.info("backend_answered", backend=backend, address=address)
+
+
+def wait_for_backends(kafka_bootstrap: str, redis_url: str, *, wait_s: float, redis_shown: str) -> None:
+    """Wait for the broker, then Redis (``redis_shown`` is the URL with credentials hidden).
+
+    Raises:
+        BackendUnavailableError: one of them did not answer within ``wait_s`` seconds.
+    """
+    wait_for("kafka", kafka_bootstrap, lambda: kafka_answers(kafka_bootstrap), wait_s=wait_s)
+    wait_for("redis", redis_shown, lambda: redis_answers(redis_url), wait_s=wait_s)

@@ -1,0 +1,66 @@
+"""services/health.py: what the services export, with deployment and service labels, and the port check."""
+
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from schemas.errors import ConfigError
+from schemas.policy_docs import AdmissionPolicy
+from schemas.policy_docs.base import InputsDigest
+from services.health import FOREIGN_DEPLOYMENTS_LABELLED, HealthServer, ServiceMetrics
+
+
+def _admission(version: int, computed_at: float) -> AdmissionPolicy:
+    return AdmissionPolicy(
+        scope="eng-0",
+        deployment="prod",
+        version=version,
+        computed_at=computed_at,
+        valid_until=computed_at + 30.0,
+        inputs=InputsDigest(snapshot_id="sha256:x"),
+        payload={"pressure": 0.5, "level": "busy", "admit_fraction": 0.8},
+        state={"smoothed_pressure": 0.5, "level": "busy"},
+    )
+
+
+class TestServiceMetrics:
+    def test_a_decided_document_exports_version_validity_and_headline_values(self) -> None:
+        metrics = ServiceMetrics("policy", "prod")
+        metrics.decided(_admission(3, computed_at=100.0))
+        labels = {"deployment": "prod", "service": "policy", "kind": "admission", "scope": "eng-0"}
+        value = metrics.registry.get_sample_value
+        assert value("governor_policy_version", labels) == 3.0
+        assert value("governor_policy_valid_for_seconds", labels) == 30.0
+        assert value("governor_policy_value", {**labels, "name": "admission_level"}) == 1.0
+        assert value("governor_policy_value", {**labels, "name": "admission_admit_fraction"}) == 0.8
+
+    def test_a_later_snapshot_of_the_scope_ages_its_documents_in_event_time(self) -> None:
+        metrics = ServiceMetrics("policy", "prod")
+        metrics.decided(_admission(1, computed_at=100.0))
+        metrics.snapshot_seen("eng-1", 500.0)
+        metrics.snapshot_seen("eng-0", 112.5)
+        labels = {"deployment": "prod", "service": "policy", "kind": "admission", "scope": "eng-0"}
+        assert metrics.registry.get_sample_value("governor_policy_age_seconds", labels) == 12.5
+
+    def test_foreign_deployments_are_labelled_by_name_up_to_a_bound_then_as_other(self) -> None:
+        metrics = ServiceMetrics("stream", "prod")
+        names = [f"dep-{i}" for i in range(FOREIGN_DEPLOYMENTS_LABELLED + 2)]
+        for name in names:
+            metrics.foreign(name)
+        metrics.foreign("dep-0")
+        value = metrics.registry.get_sample_value
+        base = {"deployment": "prod", "service": "stream"}
+        assert value("governor_foreign_events_total", {**base, "foreign_deployment": "dep-0"}) == 2.0
+        assert value("governor_foreign_events_total", {**base, "foreign_deployment": "other"}) == 2.0
+
+
+class TestHealthServer:
+    def test_a_port_in_use_is_a_config_error_naming_it(self) -> None:
+        with socket.socket() as busy:
+            busy.bind(("127.0.0.1", 0))
+            busy.listen()
+            port = busy.getsockname()[1]
+            with pytest.raises(ConfigError, match=f"metrics port 127.0.0.1:{port} is already in use"):
+                HealthServer(ServiceMetrics("stream", "prod"), port)
