@@ -90,14 +90,18 @@ def _dead_letters_by_source(bootstrap: str, deployment: str, start: Marks) -> di
 
 
 def _publish_with_bad_records(stack: StackState, events: list[Event]) -> int:
-    """Produce ``events`` with a truncated copy of every 500th one (invalid JSON); return how many are bad."""
+    """Produce ``events`` with an invalid copy of every 500th one (``seq`` not a number); return how many are bad.
+
+    The bad records stay JSON objects: other tests read the shared telemetry topic as JSON.
+    """
     producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap, linger_ms=5)
     bad = 0
     for i, event in enumerate(events):
         raw = encode_event(event)
         producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=raw)
         if i % 500 == 0:
-            producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=raw[:-7])
+            invalid = json.loads(raw) | {"seq": "not-a-number"}
+            producer.send(TELEMETRY_TOPIC, key=event.engine_id.encode(), value=json.dumps(invalid).encode())
             bad += 1
     producer.flush()
     producer.close()
