@@ -58,10 +58,6 @@ class LeastSquaresFit:
     r_squared: float | None
     rank: int
 
-    def predict(self, features: Sequence[float]) -> float:
-        """Fitted value at ``features`` (same order and length as the fit's features)."""
-        return math.fsum(c * x for c, x in zip(self.coefficients, features, strict=True))
-
 
 class LeastSquares:
     """Running sufficient statistics of a weighted linear regression y ~ x . b.

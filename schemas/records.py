@@ -9,11 +9,12 @@ policy's, an operator's pin or unpin) is on ``gov.policy.decisions``.
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Any, Literal
 
-from pydantic import Field, JsonValue
+from pydantic import Field, JsonValue, model_validator
 
 from schemas.envelope import EventTime, Identifier
+from schemas.estimates import EstimateSummary, check_summary_format
 from schemas.policy_docs.base import ContractModel, SourceOffset
 
 
@@ -28,7 +29,10 @@ class DeadLetter(ContractModel):
 
 
 class EstimateSnapshot(ContractModel):
-    """An immutable, versioned estimate snapshot written at a trigger position."""
+    """An immutable, versioned estimate snapshot written at a trigger position.
+
+    ``estimates`` is one of the typed summaries of schemas/estimates.py, each with its wire format.
+    """
 
     record_type: Literal["estimate_snapshot"] = "estimate_snapshot"
     deployment: Identifier
@@ -38,7 +42,15 @@ class EstimateSnapshot(ContractModel):
     ts: EventTime
     trigger: str = Field(max_length=128, description="what fired: completions:100, interval:10s, ...")
     offsets: list[SourceOffset] = Field(default_factory=list)
-    estimates: dict[str, JsonValue]
+    estimates: EstimateSummary
+
+    @model_validator(mode="before")
+    @classmethod
+    def _summary_format(cls, data: Any) -> Any:
+        """Refuse a summary of another wire format in one line, before its fields are validated."""
+        if isinstance(data, dict):
+            check_summary_format(data.get("estimates"))
+        return data
 
 
 class PolicyConfigRecord(ContractModel):

@@ -1,11 +1,13 @@
 """The Kafka clients the control-plane services use, configured once.
 
 Group members commit nothing to Kafka that matters (offsets that count live in Redis, beside the
-state they produced), poll often, and use a short rebalance timeout: on the Tansu broker a
-kafka-python member joins only after ``max_poll_interval_ms`` (DESIGN section 7), so a few seconds
-keeps joins and restarts quick. Fetches wait at most 10 ms on the broker, because on this broker
-the default long poll (500 ms) showed up whole in the event-to-decision latency. Producers ask for
-a leader ack and no idempotence (Tansu and the control plane's own dedup make it unnecessary).
+state they produced). The timeouts that depend on the broker come from ``Settings``
+(``KafkaClientTimeouts``, services/settings.py); their defaults are tuned for the local Tansu
+broker: a short rebalance timeout, because on Tansu a kafka-python member joins only after
+``max_poll_interval_ms`` (DESIGN section 7), and fetches that wait at most 10 ms, because Tansu
+holds a fetch for the whole wait and the default long poll (500 ms) showed up whole in the
+event-to-decision latency. docker-compose.yml sets the Apache Kafka clients' defaults instead.
+Producers ask for a leader ack and no idempotence (the control plane's own dedup makes it unnecessary).
 """
 
 from __future__ import annotations
@@ -17,12 +19,16 @@ from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from services.backends import kafka_answers
-
-REBALANCE_TIMEOUT_MS = 5000
-FETCH_MAX_WAIT_MS = 10  # a fetch returns at once when data is there; the broker's default 500 ms holds it back
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 
 
-def group_consumer(bootstrap: str, group_id: str, *, max_poll_records: int = 500) -> KafkaConsumer:
+def group_consumer(
+    bootstrap: str,
+    group_id: str,
+    *,
+    max_poll_records: int = 500,
+    timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+) -> KafkaConsumer:
     """A consumer-group member that reads from the earliest offset and never auto-commits."""
     return KafkaConsumer(
         bootstrap_servers=bootstrap,
@@ -30,16 +36,16 @@ def group_consumer(bootstrap: str, group_id: str, *, max_poll_records: int = 500
         enable_auto_commit=False,
         auto_offset_reset="earliest",
         max_poll_records=max_poll_records,
-        max_poll_interval_ms=REBALANCE_TIMEOUT_MS,
-        session_timeout_ms=6000,
-        heartbeat_interval_ms=1000,
-        fetch_max_wait_ms=FETCH_MAX_WAIT_MS,
+        max_poll_interval_ms=timeouts.max_poll_interval_ms,
+        session_timeout_ms=timeouts.session_timeout_ms,
+        heartbeat_interval_ms=timeouts.heartbeat_interval_ms,
+        fetch_max_wait_ms=timeouts.fetch_max_wait_ms,
     )
 
 
-def record_producer(bootstrap: str) -> KafkaProducer:
+def record_producer(bootstrap: str, *, timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS) -> KafkaProducer:
     """A producer for the control plane's own records (snapshots, decisions, dead letters)."""
-    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=2, acks=1, enable_idempotence=False)
+    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=timeouts.linger_ms, acks=1, enable_idempotence=False)
 
 
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]

@@ -8,15 +8,49 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from schemas.errors import ConfigError
 
 ENV_PREFIX = "GOVERNOR_"
 ENV_ALIASES = {"redis_url": "REDIS_URL"}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaClientTimeouts:
+    """The Kafka client timeouts that depend on the broker (services/kafka_clients.py), milliseconds.
+
+    Attributes:
+        max_poll_interval_ms: a group member's rebalance timeout; kafka-python joins a group on the
+            Tansu broker only after it, so the local broker wants it short.
+        session_timeout_ms: how long the group coordinator waits for a heartbeat.
+        heartbeat_interval_ms: how often a member heartbeats.
+        fetch_max_wait_ms: how long the broker may hold a fetch with no data; Tansu holds it whole
+            even when data arrives, so there it bounds the event-to-decision latency.
+        linger_ms: how long a producer waits to batch records.
+    """
+
+    max_poll_interval_ms: int
+    session_timeout_ms: int
+    heartbeat_interval_ms: int
+    fetch_max_wait_ms: int
+    linger_ms: int
+
+
+LOCAL_BROKER_TIMEOUTS = KafkaClientTimeouts(
+    max_poll_interval_ms=5000, session_timeout_ms=6000, heartbeat_interval_ms=1000, fetch_max_wait_ms=10, linger_ms=2
+)
+APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own defaults (docker-compose.yml sets them)
+    max_poll_interval_ms=300_000,
+    session_timeout_ms=45_000,
+    heartbeat_interval_ms=3000,
+    fetch_max_wait_ms=500,
+    linger_ms=5,
+)
 
 
 class EnvSettings(BaseModel):
@@ -63,7 +97,11 @@ class Settings(EnvSettings):
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="lowest level logged")
     redis_timeout_s: float = Field(default=2.0, gt=0.0, description="timeout of each Redis call, seconds")
     kafka_timeout_s: float = Field(default=10.0, gt=0.0, description="timeout of Kafka admin and flush, seconds")
-    seed: int = Field(default=42, ge=0, description="seed of every random generator")
+    seed: int | None = Field(
+        default=None,
+        ge=0,
+        description="seed of the simulated workload of governor demo and governor sim; unset: the scenario's own",
+    )
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
     metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
     backend_wait_s: float = Field(
@@ -72,10 +110,53 @@ class Settings(EnvSettings):
     fleet_slot_s: float = Field(
         default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
     )
+    kafka_max_poll_interval_ms: int = Field(
+        default=LOCAL_BROKER_TIMEOUTS.max_poll_interval_ms,
+        ge=1000,
+        description="rebalance timeout of the services' group members, ms (Apache Kafka: 300000)",
+    )
+    kafka_session_timeout_ms: int = Field(
+        default=LOCAL_BROKER_TIMEOUTS.session_timeout_ms,
+        ge=1000,
+        description="group session timeout of the services' consumers, ms (Apache Kafka: 45000)",
+    )
+    kafka_heartbeat_interval_ms: int = Field(
+        default=LOCAL_BROKER_TIMEOUTS.heartbeat_interval_ms,
+        ge=100,
+        description="heartbeat interval of the services' consumers, ms (Apache Kafka: 3000)",
+    )
+    kafka_fetch_max_wait_ms: int = Field(
+        default=LOCAL_BROKER_TIMEOUTS.fetch_max_wait_ms,
+        ge=0,
+        description="longest a broker may hold the services' fetches, ms (Apache Kafka: 500)",
+    )
+    kafka_linger_ms: int = Field(
+        default=LOCAL_BROKER_TIMEOUTS.linger_ms, ge=0, description="producer batching delay, ms (Apache Kafka: 5)"
+    )
     stream_runtime: Literal["kafka", "faust"] = Field(
         default="kafka",
         description="stream processor runtime: kafka (kafka-python) or faust (faust-streaming)",
     )
+
+    @model_validator(mode="after")
+    def _heartbeat_within_session(self) -> Self:
+        if self.kafka_heartbeat_interval_ms >= self.kafka_session_timeout_ms:
+            msg = (
+                f"kafka_heartbeat_interval_ms ({self.kafka_heartbeat_interval_ms}) must be below "
+                f"kafka_session_timeout_ms ({self.kafka_session_timeout_ms})"
+            )
+            raise ValueError(msg)
+        return self
+
+    def kafka_client_timeouts(self) -> KafkaClientTimeouts:
+        """The Kafka client timeouts these settings name, for services/kafka_clients.py."""
+        return KafkaClientTimeouts(
+            max_poll_interval_ms=self.kafka_max_poll_interval_ms,
+            session_timeout_ms=self.kafka_session_timeout_ms,
+            heartbeat_interval_ms=self.kafka_heartbeat_interval_ms,
+            fetch_max_wait_ms=self.kafka_fetch_max_wait_ms,
+            linger_ms=self.kafka_linger_ms,
+        )
 
     def redacted(self) -> dict[str, object]:
         """Return the settings for the ``settings_loaded`` log line, with credentials in URLs hidden."""

@@ -1,7 +1,7 @@
 """EB+ benchmark: the analytic EB-vs-MB throughput model beside the paper's Table 3, and decide() speed.
 
-Until the simulator exists, the closed-loop comparison (issue 6) cannot run; this script prints what
-can be measured now:
+The analytic side only: the closed-loop comparison in the simulator is ops/bench/bench_ebplus_loop.py.
+This script prints:
 
 1. Eq. 4 (EB at k = theta N) and the MB model 1 / beta_MB^e(r^) in tok/s on the Qwen3-8B H200 and
    RTX PRO 6000 calibrations at mu_L = 512, mu_O = 256, set beside Table 3 (c = 2048) and the spec's

@@ -3,7 +3,8 @@
 Target (issue 5): >= 100x real time. Events go to an in-memory ``ListSink`` (every schema event is
 built and validated, as in the offline loop mode). Prints the figures and writes JSON to ``--out``.
 
-    /work/venv/bin/python ops/bench/bench_sim.py [--scenario fleet-8] [--duration-s 120] [--out out/bench/sim.json]
+    PYTHONPATH=. .venv/bin/python ops/bench/bench_sim.py [--scenario fleet-8] [--duration-s 120]
+        [--out out/bench/sim.json]
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ requests, the paper's metric), P99 TBT per tier, completions, KV use; then the c
 <= 0.5 s (linear interpolation between grid rates; also with the tail-TBT targets) and the median-TTFT
 cut at the highest rate, beside the paper's headline numbers. Writes JSON and a PNG under ``--out``.
 
-    PYTHONPATH=. /work/venv/bin/python ops/bench/bench_slai_loop.py --out out/bench/bench_slai_loop.json
+    PYTHONPATH=. .venv/bin/python ops/bench/bench_slai_loop.py --out out/bench/bench_slai_loop.json
 """
 
 from __future__ import annotations

@@ -357,11 +357,6 @@ def _classes(class_id: IntArray) -> list[int]:
     return [int(c) for c in np.unique(class_id)]
 
 
-def _caps(max_tokens: list[int | None]) -> FloatArray:
-    """Output caps as floats, np.inf for "no cap"."""
-    return np.asarray([np.inf if m is None else m for m in max_tokens], dtype=np.float64)
-
-
 def _current_loads(active: ActiveBatch, num_ranks: int) -> FloatArray:
     """L_g(k) = sum of s_i + a_i over each rank's active requests (Eq. 1)."""
     context = active.prompt_tokens + active.generated_tokens

@@ -2,7 +2,7 @@
 
 from policies.fleetopt.calibration import ExactCalibrator, PoolCalibration, calibrate_paper, slots_per_gpu
 from policies.fleetopt.cdf import LengthCdf
-from policies.fleetopt.compression import RoutingSplit, effective_p_c, gamma_b_tokens, split_traffic
+from policies.fleetopt.compression import RoutingSplit, gamma_b_tokens, split_traffic
 from policies.fleetopt.cost import annual_cost_kusd, fleet_cost_usd_per_hr, savings_frac
 from policies.fleetopt.decide import decide
 from policies.fleetopt.erlang import erlang_c, p99_wait_s
@@ -29,7 +29,6 @@ __all__ = [
     "calibrate_paper",
     "cheapest",
     "decide",
-    "effective_p_c",
     "erlang_c",
     "evaluate_pool",
     "fleet_cost_usd_per_hr",

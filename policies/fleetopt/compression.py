@@ -7,11 +7,9 @@ and whose compression succeeds are cut to T_c = B - L_out (Eq. 15) and join it; 
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass
 
 from policies.fleetopt.cdf import LengthCdf
-from schemas.errors import InvalidInputError
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,30 +60,3 @@ def split_traffic(
         short_rate_per_s=alpha_prime * arrival_rate_per_s,
         long_rate_per_s=(1.0 - alpha_prime) * arrival_rate_per_s,
     )
-
-
-def effective_p_c(
-    borderline_share_by_category: Mapping[str, float], safe_categories: tuple[str, ...], success_frac: float
-) -> float:
-    """p_c = (share of borderline traffic in a safe category) * (compressor success rate), spec section 2.6.
-
-    Args:
-        borderline_share_by_category: share of the borderline band per category; shares must sum to 1.
-        safe_categories: categories that may be compressed (code never is).
-        success_frac: fraction of compressions that fit the budget T_c, in [0, 1].
-
-    Raises:
-        InvalidInputError: on negative shares, shares not summing to 1, or success_frac outside [0, 1].
-    """
-    if any(share < 0.0 for share in borderline_share_by_category.values()):
-        msg = f"borderline_share_by_category must be >= 0, got {dict(borderline_share_by_category)}"
-        raise InvalidInputError(msg, field="borderline_share_by_category", value=dict(borderline_share_by_category))
-    total = sum(borderline_share_by_category.values())
-    if abs(total - 1.0) > 1e-6:
-        msg = f"borderline_share_by_category must sum to 1, got {total}"
-        raise InvalidInputError(msg, field="borderline_share_by_category", value=total)
-    if not 0.0 <= success_frac <= 1.0:
-        msg = f"success_frac must lie in [0, 1], got {success_frac}"
-        raise InvalidInputError(msg, field="success_frac", value=success_frac)
-    safe = sum(share for cat, share in borderline_share_by_category.items() if cat in safe_categories)
-    return safe * success_frac

@@ -279,8 +279,7 @@ def run(args: argparse.Namespace) -> int:
         read_config(shadow_assignment(shadow)[1])
     status = stack_status(settings.state_dir)
     stop_stack = not (status.kafka_ok and status.redis_ok)
-    seed = None if args.seed is None else settings.seed
-    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=seed)
+    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=settings.seed)
     run_id = uuid.uuid4().hex[:8]
     deployment = f"demo-{run_id}"
     governed = replace(scenario, deployment=deployment)

@@ -4,22 +4,40 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Sequence
+from types import UnionType
+from typing import Any, Literal, Union, get_args, get_origin
 
 from services.logs import configure_logging
 from services.settings import Settings
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
-    """Add ``--<field>`` for each named Settings field, with the field's description as help."""
+    """Add ``--<field>`` for each named Settings field, typed as the field, with its description as help.
+
+    A flag of a number field arrives as that number (argparse refuses ``--seed x`` in one line); a
+    field of a few literal values lists them as the flag's choices.
+    """
     for name in fields:
         info = Settings.model_fields[name]
+        kind = _flag_type(info.annotation)
+        choices = get_args(kind) if get_origin(kind) is Literal else None
         parser.add_argument(
             f"--{name.replace('_', '-')}",
             dest=name,
             default=None,
+            type=str if choices is not None else kind,
+            choices=choices,
             metavar=name.upper(),
             help=f"{info.description} (default {info.default})",
         )
+
+
+def _flag_type(annotation: Any) -> Any:
+    """The type a flag parses to: the field's type, or the one that is not None of an optional field."""
+    if get_origin(annotation) in {Union, UnionType}:
+        (kind,) = [arg for arg in get_args(annotation) if arg is not type(None)]
+        return kind
+    return annotation
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:

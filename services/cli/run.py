@@ -143,6 +143,7 @@ def run_stream(args: argparse.Namespace) -> int:
         store=store,
         registry=registry,
         metrics=metrics,
+        kafka_timeouts=settings.kafka_client_timeouts(),
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
@@ -169,5 +170,6 @@ def run_policy(args: argparse.Namespace) -> int:
         metrics=metrics,
         pins=RedisPins.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s),
         fleet_slot_s=settings.fleet_slot_s,
+        kafka_timeouts=settings.kafka_client_timeouts(),
     )
     return _serve("policy", service, metrics, settings, args.idle_exit_s)

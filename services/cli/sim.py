@@ -61,12 +61,11 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         help="also run the same workload and seed ungoverned and on the papers' baselines; print the deltas",
     )
     sim.add_argument("--duration-s", type=float, default=None, help="simulated seconds (default: the scenario's)")
-    sim.add_argument("--seed", type=int, default=None, help="random seed (default: the scenario's)")
     sim.add_argument("--rate", type=float, default=None, help="arrival rate of the first phase, requests/s")
     sim.add_argument("--speed", type=float, default=1.0, help="live control: simulated seconds per wall second")
     sim.add_argument("--out", type=Path, default=None, help="output folder (default out/sim/SCENARIO)")
     sim.add_argument("--record", action="store_true", help="also write the event stream to events.jsonl")
-    add_settings_flags(sim, ["fleet_slot_s", "state_dir", "redis_url", "log_format"])
+    add_settings_flags(sim, ["seed", "fleet_slot_s", "state_dir", "redis_url", "log_format"])
     sim.set_defaults(handler=run)
 
 
@@ -98,7 +97,7 @@ def run(args: argparse.Namespace) -> int:
         return 0
     settings = settings_from_args(args)
     control = Control(args.control)
-    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=args.seed, rate_per_s=args.rate)
+    scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=settings.seed, rate_per_s=args.rate)
     out: Path = args.out or Path("out") / "sim" / scenario.name
     out.mkdir(parents=True, exist_ok=True)
     print(f"scenario {scenario.name}: {scenario.duration_s:g} simulated s, seed {scenario.seed}")

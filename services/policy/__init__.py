@@ -1,14 +1,12 @@
 """Policy services: the registry, the snapshot-to-document runner and the live service."""
 
 from services.policy.decisions import DecisionMaker
-from services.policy.registry import EveryEvents, EverySeconds, PolicyRegistry, PolicySpec
+from services.policy.registry import PolicyRegistry, PolicySpec
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 
 __all__ = [
     "DecisionMaker",
-    "EveryEvents",
-    "EverySeconds",
     "PolicyRegistry",
     "PolicyService",
     "PolicySpec",

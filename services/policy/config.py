@@ -33,6 +33,7 @@ from policies.ebplus.calibration import CALIBRATION_PROFILES
 from policies.fleetopt import FleetoptParams, PlannerMode
 from policies.slai import OffsetMode, PrefillOrder, SlaiParams, TierSlo
 from schemas.errors import InvalidInputError
+from schemas.estimates import EngineRegistration
 from services.policy.registry import PolicyRegistry
 from services.policy.specs import default_registry
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
@@ -63,16 +64,15 @@ class AppliesTo(Section):
     models: list[str] | None = None
     schedulers: list[str] | None = None
 
-    def matches(self, engine_id: str, engine: Mapping[str, Any]) -> bool:
-        """True when the engine (its id and its registration's fields) passes every list given."""
+    def matches(self, engine_id: str, *, model: str | None, scheduler: str | None) -> bool:
+        """True when the engine (its id, and the model and scheduler it registered) passes every list given."""
         if self.engines is not None and not any(fnmatch.fnmatchcase(engine_id, p) for p in self.engines):
             return False
-        model = engine.get("model")
         if self.models is not None and not (
-            isinstance(model, str) and any(fnmatch.fnmatchcase(model, p) for p in self.models)
+            model is not None and any(fnmatch.fnmatchcase(model, p) for p in self.models)
         ):
             return False
-        return self.schedulers is None or engine.get("scheduler") in self.schedulers
+        return self.schedulers is None or scheduler in self.schedulers
 
 
 class AdmissionSection(Section):
@@ -206,10 +206,14 @@ class PolicySet:
     scopes: Mapping[str, AppliesTo] = field(default_factory=dict)
     digest: str | None = None
 
-    def applies(self, kind: str, engine_id: str, engine: Mapping[str, Any]) -> bool:
-        """True when the configuration lets ``kind`` decide for this engine."""
+    def applies(self, kind: str, engine_id: str, engine: EngineRegistration | None) -> bool:
+        """True when the configuration lets ``kind`` decide for this engine (``engine``: its registration, if seen)."""
         selector = self.scopes.get(kind)
-        return selector is None or selector.matches(engine_id, engine)
+        if selector is None:
+            return True
+        model = None if engine is None else engine.model
+        scheduler = None if engine is None else engine.scheduler
+        return selector.matches(engine_id, model=model, scheduler=scheduler)
 
 
 def config_digest(config: Mapping[str, Any]) -> str:

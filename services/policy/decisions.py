@@ -19,14 +19,16 @@ from dataclasses import dataclass, field
 from pydantic import ValidationError
 
 from schemas.errors import InvalidInputError
+from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
-from services.policy.registry import EverySeconds, PolicyRegistry, PolicySpec
+from services.policy.registry import PolicyRegistry, PolicySpec
 from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
 from services.store.protocol import Store
 from services.stream.fleet import FleetAggregator
+from services.triggers import EverySeconds
 
 FLEET_STATE_PREFIX = "fleet-"
 
@@ -79,8 +81,9 @@ class DecisionMaker:
                 handled.fleet_snapshots.append(fleet_snapshot)
                 self._decide(spec, fleet_snapshot, handled)
             return handled
-        engine = snapshot.estimates.get("engine")
-        if not self.policy_set.applies(spec.kind, snapshot.scope, engine if isinstance(engine, dict) else {}):
+        summary = snapshot.estimates
+        engine = summary.engine if isinstance(summary, EngineSummary) else None
+        if not self.policy_set.applies(spec.kind, snapshot.scope, engine):
             self.skipped["not_applicable"] = self.skipped.get("not_applicable", 0) + 1
             return handled
         self._decide(spec, snapshot, handled)

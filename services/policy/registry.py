@@ -1,4 +1,4 @@
-"""The policy registry: each policy plugs in with its kind, scope, trigger, reads and pure decide.
+"""The policy registry: each policy plugs in with its kind, scope, trigger, inputs and pure decide.
 
 A ``PolicySpec`` is everything the runtime needs to run one policy: when to decide (every N events
 of a type on an engine's stream, or every T seconds of event time), how to build the policy's
@@ -16,32 +16,7 @@ from policies.decision import Decision
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import EstimateSnapshot
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EveryEvents:
-    """Fire at every ``n``-th event of ``event_type`` on an engine's stream."""
-
-    event_type: str
-    n: int
-
-    def describe(self) -> str:
-        """Return e.g. ``every 100 request.finished``."""
-        return f"every {self.n} {self.event_type}"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class EverySeconds:
-    """Fire when event time has advanced ``seconds`` past the last firing on a scope."""
-
-    seconds: float
-
-    def describe(self) -> str:
-        """Return e.g. ``every 10s``."""
-        return f"every {self.seconds:g}s"
-
-
-Trigger = EveryEvents | EverySeconds
+from services.triggers import Trigger
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -52,7 +27,6 @@ class PolicySpec:
         kind: the policy kind, as in its document's ``kind`` and the Redis key.
         scope: ``engine`` (one document per engine) or ``fleet`` (one per deployment).
         trigger: when the processor snapshots estimates for this policy.
-        reads: names of the estimates the policy reads (documentation and the inputs digest).
         document_type: the pydantic document class.
         inputs_from_snapshot: builds the decide inputs from a snapshot; None when data is too thin.
         decide: the pure decide function with its parameters bound: (inputs, previous, now_s).
@@ -64,7 +38,6 @@ class PolicySpec:
     kind: str
     scope: Literal["engine", "fleet"]
     trigger: Trigger
-    reads: tuple[str, ...]
     document_type: type[PolicyDocument]
     inputs_from_snapshot: Callable[[EstimateSnapshot], Any]
     decide: Callable[[Any, Any, float], Decision[Any, Any]]

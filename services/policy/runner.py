@@ -13,6 +13,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from schemas.estimates import FleetSummary
 from schemas.policy_docs.base import ClampRecord, InputsDigest, PolicyDocument
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec
@@ -82,7 +83,4 @@ def _finite(value: float | int | str | bool | None) -> float | int | str | bool 
 
 
 def _engines_of(snapshot: EstimateSnapshot) -> list[str]:
-    engines = snapshot.estimates.get("engines")
-    if isinstance(engines, list):
-        return [str(e) for e in engines]
-    return []
+    return list(snapshot.estimates.engines) if isinstance(snapshot.estimates, FleetSummary) else []

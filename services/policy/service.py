@@ -41,6 +41,7 @@ from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
@@ -84,6 +85,7 @@ class PolicyService:
         metrics: ServiceMetrics | None = None,
         pins: PinBoard | None = None,
         fleet_slot_s: float = FLEET_SLOT_S,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
         self._deployment = deployment
         self._store = store
@@ -96,8 +98,8 @@ class PolicyService:
         self._metrics = metrics
         self.counters = PolicyCounters()
         self._applied: dict[str, int] = {}
-        self._consumer = group_consumer(bootstrap, group_id or f"governor-policy-{deployment}")
-        self._producer = record_producer(bootstrap)
+        self._consumer = group_consumer(bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
         self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
         self._stopped = False
 
@@ -204,7 +206,7 @@ class PolicyService:
             parsed = _LOG_RECORD.validate_json(raw)
         except ValidationError as exc:
             self.counters.invalid += 1
-            log.warning("snapshot_invalid", reason=str(exc).splitlines()[0])
+            log.warning("snapshot_invalid", reason=exc.errors(include_url=False)[0]["msg"])
             return
         if parsed.deployment != self._deployment:
             return

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 
+from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.config import PolicySet
@@ -39,8 +40,9 @@ class ShadowPolicy:
         spec = self.policy_set.registry.get(snapshot_kind(snapshot))
         if spec.scope == "fleet":
             return [r for s in fleet_snapshots if (r := self._decide(spec, s)) is not None]
-        engine = snapshot.estimates.get("engine")
-        if not self.policy_set.applies(spec.kind, snapshot.scope, engine if isinstance(engine, dict) else {}):
+        summary = snapshot.estimates
+        engine = summary.engine if isinstance(summary, EngineSummary) else None
+        if not self.policy_set.applies(spec.kind, snapshot.scope, engine):
             return []
         record = self._decide(spec, snapshot)
         return [] if record is None else [record]

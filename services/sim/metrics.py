@@ -158,11 +158,6 @@ class MetricsRecorder:
         """Record one DP step: Eq. 2 imbalance, summed rank idle time at the barrier, G * step time."""
         self.rank_samples.append((imbalance_tokens, idle_s, capacity_s))
 
-    @property
-    def finished_count(self) -> int:
-        """Requests finished so far."""
-        return len(self.finishes)
-
     def summarize(
         self, duration_s: float, *, timeline_step_s: float = 1.0, tier_timeline_step_s: float = 5.0
     ) -> RunSummary:

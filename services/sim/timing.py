@@ -187,10 +187,6 @@ class BfioTiming:
         """C + t_l L*, seconds, with L* the largest rank load of the step."""
         return self.c_s + self.t_l_s_per_token * shape.max_rank_load_tokens
 
-    def rank_time_s(self, load_tokens: int) -> float:
-        """One rank's local compute time C + t_l L_g (its share before the barrier), seconds."""
-        return self.c_s + self.t_l_s_per_token * load_tokens
-
 
 class JitteredTiming:
     """A timing model whose every step time is multiplied by seeded log-normal noise of mean 1.

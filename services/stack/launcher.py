@@ -14,7 +14,6 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from urllib.parse import urlparse
 
 import redis
 import structlog
@@ -224,9 +223,3 @@ def stack_down(state_dir: Path) -> StackState | None:
     _state_path(state_dir).unlink(missing_ok=True)
     log.info("stack_down", kafka=state.kafka_bootstrap, redis=state.redis_url)
     return state
-
-
-def redis_host_port(url: str) -> tuple[str, int]:
-    """Return (host, port) of a redis:// URL."""
-    parsed = urlparse(url)
-    return parsed.hostname or "127.0.0.1", parsed.port or 6379

@@ -40,9 +40,9 @@ from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_k
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
-from services.policy.registry import PolicyRegistry
 from services.store.protocol import Store
 from services.stream.fold import Folder
+from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 
@@ -120,7 +120,7 @@ class TelemetryBatches:
         *,
         deployment: str,
         store: Store,
-        registry: PolicyRegistry,
+        registry: Iterable[TriggerSpec],
         producer: KafkaProducer,
         consumer: ConsumerView,
         clock: Callable[[], float] = time.monotonic,

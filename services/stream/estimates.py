@@ -15,8 +15,9 @@ helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
 - trigger bookkeeping: counters and last firing time per policy, and the snapshot version;
 - for fleet-scope policies, the engine's contribution to the current fleet slot (services/stream/fleet.py).
 
-``summary`` renders the current estimates as JSON-compatible values; a policy's inputs are built
-from that summary alone, so that a snapshot read back from Kafka decides exactly as it did live.
+``summary`` renders the current estimates as a typed ``EngineSummary`` (schemas/estimates.py, units in
+every field name); a policy's inputs are built from that summary alone, so that a snapshot read back
+from Kafka decides exactly as it did live.
 """
 
 from __future__ import annotations
@@ -46,6 +47,20 @@ from estimators import (
 )
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
+from schemas.estimates import (
+    CostFits,
+    DpSummary,
+    DurationQuantiles,
+    EngineRegistration,
+    EngineSummary,
+    HazardFit,
+    LastStep,
+    LinearCostFit,
+    MixedBatchFit,
+    StepModelFit,
+    SurvivalSummary,
+    TierSummary,
+)
 from schemas.events import Event
 from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import BatchKind, RankStepReport, StepReport
@@ -193,120 +208,129 @@ class EngineEstimates:
         if finished.tbt_slo_s is not None:
             self.tbt_slo_s[tier] = finished.tbt_slo_s
 
-    def summary(self) -> dict[str, JsonValue]:
-        """Return the current estimates, JSON-compatible; ``None`` marks "not enough data"."""
+    def summary(self) -> EngineSummary:
+        """Return the current estimates as the typed summary policies read; ``None`` marks "not enough data"."""
         finished = self.outputs.snapshot()
         ages = self.in_flight.ages_tokens()
         sample = finished.with_in_flight(ages)
         hazard = fit_linear_hazard(sample)
         arrivals = self.arrivals.snapshot()
         completions = self.completions.snapshot()
-        summary: dict[str, JsonValue] = {
-            "engine_id": self.engine_id,
-            "engine": self.engine,
-            "ts": self.last_ts,
-            "events_folded": self.events_folded,
-            "completions_total": self.finished_total,
-            "arrival_rate_per_s": arrivals.window_rate_per_s,
-            "arrival_rate_short_per_s": arrivals.rate_per_s,
-            "completion_rate_per_s": completions.window_rate_per_s,
-            "completion_rate_short_per_s": completions.rate_per_s,
-            "mu_l_tokens": self.prompt_mean.snapshot(),
-            "mu_o_tokens": self.output_mean.snapshot(),
-            "n_obs": self.n_obs.snapshot().value,
-            "last_step": dict(self.last_step),
-            "tbar_s": self.step_time_sum_s / self.step_count if self.step_count else None,
-            "step_time": _quantiles(self.step_times),
-            "hazard": None
+        return EngineSummary(
+            engine_id=self.engine_id,
+            engine=self._registration(),
+            ts_s=self.last_ts,
+            events_folded=self.events_folded,
+            completions_total=self.finished_total,
+            arrival_rate_per_s=arrivals.window_rate_per_s,
+            arrival_rate_short_per_s=arrivals.rate_per_s,
+            completion_rate_per_s=completions.window_rate_per_s,
+            completion_rate_short_per_s=completions.rate_per_s,
+            mu_l_tokens=self.prompt_mean.snapshot(),
+            mu_o_tokens=self.output_mean.snapshot(),
+            n_obs_requests=self.n_obs.snapshot().value,
+            last_step=self._last_step(),
+            tbar_s=self.step_time_sum_s / self.step_count if self.step_count else None,
+            step_time_s=_quantiles(self.step_times),
+            hazard=None
             if isinstance(hazard, NotEnoughData)
-            else {
-                "p0": hazard.p0,
-                "eta": hazard.eta,
-                "n_samples": hazard.n_samples,
-                "n_censored": hazard.n_censored,
-                "t_start_tokens": hazard.t_start_tokens,
-                "t95_tokens": hazard.t95_tokens,
-            },
-            "output_samples": finished.n_samples,
-            "in_flight_censored": len(ages),
-            "cost": self._cost_summary(),
-            "tiers": self._tier_summary(),
-            "survival": self._survival_summary(sample),
-            "dp": self._dp_summary(),
-        }
-        return summary
-
-    def _cost_summary(self) -> dict[str, JsonValue]:
-        fits: dict[str, JsonValue] = {}
-        for kind in BatchKind:
-            fit = self.costs.fit(kind)
-            fits[kind.value] = (
-                None
-                if isinstance(fit, NotEnoughData)
-                else {
-                    "alpha_s": fit.alpha_s,
-                    "beta_s_per_unit": fit.beta_s_per_unit,
-                    "n_samples": fit.n_samples,
-                    "residual_std_s": fit.residual_std_s,
-                }
-            )
-        mixed = self.mixed.fit()
-        fits["beta_mb"] = (
-            None
-            if isinstance(mixed, NotEnoughData)
-            else {
-                "alpha_mb_s": mixed.alpha_mb_s,
-                "a": mixed.a,
-                "b": mixed.b,
-                "c": mixed.c,
-                "n_samples": mixed.n_samples,
-            }
+            else HazardFit(
+                p0_per_token=hazard.p0,
+                eta_per_token2=hazard.eta,
+                n_samples=hazard.n_samples,
+                n_censored=hazard.n_censored,
+                t_start_tokens=hazard.t_start_tokens,
+                t95_tokens=hazard.t95_tokens,
+            ),
+            output_samples=finished.n_samples,
+            in_flight_censored=len(ages),
+            cost=self._cost_summary(),
+            tiers=self._tier_summary(),
+            survival=self._survival_summary(sample),
+            dp=self._dp_summary(),
         )
-        return fits
 
-    def _tier_summary(self) -> dict[str, JsonValue]:
-        tiers: dict[str, JsonValue] = {}
+    def _registration(self) -> EngineRegistration | None:
+        return EngineRegistration.model_validate(self.engine) if self.engine else None
+
+    def _last_step(self) -> LastStep | None:
+        step = self.last_step
+        if not step:
+            return None
+        return LastStep(
+            running_requests=int(step["num_running"]),
+            waiting_requests=int(step["num_waiting"]),
+            kv_use_frac=step["kv_use_frac"],
+            kv_capacity_tokens=int(step["kv_capacity_tokens"]),
+        )
+
+    def _cost_summary(self) -> CostFits:
+        mixed = self.mixed.fit()
+        return CostFits(
+            prefill=self._linear_fit(BatchKind.PREFILL),
+            decode=self._linear_fit(BatchKind.DECODE),
+            mixed=self._linear_fit(BatchKind.MIXED),
+            beta_mb=None
+            if isinstance(mixed, NotEnoughData)
+            else MixedBatchFit(
+                alpha_mb_s=mixed.alpha_mb_s,
+                c0_s_per_token=mixed.a,
+                c1_s_per_token=mixed.b,
+                c2_s_per_token=mixed.c,
+                n_samples=mixed.n_samples,
+            ),
+        )
+
+    def _linear_fit(self, kind: BatchKind) -> LinearCostFit | None:
+        fit = self.costs.fit(kind)
+        if isinstance(fit, NotEnoughData):
+            return None
+        return LinearCostFit(
+            alpha_s=fit.alpha_s,
+            beta_s_per_unit=fit.beta_s_per_unit,
+            n_samples=fit.n_samples,
+            residual_std_s=fit.residual_std_s,
+        )
+
+    def _tier_summary(self) -> dict[str, TierSummary]:
+        tiers: dict[str, TierSummary] = {}
         for tier in sorted(set(self.ttft) | set(self.tbt_p99) | set(self.tbt_gaps) | set(self.tbt_slo_s)):
             gaps, over = self.tbt_gaps.get(tier, [0, 0])
-            tiers[tier] = {
-                "tbt_slo_s": self.tbt_slo_s.get(tier),
-                "ttft": _quantiles(self.ttft[tier]) if tier in self.ttft else None,
-                "tbt_p99": _quantiles(self.tbt_p99[tier]) if tier in self.tbt_p99 else None,
-                "tbt_gaps": gaps,
-                "tbt_gaps_over_slo": over,
-            }
+            tiers[tier] = TierSummary(
+                tbt_slo_s=self.tbt_slo_s.get(tier),
+                ttft_s=_quantiles(self.ttft[tier]) if tier in self.ttft else None,
+                tbt_p99_s=_quantiles(self.tbt_p99[tier]) if tier in self.tbt_p99 else None,
+                tbt_gaps=gaps,
+                tbt_gaps_over_slo=over,
+            )
         return tiers
 
-    def _survival_summary(self, sample: OutputLengthSample) -> JsonValue:
+    def _survival_summary(self, sample: OutputLengthSample) -> SurvivalSummary | None:
         if sample.n_samples == 0:
             return None
         table = survival_table(kaplan_meier(sample), log_bin_edges_tokens(max_tokens=SURVIVAL_MAX_TOKENS))
-        return {
-            "bin_edges_tokens": list(table.bin_edges_tokens),
-            "survival": list(table.survival),
-            "n_samples": table.n_samples,
-            "n_censored": table.n_censored,
-        }
+        return SurvivalSummary(
+            bin_edges_tokens=list(table.bin_edges_tokens),
+            survival_frac=list(table.survival),
+            n_samples=table.n_samples,
+            n_censored=table.n_censored,
+        )
 
-    def _dp_summary(self) -> JsonValue:
+    def _dp_summary(self) -> DpSummary | None:
         load = self.dp_load.snapshot()
         if load.n_steps == 0:
             return None
         fit = self.step_model.fit()
         last = load.last
-        return {
-            "n_steps": load.n_steps,
-            "avg_imbalance_tokens": load.avg_imbalance_tokens,
-            "avg_idle_load_frac": load.avg_idle_load_frac,
-            "loads_tokens": list(last.loads_tokens) if last is not None else [],
-            "step_model": None
+        return DpSummary(
+            n_steps=load.n_steps,
+            avg_imbalance_tokens=load.avg_imbalance_tokens,
+            avg_idle_load_frac=load.avg_idle_load_frac,
+            loads_tokens=list(last.loads_tokens) if last is not None else [],
+            step_model=None
             if isinstance(fit, NotEnoughData)
-            else {
-                "c_s": fit.c_s,
-                "t_l_s_per_token": fit.t_l_s_per_token,
-                "n_samples": fit.n_samples,
-            },
-        }
+            else StepModelFit(c_s=fit.c_s, t_l_s_per_token=fit.t_l_s_per_token, n_samples=fit.n_samples),
+        )
 
     def to_dict(self) -> dict[str, Any]:
         """Return the whole state, JSON-compatible, with a format version."""
@@ -399,8 +423,9 @@ def _sketch(sketches: dict[str, WindowedQuantileSketch], tier: str) -> WindowedQ
     return sketch
 
 
-def _quantiles(sketch: WindowedQuantileSketch) -> JsonValue:
+def _quantiles(sketch: WindowedQuantileSketch) -> DurationQuantiles | None:
     summary = sketch.snapshot().summary(quantiles=(0.5, 0.9, 0.99))
-    if summary.count == 0:
+    if summary.count == 0 or summary.mean is None:
         return None
-    return {"count": summary.count, "mean": summary.mean, **{f"p{round(q * 100)}": v for q, v in summary.quantiles}}
+    p50, p90, p99 = (value for _, value in summary.quantiles)
+    return DurationQuantiles(count=summary.count, mean_s=summary.mean, p50_s=p50, p90_s=p90, p99_s=p99)

@@ -21,14 +21,15 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
   any seek, so the only safe resume point is a restart from Redis, which the supervisor (compose's
   ``restart: unless-stopped``) provides.
 
-Settings measured on the Tansu broker (DESIGN section 7, docs/contracts.md "Runtimes"): fetches
-that wait at most ``FETCH_MAX_WAIT_MS`` on the broker (faust fixes 1500 ms, which showed up whole
-in the event -> estimate latency); a 6 s session timeout (faust's 60 s default makes joins take
-about 30 s); the default max-poll interval (shorter ones left a worker draining a backlog out of
-its group for good); no web server (a second worker on one host dies on its port); no leader
-topic and no tables (faust still makes a data directory: a temporary one, removed on close); no
-faust exactly-once mode (its transactional producer does not start on this broker; the Redis
-offset fence gives the effect).
+The broker-dependent timeouts are the services' (``GOVERNOR_KAFKA_*``, services/settings.py); their
+local-broker defaults were measured on Tansu (DESIGN section 7, docs/contracts.md "Runtimes"):
+fetches that wait at most 10 ms (faust fixes 1500 ms, which showed up whole in the event ->
+estimate latency); a 6 s session timeout and 1 s heartbeat (faust's 60 s default made joins take
+about 30 s). faust's own max-poll interval is kept (shorter ones left a worker draining a backlog
+out of its group for good); no web server (a second worker on one host dies on its port); no
+leader topic and no tables (faust still makes a data directory: a temporary one, removed on
+close); no faust exactly-once mode (its transactional producer does not start on this broker; the
+Redis offset fence gives the effect).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ import asyncio
 import logging
 import tempfile
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any, cast
 
 import aiokafka
@@ -51,15 +52,14 @@ from mode.types.signals import BaseSignalT
 from schemas.errors import GovernorError
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
-from services.kafka_clients import FETCH_MAX_WAIT_MS, record_producer
-from services.policy.registry import PolicyRegistry
+from services.kafka_clients import record_producer
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
 TAKE_WITHIN_S = 0.2  # the longest a partial batch waits for more events
-SESSION_TIMEOUT_S = 6.0
-HEARTBEAT_INTERVAL_S = 1.0
 TICK_S = 0.2  # idle commits, progress and the idle-exit check
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")  # their INFO lines narrate every rebalance step
 
@@ -69,16 +69,17 @@ class FencedWorkerError(GovernorError):
 
 
 class _ShortPollConsumerThread(AIOKafkaConsumerThread):
-    """faust's aiokafka consumer thread with the project's fetch wait instead of faust's fixed 1500 ms.
+    """faust's aiokafka consumer thread with the services' fetch wait instead of faust's fixed 1500 ms.
 
     faust builds its aiokafka consumer with ``fetch_max_wait_ms=1500`` and no setting to change it;
     on this broker a fetch waits that long whole when a partition has little data, which put the
-    event -> estimate latency at seconds. The kafka runtime uses ``FETCH_MAX_WAIT_MS`` for the same reason.
+    event -> estimate latency at seconds. Both runtimes use ``GOVERNOR_KAFKA_FETCH_MAX_WAIT_MS``.
     """
 
     def _create_worker_consumer(self, transport: Transport) -> aiokafka.AIOKafkaConsumer:
         consumer = super()._create_worker_consumer(transport)
-        consumer._fetch_max_wait_ms = FETCH_MAX_WAIT_MS
+        app: _GovernorApp = self.app  # type: ignore[assignment]
+        consumer._fetch_max_wait_ms = app.fetch_max_wait_ms
         return consumer
 
 
@@ -110,6 +111,7 @@ class _GovernorApp(faust.App):
     logger = logging.getLogger("faust.app")
 
     resume_positions: Callable[[set[TP]], Mapping[TP, int]]
+    fetch_max_wait_ms: int
 
     def _new_consumer(self) -> ConsumerT:
         return _RedisPositionConsumer(
@@ -149,13 +151,14 @@ class FaustStreamProcessor:
         deployment: str,
         bootstrap: str,
         store: Store,
-        registry: PolicyRegistry,
+        registry: Iterable[TriggerSpec],
         group_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
         take_max: int = TAKE_MAX,
         take_within_s: float = TAKE_WITHIN_S,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -171,11 +174,11 @@ class FaustStreamProcessor:
             topic_disable_leader=True,
             topic_allow_declare=False,
             consumer_auto_offset_reset="earliest",
-            broker_session_timeout=SESSION_TIMEOUT_S,
-            broker_heartbeat_interval=HEARTBEAT_INTERVAL_S,
+            broker_session_timeout=kafka_timeouts.session_timeout_ms / 1000.0,
+            broker_heartbeat_interval=kafka_timeouts.heartbeat_interval_ms / 1000.0,
             autodiscover=False,
         )
-        self._producer = record_producer(bootstrap)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,
@@ -187,6 +190,7 @@ class FaustStreamProcessor:
             commit_interval_s=commit_interval_s,
         )
         self._app.resume_positions = self._resume_positions
+        self._app.fetch_max_wait_ms = kafka_timeouts.fetch_max_wait_ms
         self._app.on_partitions_revoked.connect(self._on_revoked)
         topic = self._app.topic(TELEMETRY_TOPIC, key_serializer="raw", value_serializer="raw")
         self._app.agent(topic, name="governor-stream-fold")(self._fold)

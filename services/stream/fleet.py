@@ -20,9 +20,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import JsonValue
-
 from estimators import BUCKET_EDGES_TOKENS, FLEETOPT_BREAKPOINTS_TOKENS, bucket_of
+from schemas.errors import InvalidInputError
+from schemas.estimates import FleetContribution, FleetSummary, LengthCdfPoint
 from schemas.events import Event
 from schemas.records import EstimateSnapshot
 from schemas.requests import RequestArrived, RequestFinished
@@ -56,8 +56,19 @@ class FleetSlot:
             bucket = bucket_of(event.prompt_tokens + event.output_tokens)
             self.length_counts[bucket] = self.length_counts.get(bucket, 0) + 1
 
+    def contribution(self) -> FleetContribution:
+        """The slot's counts as the summary of the engine's contribution snapshot."""
+        return FleetContribution(
+            slot_index=self.index,
+            arrivals=self.arrivals,
+            finished=self.finished,
+            prompt_tokens=self.prompt_tokens,
+            output_tokens=self.output_tokens,
+            length_counts={str(k): v for k, v in sorted(self.length_counts.items())},
+        )
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible form (bucket indexes as strings)."""
+        """JSON-compatible form (bucket indexes as strings), for the engine's stored state."""
         return {
             "index": self.index,
             "arrivals": self.arrivals,
@@ -89,13 +100,13 @@ class _MergedSlot:
     length_counts: dict[int, int] = field(default_factory=dict)
     engines: set[str] = field(default_factory=set)
 
-    def add(self, contribution: dict[str, Any], engine: str) -> None:
-        self.arrivals += int(contribution["arrivals"])
-        self.finished += int(contribution["finished"])
-        self.prompt_tokens += int(contribution["prompt_tokens"])
-        self.output_tokens += int(contribution["output_tokens"])
-        for bucket, count in contribution["length_counts"].items():
-            self.length_counts[int(bucket)] = self.length_counts.get(int(bucket), 0) + int(count)
+    def add(self, contribution: FleetContribution, engine: str) -> None:
+        self.arrivals += contribution.arrivals
+        self.finished += contribution.finished
+        self.prompt_tokens += contribution.prompt_tokens
+        self.output_tokens += contribution.output_tokens
+        for bucket, count in contribution.length_counts.items():
+            self.length_counts[int(bucket)] = self.length_counts.get(int(bucket), 0) + count
         self.engines.add(engine)
 
 
@@ -126,9 +137,16 @@ class FleetAggregator:
         self.late_contributions = 0
 
     def add(self, snapshot: EstimateSnapshot) -> list[EstimateSnapshot]:
-        """Fold one engine contribution; return the fleet snapshots of the slots it closes."""
+        """Fold one engine contribution; return the fleet snapshots of the slots it closes.
+
+        Raises:
+            InvalidInputError: the snapshot carries another summary than a fleet contribution.
+        """
         contribution = snapshot.estimates
-        index = int(contribution["index"])  # type: ignore[arg-type]
+        if not isinstance(contribution, FleetContribution):
+            msg = f"fleet {self.kind!r} expects slot contributions, got a {contribution.summary_type} summary"
+            raise InvalidInputError(msg, field="estimates.summary_type", value=contribution.summary_type)
+        index = contribution.slot_index
         engine = snapshot.scope
         if self.closed_through is not None and index <= self.closed_through:
             self.late_contributions += 1
@@ -150,7 +168,7 @@ class FleetAggregator:
 
     def _snapshot(self, slot: int, live: list[str]) -> EstimateSnapshot:
         self.version += 1
-        estimates = fleet_estimates(self.window, self.slot_s, live) | {"late_contributions": self.late_contributions}
+        estimates = fleet_estimates(self.window, self.slot_s, live, late_contributions=self.late_contributions)
         ts = (slot + 1) * self.slot_s
         return EstimateSnapshot(
             deployment=self.deployment,
@@ -222,8 +240,12 @@ class FleetAggregator:
 
 
 def fleet_estimates(
-    window: deque[tuple[int, _MergedSlot]] | list[tuple[int, _MergedSlot]], slot_s: float, engines: list[str]
-) -> dict[str, JsonValue]:
+    window: deque[tuple[int, _MergedSlot]] | list[tuple[int, _MergedSlot]],
+    slot_s: float,
+    engines: list[str],
+    *,
+    late_contributions: int,
+) -> FleetSummary:
     """The fleet summary over ``window``: arrival rates, the total-length CDF, the token split."""
     slots = list(window)
     covered_s = len(slots) * slot_s
@@ -236,34 +258,34 @@ def fleet_estimates(
     finished = sum(counts.values())
     prompt = sum(m.prompt_tokens for _, m in slots)
     output = sum(m.output_tokens for _, m in slots)
-    engine_list: list[JsonValue] = list(engines)
-    return {
-        "engines": engine_list,
-        "slots": len(slots),
-        "covered_s": covered_s,
-        "arrival_rate_per_s": arrivals / covered_s if covered_s else None,
-        "arrival_rate_p95_per_min": per_minute[min(len(per_minute) - 1, math.ceil(0.95 * len(per_minute)) - 1)]
+    return FleetSummary(
+        engines=list(engines),
+        slots=len(slots),
+        covered_s=covered_s,
+        arrival_rate_per_s=arrivals / covered_s if covered_s else None,
+        arrival_rate_p95_per_min=per_minute[min(len(per_minute) - 1, math.ceil(0.95 * len(per_minute)) - 1)]
         if per_minute
         else None,
-        "finished": finished,
-        "input_frac": prompt / (prompt + output) if prompt + output else None,
-        "length_cdf": _cdf_points(counts, finished),
-    }
+        finished=finished,
+        input_frac=prompt / (prompt + output) if prompt + output else None,
+        length_cdf=_cdf_points(counts, finished),
+        late_contributions=late_contributions,
+    )
 
 
-def _cdf_points(counts: dict[int, int], total: int) -> list[JsonValue] | None:
+def _cdf_points(counts: dict[int, int], total: int) -> list[LengthCdfPoint] | None:
     """F(L_total <= t) at every integer bucket edge, ending at 1.0 (at 131,072 when lengths overflow 64K)."""
     if total == 0:
         return None
-    points: list[JsonValue] = []
+    points: list[LengthCdfPoint] = []
     cumulative = 0
     last_bucket = max(counts)
     for j, edge in _INTEGER_EDGES[1:]:
         cumulative = sum(c for b, c in counts.items() if b < j)
         if edge in FLEETOPT_BREAKPOINTS_TOKENS or cumulative:
-            points.append([edge, cumulative / total])
+            points.append(LengthCdfPoint(length_tokens=edge, cdf_frac=cumulative / total))
         if j > last_bucket:
             break
-    if points[-1][1] != 1.0:  # type: ignore[index]
-        points.append([OVERFLOW_EDGE_TOKENS, 1.0])
+    if points[-1].cdf_frac != 1.0:
+        points.append(LengthCdfPoint(length_tokens=OVERFLOW_EDGE_TOKENS, cdf_frac=1.0))
     return points

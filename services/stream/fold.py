@@ -14,23 +14,26 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Iterable
 
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EveryEvents, EverySeconds, PolicyRegistry, PolicySpec
 from services.stream.estimates import EngineEstimates
 from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
 from services.stream.snapshot_id import snapshot_id
+from services.triggers import EveryEvents, EverySeconds, TriggerSpec
 
 
 class Folder:
     """Per-engine estimates of one deployment, and the snapshots their triggers take."""
 
-    def __init__(self, deployment: str, registry: PolicyRegistry) -> None:
+    def __init__(self, deployment: str, registry: Iterable[TriggerSpec]) -> None:
+        """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``)."""
         self._deployment = deployment
-        self._specs: list[PolicySpec] = [spec for spec in registry if spec.scope == "engine"]
-        self._fleet_specs: list[PolicySpec] = [spec for spec in registry if spec.scope == "fleet"]
+        specs = list(registry)
+        self._specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "engine"]
+        self._fleet_specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "fleet"]
         self.engines: dict[str, EngineEstimates] = {}
 
     def has(self, engine_id: str) -> bool:
@@ -55,7 +58,7 @@ class Folder:
 
     def summary_json(self, engine_id: str) -> str:
         """Return the engine's current estimate summary as JSON, for readers of Redis."""
-        return json.dumps(self.engines[engine_id].summary(), separators=(",", ":"), sort_keys=True)
+        return self.engines[engine_id].summary().model_dump_json()
 
     def fold(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
         """Apply ``event`` and return the snapshots taken at this position (possibly none)."""
@@ -75,7 +78,7 @@ class Folder:
         return snapshots
 
     def _contribution(
-        self, spec: PolicySpec, estimates: EngineEstimates, event: Event, position: SourceOffset
+        self, spec: TriggerSpec, estimates: EngineEstimates, event: Event, position: SourceOffset
     ) -> EstimateSnapshot | None:
         """Fold ``event`` into the engine's current fleet slot; when it starts a new slot, return the old one's."""
         assert isinstance(spec.trigger, EverySeconds)
@@ -85,7 +88,7 @@ class Folder:
         if current is None or index > current.index:
             if current is not None:
                 estimates.snapshot_version += 1
-                contribution = current.to_dict()
+                contribution = current.contribution()
                 closed = EstimateSnapshot(
                     deployment=self._deployment,
                     scope=estimates.engine_id,
@@ -100,7 +103,7 @@ class Folder:
         current.fold(event)
         return closed
 
-    def _fires(self, spec: PolicySpec, estimates: EngineEstimates, event: Event) -> bool:
+    def _fires(self, spec: TriggerSpec, estimates: EngineEstimates, event: Event) -> bool:
         if spec.applies_to is not None and not spec.applies_to(estimates.engine):
             return False
         trigger = spec.trigger
@@ -124,7 +127,7 @@ class Folder:
         return False
 
     def _snapshot(
-        self, spec: PolicySpec, estimates: EngineEstimates, ts: float, position: SourceOffset
+        self, spec: TriggerSpec, estimates: EngineEstimates, ts: float, position: SourceOffset
     ) -> EstimateSnapshot:
         estimates.snapshot_version += 1
         summary = estimates.summary()

@@ -9,19 +9,18 @@ engines. The faust-streaming runtime (services/stream/faust_runtime.py) feeds th
 
 from __future__ import annotations
 
-import json
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, TopicPartition
 
 from schemas.names import TELEMETRY_TOPIC
-from schemas.records import EstimateSnapshot
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, group_consumer, record_producer
-from services.policy.registry import PolicyRegistry
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.triggers import TriggerSpec
 
 
 class _KafkaConsumerView:
@@ -51,18 +50,22 @@ class StreamProcessor:
         deployment: str,
         bootstrap: str,
         store: Store,
-        registry: PolicyRegistry,
+        registry: Iterable[TriggerSpec],
         group_id: str | None = None,
         max_poll_records: int = 2000,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
         self._clock = clock
         self._consumer = group_consumer(
-            bootstrap, group_id or f"governor-stream-{deployment}", max_poll_records=max_poll_records
+            bootstrap,
+            group_id or f"governor-stream-{deployment}",
+            max_poll_records=max_poll_records,
+            timeouts=kafka_timeouts,
         )
-        self._producer = record_producer(bootstrap)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,
@@ -117,8 +120,3 @@ class StreamProcessor:
             idle_since = self._clock()
             self._batches.process(records)
         return self.counters
-
-
-def snapshot_from_json(raw: bytes) -> EstimateSnapshot:
-    """Parse one ``gov.estimates`` record."""
-    return EstimateSnapshot.model_validate(json.loads(raw))

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import hashlib
-import json
 
-from pydantic import JsonValue
+from pydantic import BaseModel
 
 
-def snapshot_id(scope: str, version: int, estimates: dict[str, JsonValue]) -> str:
-    """Return the content hash that names a snapshot."""
-    canonical = json.dumps({"scope": scope, "version": version, "estimates": estimates}, sort_keys=True)
+def snapshot_id(scope: str, version: int, estimates: BaseModel) -> str:
+    """Return the content hash that names a snapshot: scope, version and the summary's JSON."""
+    canonical = f"{scope}\n{version}\n{estimates.model_dump_json()}"
     return "sha256:" + hashlib.sha256(canonical.encode()).hexdigest()[:32]

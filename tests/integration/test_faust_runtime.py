@@ -20,9 +20,9 @@ from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
 from schemas.events import Event, encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from services.settings import LOCAL_BROKER_TIMEOUTS
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
-from services.stream.faust_runtime import SESSION_TIMEOUT_S
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
 from tests.integration.test_crash_and_rebalance import _expected, _publish
 from tests.unit.stream.synthetic import synthetic_stream
@@ -184,7 +184,7 @@ def test_a_faust_worker_stopped_past_its_session_timeout_resumes_without_doublin
     wait_until(lambda: applied_total(store) > 0, 90.0, "the faust worker to commit a batch")
     worker.send_signal(signal.SIGSTOP)
     _publish(stack, events[half:])
-    time.sleep(SESSION_TIMEOUT_S + 3.0)
+    time.sleep(LOCAL_BROKER_TIMEOUTS.session_timeout_ms / 1000.0 + 3.0)
     worker.send_signal(signal.SIGCONT)
     engines = sorted({e.engine_id for e in events})
     expected = _expected(events, deployment)

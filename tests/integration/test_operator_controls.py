@@ -10,6 +10,7 @@ import pytest
 import redis
 from kafka import KafkaProducer
 
+from schemas.estimates import EngineSummary, LastStep
 from schemas.names import ESTIMATES_TOPIC, policy_key
 from schemas.policy_docs import AdmissionPolicy
 from schemas.policy_docs.base import SourceOffset
@@ -26,6 +27,7 @@ from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from tests.fixtures import synthetic_engine_summary
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -76,6 +78,14 @@ def _publish_telemetry(stack: StackState, deployment: str) -> None:
         publisher.close()
 
 
+def _busy_summary() -> EngineSummary:
+    """A real folded summary with a short queue and balanced flow."""
+    busy = LastStep(running_requests=10, waiting_requests=0, kv_use_frac=0.2, kv_capacity_tokens=1_000_000)
+    return synthetic_engine_summary().model_copy(
+        update={"last_step": busy, "arrival_rate_short_per_s": 1.0, "completion_rate_short_per_s": 1.0}
+    )
+
+
 def _admission_snapshot(deployment: str, version: int, ts: float, scope: str = "eng-0") -> EstimateSnapshot:
     return EstimateSnapshot(
         deployment=deployment,
@@ -85,12 +95,7 @@ def _admission_snapshot(deployment: str, version: int, ts: float, scope: str = "
         ts=ts,
         trigger="admission:every 5s",
         offsets=[SourceOffset(topic="gov.telemetry", partition=0, offset=version)],
-        estimates={
-            "engine": {"model": "Qwen3-8B"},
-            "last_step": {"num_waiting": 0.0, "num_running": 10.0, "kv_use_frac": 0.2, "kv_capacity_tokens": 1e6},
-            "arrival_rate_short_per_s": 1.0,
-            "completion_rate_short_per_s": 1.0,
-        },
+        estimates=_busy_summary(),
     )
 
 

@@ -1,13 +1,20 @@
-"""Settings: the fleet slot of fleet-scope policies, from flag, environment or default, and its wiring."""
+"""Settings: the fleet slot, the workload seed and the Kafka client timeouts, from flag, environment or default."""
 
 from __future__ import annotations
 
+import argparse
+from pathlib import Path
+
 import pytest
+import yaml
 
 from schemas.errors import ConfigError
-from services.policy.registry import EverySeconds
+from services.cli.main import build_parser
 from services.policy.specs import default_registry
-from services.settings import Settings
+from services.settings import APACHE_KAFKA_TIMEOUTS, LOCAL_BROKER_TIMEOUTS, Settings
+from services.triggers import EverySeconds
+
+ROOT = Path(__file__).resolve().parents[2]
 
 
 class TestFleetSlot:
@@ -27,3 +34,64 @@ class TestFleetSlot:
     def test_registry_decides_fleetopt_on_the_given_slot(self) -> None:
         assert default_registry().get("fleetopt").trigger == EverySeconds(seconds=60.0)
         assert default_registry(fleet_slot_s=10.0).get("fleetopt").trigger == EverySeconds(seconds=10.0)
+
+
+class TestSeed:
+    def test_unset_leaves_the_scenarios_own_seed(self) -> None:
+        assert Settings.load({}, {}).seed is None
+
+    def test_environment_sets_it_and_the_typed_flag_wins(self) -> None:
+        for argv in (["demo"], ["sim", "demo"]):
+            args = build_parser().parse_args(argv)
+            assert Settings.load(vars(args), {"GOVERNOR_SEED": "5"}).seed == 5
+        args = build_parser().parse_args(["sim", "demo", "--seed", "7"])
+        assert args.seed == 7
+        assert Settings.load(vars(args), {"GOVERNOR_SEED": "5"}).seed == 7
+
+
+def _settings_flags(parser: argparse.ArgumentParser) -> list[argparse.Action]:
+    """Every flag of every command that sets a Settings field."""
+    found = []
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for sub in action.choices.values():
+                found.extend(_settings_flags(sub))
+        elif action.dest in Settings.model_fields and action.option_strings:
+            found.append(action)
+    return found
+
+
+class TestTypedFlags:
+    def test_every_settings_flag_parses_to_its_fields_type(self) -> None:
+        flags = _settings_flags(build_parser())
+        assert {a.dest for a in flags} >= {"seed", "fleet_slot_s", "metrics_port", "state_dir", "log_format"}
+        expected: dict[str, object] = {"seed": int, "fleet_slot_s": float, "metrics_port": int, "state_dir": Path}
+        for action in flags:
+            if action.dest in expected:
+                assert action.type is expected[action.dest], action.option_strings
+            elif action.dest in {"log_format", "log_level"}:
+                assert action.choices is not None
+            else:
+                assert action.type is str, action.option_strings
+
+    def test_a_mistyped_flag_is_refused_in_one_line(self, capsys: pytest.CaptureFixture[str]) -> None:
+        with pytest.raises(SystemExit):
+            build_parser().parse_args(["demo", "--seed", "seven"])
+        assert capsys.readouterr().err.strip().splitlines()[-1] == (
+            "governor demo: error: argument --seed: invalid int value: 'seven'"
+        )
+
+
+class TestKafkaClientTimeouts:
+    def test_defaults_are_the_local_brokers(self) -> None:
+        assert Settings.load({}, {}).kafka_client_timeouts() == LOCAL_BROKER_TIMEOUTS
+
+    def test_docker_compose_sets_apache_kafkas_defaults(self) -> None:
+        compose = yaml.safe_load((ROOT / "docker-compose.yml").read_text())
+        environment = {k: str(v) for k, v in compose["services"]["stream"]["environment"].items() if "${" not in str(v)}
+        assert Settings.load({}, environment).kafka_client_timeouts() == APACHE_KAFKA_TIMEOUTS
+
+    def test_a_heartbeat_not_below_the_session_timeout_is_refused(self) -> None:
+        environ = {"GOVERNOR_KAFKA_HEARTBEAT_INTERVAL_MS": "6000"}
+        with pytest.raises(ConfigError, match="must be below kafka_session_timeout_ms"):
+            Settings.load({}, environ)

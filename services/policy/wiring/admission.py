@@ -6,28 +6,25 @@ from policies.admission import AdmissionInputs, AdmissionParams
 from policies.admission import decide as decide_admission
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec
-from services.policy.wiring.summary import bind_params, number_at
+from services.policy.registry import PolicySpec
+from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EverySeconds
 
 ADMISSION_INTERVAL_S = 5.0
 
 
 def admission_inputs(snapshot: EstimateSnapshot) -> AdmissionInputs | None:
     """Admission inputs from an engine summary: last queue and KV state, windowed flow rates."""
-    s = snapshot.estimates
-    waiting = number_at(s, "last_step", "num_waiting")
-    running = number_at(s, "last_step", "num_running")
-    kv = number_at(s, "last_step", "kv_use_frac")
-    arrivals = number_at(s, "arrival_rate_short_per_s")
-    completions = number_at(s, "completion_rate_short_per_s")
-    if waiting is None or running is None or kv is None or arrivals is None or completions is None:
+    s = engine_summary(snapshot)
+    step = s.last_step
+    if step is None:
         return None
     return AdmissionInputs(
-        num_waiting=waiting,
-        num_running=running,
-        kv_use_frac=kv,
-        arrival_rate_per_s=arrivals,
-        completion_rate_per_s=completions,
+        num_waiting=float(step.waiting_requests),
+        num_running=float(step.running_requests),
+        kv_use_frac=step.kv_use_frac,
+        arrival_rate_per_s=s.arrival_rate_short_per_s,
+        completion_rate_per_s=s.completion_rate_short_per_s,
     )
 
 
@@ -37,7 +34,6 @@ def admission_spec(params: AdmissionParams | None = None) -> PolicySpec:
         kind="admission",
         scope="engine",
         trigger=EverySeconds(seconds=ADMISSION_INTERVAL_S),
-        reads=("last_step", "arrival_rate_short_per_s", "completion_rate_short_per_s"),
         document_type=AdmissionPolicy,
         inputs_from_snapshot=admission_inputs,
         decide=bind_params(decide_admission, params or AdmissionParams()),

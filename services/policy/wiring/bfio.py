@@ -18,34 +18,28 @@ from typing import Any
 
 from policies.bfio import BfioInputs, BfioParams, SurvivalTable
 from policies.bfio import decide as decide_bfio
+from schemas.estimates import EngineSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec, engine_obeys
-from services.policy.wiring.summary import bind_params, number_at
+from services.policy.registry import PolicySpec, engine_obeys
+from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EverySeconds
 
 BFIO_INTERVAL_S = 1.0  # spec 6.2: tier-1 loop every 100 ms to 5 s
 DEFAULT_CLASS = "default"
 
 
-def _survival(s: dict[str, Any]) -> SurvivalTable | None:
-    """The engine's survival table, or None when absent or malformed."""
-    table = s.get("survival")
-    if not isinstance(table, dict):
-        return None
-    edges = table.get("bin_edges_tokens")
-    survival = table.get("survival")
-    samples = number_at(table, "n_samples")
-    censored = number_at(table, "n_censored")
-    if not isinstance(edges, list) or not isinstance(survival, list) or samples is None or censored is None:
-        return None
-    if not edges or len(edges) != len(survival):
+def _survival(s: EngineSummary) -> SurvivalTable | None:
+    """The engine's survival table, or None when absent or empty."""
+    table = s.survival
+    if table is None or not table.bin_edges_tokens or len(table.bin_edges_tokens) != len(table.survival_frac):
         return None
     return SurvivalTable(
         traffic_class=DEFAULT_CLASS,
-        edges_tokens=tuple(float(e) for e in edges),
-        survival_frac=tuple(min(1.0, max(0.0, float(v))) for v in survival),
-        n_samples=int(samples),
-        n_censored=int(censored),
+        edges_tokens=tuple(float(e) for e in table.bin_edges_tokens),
+        survival_frac=tuple(min(1.0, max(0.0, float(v))) for v in table.survival_frac),
+        n_samples=table.n_samples,
+        n_censored=table.n_censored,
     )
 
 
@@ -55,19 +49,18 @@ def bfio_inputs(snapshot: EstimateSnapshot) -> BfioInputs | None:
     The survival table and the step-model fit are optional (the bundle then uses H = 0 and the
     reference step constants); a fit with a negative coefficient is treated as not fitted.
     """
-    s = snapshot.estimates
-    dp_size = number_at(s, "engine", "dp_size")
-    max_seqs = number_at(s, "engine", "max_num_seqs")
-    if dp_size is None or max_seqs is None or dp_size < 1 or max_seqs < dp_size:
+    s = engine_summary(snapshot)
+    engine = s.engine
+    if engine is None or engine.dp_size < 1 or engine.max_num_seqs < engine.dp_size:
         return None
-    c_s = number_at(s, "dp", "step_model", "c_s")
-    t_l = number_at(s, "dp", "step_model", "t_l_s_per_token")
+    fit = s.dp.step_model if s.dp is not None else None
+    c_s, t_l = (fit.c_s, fit.t_l_s_per_token) if fit is not None else (None, None)
     if c_s is None or t_l is None or c_s < 0.0 or t_l < 0.0:
         c_s, t_l = None, None
     table = _survival(s)
     return BfioInputs(
-        num_ranks=int(dp_size),
-        slots_per_rank=int(max_seqs) // int(dp_size),
+        num_ranks=engine.dp_size,
+        slots_per_rank=engine.max_num_seqs // engine.dp_size,
         survival_tables=() if table is None else (table,),
         default_class=None if table is None else DEFAULT_CLASS,
         step_c_s=c_s,
@@ -81,7 +74,6 @@ def bfio_spec(params: BfioParams | None = None, *, interval_s: float = BFIO_INTE
         kind="bfio",
         scope="engine",
         trigger=EverySeconds(seconds=interval_s),
-        reads=("engine", "survival", "dp"),
         document_type=BfioPolicy,
         inputs_from_snapshot=bfio_inputs,
         decide=bind_params(decide_bfio, params or BfioParams()),

@@ -12,8 +12,9 @@ from policies.fleetopt import FleetoptInputs, FleetoptParams, LengthCdf
 from policies.fleetopt import decide as decide_fleetopt
 from schemas.policy_docs import FleetoptPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec
-from services.policy.wiring.summary import bind_params, number_at
+from services.policy.registry import PolicySpec
+from services.policy.wiring.summary import bind_params, fleet_summary
+from services.triggers import EverySeconds
 
 FLEET_SLOT_S = 60.0  # seed-002 section 5.4: replan about every minute, on 1-min slots
 MIN_FINISHED = 50
@@ -22,19 +23,17 @@ INPUT_FRAC_RANGE = (0.5, 0.99)
 
 def fleetopt_inputs(snapshot: EstimateSnapshot) -> FleetoptInputs | None:
     """FleetOpt inputs from a fleet snapshot; None until the window holds enough finished requests."""
-    s = snapshot.estimates
-    rate_per_min = number_at(s, "arrival_rate_p95_per_min")
-    finished = number_at(s, "finished")
-    input_frac = number_at(s, "input_frac")
-    points = s.get("length_cdf")
-    if rate_per_min is None or rate_per_min <= 0.0 or finished is None or finished < MIN_FINISHED:
+    s = fleet_summary(snapshot)
+    rate_per_min = s.arrival_rate_p95_per_min
+    points = s.length_cdf
+    if rate_per_min is None or rate_per_min <= 0.0 or s.finished < MIN_FINISHED:
         return None
-    if not isinstance(points, list) or not points:
+    if not points:
         return None
-    tokens = tuple(int(p[0]) for p in points)  # type: ignore[index,arg-type]
-    frac = tuple(float(p[1]) for p in points)  # type: ignore[index,arg-type]
+    tokens = tuple(p.length_tokens for p in points)
+    frac = tuple(p.cdf_frac for p in points)
     lo, hi = INPUT_FRAC_RANGE
-    share = 0.8 if input_frac is None else min(hi, max(lo, input_frac))
+    share = 0.8 if s.input_frac is None else min(hi, max(lo, s.input_frac))
     return FleetoptInputs(
         arrival_rate_per_s=rate_per_min / 60.0, cdf=LengthCdf(tokens=tokens, frac=frac), input_frac=share
     )
@@ -46,7 +45,6 @@ def fleetopt_spec(params: FleetoptParams | None = None, slot_s: float = FLEET_SL
         kind="fleetopt",
         scope="fleet",
         trigger=EverySeconds(seconds=slot_s),
-        reads=("arrival_rate_p95_per_min", "length_cdf", "input_frac", "finished", "engines"),
         document_type=FleetoptPolicy,
         inputs_from_snapshot=fleetopt_inputs,
         decide=bind_params(decide_fleetopt, params or FleetoptParams()),

@@ -19,35 +19,34 @@ off by default).
 
 from __future__ import annotations
 
-from typing import Any
-
 from policies.slai import SlaiInputs, SlaiParams, TierObservation
 from policies.slai import decide as decide_slai
+from schemas.estimates import TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicySpec, engine_obeys
-from services.policy.wiring.summary import bind_params, number_at
+from services.policy.registry import PolicySpec, engine_obeys
+from services.policy.wiring.summary import bind_params, engine_summary
+from services.triggers import EverySeconds
 
 SLAI_INTERVAL_S = 2.0  # spec §3.4: the control plane's cadence is seconds; the engine switches per batch
 
 
-def _median_ttft_s(tiers: dict[str, Any]) -> float | None:
+def _median_ttft_s(tiers: dict[str, TierSummary]) -> float | None:
     """Count-weighted mean of the tiers' median TTFTs, or None without samples."""
     weighted = 0.0
     count = 0.0
     for tier in tiers.values():
-        p50 = number_at(tier, "ttft", "p50")
-        n = number_at(tier, "ttft", "count")
-        if p50 is not None and n is not None and n > 0:
-            weighted += p50 * n
-            count += n
+        ttft = tier.ttft_s
+        if ttft is not None and ttft.count > 0:
+            weighted += ttft.p50_s * ttft.count
+            count += ttft.count
     return weighted / count if count > 0 else None
 
 
-def _tier_observation(name: str, tier: dict[str, Any]) -> TierObservation:
-    gaps = number_at(tier, "tbt_gaps") or 0.0
-    over = number_at(tier, "tbt_gaps_over_slo") or 0.0
-    p99 = number_at(tier, "tbt_p99", "p99")
+def _tier_observation(name: str, tier: TierSummary) -> TierObservation:
+    gaps = float(tier.tbt_gaps)
+    over = float(tier.tbt_gaps_over_slo)
+    p99 = tier.tbt_p99_s.p99_s if tier.tbt_p99_s is not None else None
     return TierObservation(
         tier=name,
         tbt_p99_s=p99 if p99 is not None and p99 >= 0 else None,
@@ -62,22 +61,21 @@ def _non_negative(value: float | None) -> float | None:
 
 def slai_inputs(snapshot: EstimateSnapshot) -> SlaiInputs | None:
     """SLAI inputs from an engine summary; None until the engine has reported a step (no tbar yet)."""
-    s = snapshot.estimates
-    tbar = number_at(s, "tbar_s")
+    s = engine_summary(snapshot)
+    tbar = s.tbar_s
     if tbar is None or tbar <= 0:
         return None
-    tiers_raw = s.get("tiers")
-    tiers: dict[str, Any] = tiers_raw if isinstance(tiers_raw, dict) else {}
-    kv = number_at(s, "last_step", "kv_use_frac")
+    step = s.last_step
+    mixed = s.cost.mixed
     return SlaiInputs(
         tbar_s=tbar,
-        step_time_p99_s=_non_negative(number_at(s, "step_time", "p99")),
-        kv_use_frac=min(1.0, kv) if kv is not None and kv >= 0 else None,
-        ttft_p50_s=_median_ttft_s(tiers),
-        arrival_rate_per_s=_non_negative(number_at(s, "arrival_rate_per_s")),
-        batch_time_a0_s=_non_negative(number_at(s, "cost", "mixed", "alpha_s")),
-        batch_time_a_tok_s_per_token=_non_negative(number_at(s, "cost", "mixed", "beta_s_per_unit")),
-        tiers=tuple(_tier_observation(name, tiers[name]) for name in sorted(tiers) if isinstance(tiers[name], dict)),
+        step_time_p99_s=_non_negative(s.step_time_s.p99_s if s.step_time_s is not None else None),
+        kv_use_frac=min(1.0, step.kv_use_frac) if step is not None and step.kv_use_frac >= 0 else None,
+        ttft_p50_s=_median_ttft_s(s.tiers),
+        arrival_rate_per_s=_non_negative(s.arrival_rate_per_s),
+        batch_time_a0_s=_non_negative(mixed.alpha_s if mixed is not None else None),
+        batch_time_a_tok_s_per_token=_non_negative(mixed.beta_s_per_unit if mixed is not None else None),
+        tiers=tuple(_tier_observation(name, s.tiers[name]) for name in sorted(s.tiers)),
     )
 
 
@@ -87,7 +85,6 @@ def slai_spec(params: SlaiParams | None = None) -> PolicySpec:
         kind="slai",
         scope="engine",
         trigger=EverySeconds(seconds=SLAI_INTERVAL_S),
-        reads=("tbar_s", "step_time", "last_step", "tiers", "arrival_rate_per_s", "cost"),
         document_type=SlaiPolicy,
         inputs_from_snapshot=slai_inputs,
         decide=bind_params(decide_slai, params or SlaiParams()),

@@ -1,7 +1,9 @@
-"""Reading estimate summaries: typed access to the JSON a snapshot carries, and binding params.
+"""Reading estimate summaries: the typed summary a snapshot carries, and binding params.
 
-Each policy's wiring builds its inputs from the snapshot's summary alone (services/stream/estimates.py),
-so a snapshot replayed from ``gov.estimates`` decides exactly as it did live.
+Each policy's wiring builds its inputs from the snapshot's summary alone (schemas/estimates.py,
+built by services/stream/estimates.py and services/stream/fleet.py), through its attributes, so a
+renamed field fails mypy and the schema rather than silently switching a policy off, and a snapshot
+replayed from ``gov.estimates`` decides exactly as it did live.
 """
 
 from __future__ import annotations
@@ -10,18 +12,40 @@ from collections.abc import Callable
 from typing import Any, TypeVar
 
 from policies.decision import Decision
+from schemas.errors import InvalidInputError
+from schemas.estimates import EngineSummary, FleetSummary
+from schemas.records import EstimateSnapshot
 
 InputsT = TypeVar("InputsT")
 ParamsT = TypeVar("ParamsT")
 
 
-def number_at(data: Any, *path: str) -> float | None:
-    """The number at ``path`` in a summary, or None when absent, null or not a number."""
-    for key in path:
-        if not isinstance(data, dict) or data.get(key) is None:
-            return None
-        data = data[key]
-    return float(data) if isinstance(data, int | float) and not isinstance(data, bool) else None
+def engine_summary(snapshot: EstimateSnapshot) -> EngineSummary:
+    """The engine summary of an engine-scope snapshot.
+
+    Raises:
+        InvalidInputError: the snapshot carries another summary (a fleet one).
+    """
+    summary = snapshot.estimates
+    if not isinstance(summary, EngineSummary):
+        msg = f"snapshot {snapshot.trigger!r} of {snapshot.scope} carries a {summary.summary_type} summary"
+        raise InvalidInputError(msg, field="estimates.summary_type", value=summary.summary_type)
+    return summary
+
+
+def fleet_summary(snapshot: EstimateSnapshot) -> FleetSummary:
+    """The fleet summary of a fleet-scope snapshot.
+
+    Raises:
+        InvalidInputError: the snapshot carries another summary (an engine's or a slot contribution).
+    """
+    summary = snapshot.estimates
+    if not isinstance(summary, FleetSummary):
+        msg = (
+            f"snapshot {snapshot.trigger!r} of {snapshot.scope} carries a {summary.summary_type} summary, not a fleet's"
+        )
+        raise InvalidInputError(msg, field="estimates.summary_type", value=summary.summary_type)
+    return summary
 
 
 def bind_params(

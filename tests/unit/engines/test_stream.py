@@ -67,8 +67,9 @@ class TestEngineStream:
         for offset, event in enumerate(sink.events):
             folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset))
         summary = folder.engines["vllm-0"].summary()
-        assert summary["completions_total"] == 5
-        assert summary["engine"]["obeys"] == ["ebplus"]
+        assert summary.completions_total == 5
+        assert summary.engine is not None
+        assert summary.engine.obeys == ["ebplus"]
 
     def test_an_event_that_fails_its_schema_is_counted_not_raised(self) -> None:
         sink = ListSink()

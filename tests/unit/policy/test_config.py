@@ -5,12 +5,12 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from pydantic import JsonValue
 
 from policies.ebplus import EbplusParams
 from policies.fleetopt import PlannerMode
 from policies.slai import TierSlo
 from schemas.errors import InvalidInputError
+from schemas.estimates import LastStep
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.policy.config import (
@@ -23,9 +23,10 @@ from services.policy.config import (
     slai_params,
 )
 from services.policy.decisions import DecisionMaker
-from services.policy.registry import EveryEvents, EverySeconds
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
+from services.triggers import EveryEvents, EverySeconds
+from tests.fixtures import synthetic_engine_summary
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "ops" / "config" / "policy.example.toml"
 
@@ -126,19 +127,22 @@ class TestConfigErrors:
 class TestAppliesTo:
     def test_every_list_given_must_match(self) -> None:
         selector = AppliesTo(engines=["prod-*"], models=["qwen3-*"], schedulers=["vllm"])
-        engine = {"model": "qwen3-8b", "scheduler": "vllm"}
-        assert selector.matches("prod-1", engine)
-        assert not selector.matches("dev-1", engine)
-        assert not selector.matches("prod-1", engine | {"model": "llama-3-70b"})
-        assert not selector.matches("prod-1", engine | {"scheduler": "ebplus"})
-        assert not selector.matches("prod-1", {"scheduler": "vllm"})
+        assert selector.matches("prod-1", model="qwen3-8b", scheduler="vllm")
+        assert not selector.matches("dev-1", model="qwen3-8b", scheduler="vllm")
+        assert not selector.matches("prod-1", model="llama-3-70b", scheduler="vllm")
+        assert not selector.matches("prod-1", model="qwen3-8b", scheduler="ebplus")
+        assert not selector.matches("prod-1", model=None, scheduler="vllm")
 
     def test_no_list_matches_everything_and_an_empty_list_nothing(self) -> None:
-        assert AppliesTo().matches("any", {})
-        assert not AppliesTo(engines=[]).matches("any", {})
+        assert AppliesTo().matches("any", model=None, scheduler=None)
+        assert not AppliesTo(engines=[]).matches("any", model=None, scheduler=None)
 
 
-def _admission_snapshot(scope: str, engine: dict[str, JsonValue]) -> EstimateSnapshot:
+def _admission_snapshot(scope: str, **registered: str) -> EstimateSnapshot:
+    """An admission snapshot of a real folded summary with a busy queue and the registration's fields changed."""
+    summary = synthetic_engine_summary()
+    assert summary.engine is not None
+    busy = LastStep(running_requests=20, waiting_requests=4, kv_use_frac=0.5, kv_capacity_tokens=1_000_000)
     return EstimateSnapshot(
         deployment="dep",
         scope=scope,
@@ -147,12 +151,14 @@ def _admission_snapshot(scope: str, engine: dict[str, JsonValue]) -> EstimateSna
         ts=10.0,
         trigger="admission:every 5s",
         offsets=[SourceOffset(topic="t", partition=0, offset=1)],
-        estimates={
-            "engine": engine,
-            "last_step": {"num_waiting": 4.0, "num_running": 20.0, "kv_use_frac": 0.5, "kv_capacity_tokens": 1e6},
-            "arrival_rate_short_per_s": 2.0,
-            "completion_rate_short_per_s": 2.0,
-        },
+        estimates=summary.model_copy(
+            update={
+                "engine": summary.engine.model_copy(update=registered),
+                "last_step": busy,
+                "arrival_rate_short_per_s": 2.0,
+                "completion_rate_short_per_s": 2.0,
+            }
+        ),
     )
 
 
@@ -163,18 +169,17 @@ class TestAppliesToFromRegistration:
         store = MemoryStore()
         maker = DecisionMaker(default_registry(), store)
         maker.configure(config_policy_set(data, source="x", fleet_slot_s=60.0))
-        registered: dict[str, JsonValue] = {"model": "qwen3-8b", "scheduler": "ebplus", "obeys": ["ebplus"]}
-        decided = maker.on_snapshot(_admission_snapshot("prod-0", registered))
+        decided = maker.on_snapshot(_admission_snapshot("prod-0", model="qwen3-8b", scheduler="ebplus"))
         assert [(r.scope, r.accepted, r.config) for r in decided.records] == [("prod-0", True, config_digest(data))]
-        other_model = maker.on_snapshot(_admission_snapshot("prod-1", registered | {"model": "llama-3-70b"}))
-        other_id = maker.on_snapshot(_admission_snapshot("dev-0", registered))
+        other_model = maker.on_snapshot(_admission_snapshot("prod-1", model="llama-3-70b"))
+        other_id = maker.on_snapshot(_admission_snapshot("dev-0", model="qwen3-8b"))
         assert other_model.records == other_id.records == []
         assert maker.skipped["not_applicable"] == 2
         assert store.get_policy("admission", "dev-0") is None
 
     def test_without_a_config_every_engine_is_decided(self) -> None:
         maker = DecisionMaker(default_registry(), MemoryStore())
-        handled = maker.on_snapshot(_admission_snapshot("dev-0", {"model": "m"}))
+        handled = maker.on_snapshot(_admission_snapshot("dev-0", model="m"))
         assert [(r.scope, r.config) for r in handled.records] == [("dev-0", None)]
 
 

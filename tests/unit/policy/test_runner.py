@@ -2,20 +2,31 @@
 
 from __future__ import annotations
 
+import pytest
+
+from schemas.estimates import EngineSummary, LastStep
 from schemas.policy_docs import AdmissionPolicy
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.policy.runner import decide_from_snapshot
 from services.policy.specs import default_registry
+from services.policy.wiring.summary import engine_summary
+from services.replay.offline import OfflineControlPlane
+from tests.fixtures import last_snapshot
 
-SUMMARY = {
-    "last_step": {"num_waiting": 40.0, "num_running": 20.0, "kv_use_frac": 0.5, "kv_capacity_tokens": 1e6},
-    "arrival_rate_short_per_s": 2.0,
-    "completion_rate_short_per_s": 2.0,
-}
+BUSY = LastStep(running_requests=20, waiting_requests=40, kv_use_frac=0.5, kv_capacity_tokens=1_000_000)
 
 
-def _snapshot(version: int, ts: float, estimates: dict | None = None) -> EstimateSnapshot:
+@pytest.fixture
+def summary(demo_plane: OfflineControlPlane) -> EngineSummary:
+    """A real admission summary of the demo, with a long queue and balanced flow rates."""
+    real = engine_summary(last_snapshot(demo_plane, "admission", "h200-0"))
+    return real.model_copy(
+        update={"last_step": BUSY, "arrival_rate_short_per_s": 2.0, "completion_rate_short_per_s": 2.0}
+    )
+
+
+def _snapshot(version: int, ts: float, summary: EngineSummary) -> EstimateSnapshot:
     return EstimateSnapshot(
         deployment="dep",
         scope="eng-0",
@@ -24,15 +35,15 @@ def _snapshot(version: int, ts: float, estimates: dict | None = None) -> Estimat
         ts=ts,
         trigger="admission:every 5s",
         offsets=[SourceOffset(topic="t", partition=0, offset=version)],
-        estimates=estimates if estimates is not None else SUMMARY,
+        estimates=summary,
     )
 
 
 class TestDecideFromSnapshot:
     spec = default_registry().get("admission")
 
-    def test_first_decision_is_version_one_valid_from_the_snapshot_time(self) -> None:
-        outcome = decide_from_snapshot(self.spec, _snapshot(1, 10.0), None)
+    def test_first_decision_is_version_one_valid_from_the_snapshot_time(self, summary: EngineSummary) -> None:
+        outcome = decide_from_snapshot(self.spec, _snapshot(1, 10.0, summary), None)
         document = outcome.document
         assert isinstance(document, AdmissionPolicy)
         assert (document.version, document.computed_at, document.valid_until) == (1, 10.0, 40.0)
@@ -41,9 +52,9 @@ class TestDecideFromSnapshot:
         assert document.payload.pressure == 1.0
         assert document.payload.level == "overloaded"
 
-    def test_next_decision_increments_version_and_reads_previous_state(self) -> None:
-        first = decide_from_snapshot(self.spec, _snapshot(1, 10.0), None).document
-        calm = SUMMARY | {"last_step": SUMMARY["last_step"] | {"num_waiting": 0.0}}
+    def test_next_decision_increments_version_and_reads_previous_state(self, summary: EngineSummary) -> None:
+        first = decide_from_snapshot(self.spec, _snapshot(1, 10.0, summary), None).document
+        calm = summary.model_copy(update={"last_step": BUSY.model_copy(update={"waiting_requests": 0})})
         second = decide_from_snapshot(self.spec, _snapshot(2, 15.0, calm), first).document
         assert isinstance(second, AdmissionPolicy)
         assert second.version == 2
@@ -51,13 +62,15 @@ class TestDecideFromSnapshot:
         assert second.payload.pressure == 0.9  # falls slowly: 1 + 0.1 * (0 - 1)
         assert second.payload.level == "overloaded"
 
-    def test_a_snapshot_already_decided_from_is_skipped(self) -> None:
-        first = decide_from_snapshot(self.spec, _snapshot(3, 10.0), None).document
-        outcome = decide_from_snapshot(self.spec, _snapshot(3, 10.0), first)
+    def test_a_snapshot_already_decided_from_is_skipped(self, summary: EngineSummary) -> None:
+        first = decide_from_snapshot(self.spec, _snapshot(3, 10.0, summary), None).document
+        outcome = decide_from_snapshot(self.spec, _snapshot(3, 10.0, summary), first)
         assert outcome.document is None
         assert outcome.skipped == "duplicate_snapshot"
 
-    def test_missing_estimates_mean_not_enough_data(self) -> None:
-        outcome = decide_from_snapshot(self.spec, _snapshot(1, 10.0, {}), None)
+    def test_missing_estimates_mean_not_enough_data(self, summary: EngineSummary) -> None:
+        outcome = decide_from_snapshot(
+            self.spec, _snapshot(1, 10.0, summary.model_copy(update={"last_step": None})), None
+        )
         assert outcome.document is None
         assert outcome.skipped == "not_enough_data"

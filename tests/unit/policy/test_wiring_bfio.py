@@ -1,65 +1,59 @@
-"""BF-IO wiring: the bundle's inputs from a DP engine summary, and the registered spec."""
+"""BF-IO wiring: the bundle's inputs from a real DP engine summary, and the registered spec."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
-from pydantic import JsonValue
 
+from schemas.estimates import StepModelFit
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds
 from services.policy.runner import decide_from_snapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.bfio import bfio_inputs, bfio_spec
+from services.policy.wiring.summary import engine_summary
+from services.replay.offline import OfflineControlPlane
+from services.triggers import EverySeconds
+from tests.fixtures import last_snapshot
 
 
-def _snapshot(estimates: dict[str, Any]) -> EstimateSnapshot:
-    body: dict[str, JsonValue] = estimates
-    return EstimateSnapshot(
-        deployment="dep",
-        scope="dp-0",
-        snapshot_id="sha256:test",
-        version=1,
-        ts=10.0,
-        trigger="bfio:every 1s",
-        estimates=body,
-    )
+@pytest.fixture
+def snapshot(demo_plane: OfflineControlPlane) -> EstimateSnapshot:
+    """The last BF-IO snapshot of the demo's DP engine (4 ranks x 16 slots)."""
+    return last_snapshot(demo_plane, "bfio", "dp-0")
 
 
-SURVIVAL = {
-    "bin_edges_tokens": [0, 1, 2, 4, 8, 16],
-    "survival": [1.0, 0.9, 0.7, 0.5, 0.2, 0.0],
-    "n_samples": 120,
-    "n_censored": 20,
-}
-ENGINE = {"dp_size": 4, "max_num_seqs": 288}
-DP = {"step_model": {"c_s": 0.005, "t_l_s_per_token": 1e-7, "n_samples": 40}}
+def _with(snapshot: EstimateSnapshot, **update: object) -> EstimateSnapshot:
+    return snapshot.model_copy(update={"estimates": engine_summary(snapshot).model_copy(update=update)})
 
 
 class TestBfioInputs:
-    def test_reads_shape_survival_and_step_model(self) -> None:
+    def test_reads_shape_survival_and_step_model(self, snapshot: EstimateSnapshot) -> None:
         """G = dp_size, B = max_num_seqs / G, the survival table as class default, the fitted C and t_l."""
-        inputs = bfio_inputs(_snapshot({"engine": ENGINE, "survival": SURVIVAL, "dp": DP}))
+        summary = engine_summary(snapshot)
+        assert summary.survival is not None
+        assert summary.dp is not None
+        assert summary.dp.step_model is not None
+        inputs = bfio_inputs(snapshot)
         assert inputs is not None
-        assert (inputs.num_ranks, inputs.slots_per_rank) == (4, 72)
+        assert (inputs.num_ranks, inputs.slots_per_rank) == (4, 16)
         assert inputs.default_class == "default"
         (table,) = inputs.survival_tables
-        assert table.edges_tokens == (0.0, 1.0, 2.0, 4.0, 8.0, 16.0)
-        assert table.survival_frac[3] == 0.5
-        assert table.n_events == 100
-        assert (inputs.step_c_s, inputs.step_t_l_s_per_token) == (0.005, 1e-7)
+        assert table.edges_tokens == tuple(summary.survival.bin_edges_tokens)
+        assert table.survival_frac == tuple(summary.survival.survival_frac)
+        assert table.n_events == summary.survival.n_samples - summary.survival.n_censored
+        model = summary.dp.step_model
+        assert (inputs.step_c_s, inputs.step_t_l_s_per_token) == (model.c_s, model.t_l_s_per_token)
 
-    def test_an_engine_without_dp_size_gets_no_bundle(self) -> None:
-        """A single engine (no dp_size in its registration) is not a DP deployment."""
-        assert bfio_inputs(_snapshot({"engine": {"max_num_seqs": 256}, "survival": SURVIVAL})) is None
-        assert bfio_inputs(_snapshot({})) is None
+    def test_an_engine_without_a_registration_gets_no_bundle(self, snapshot: EstimateSnapshot) -> None:
+        assert bfio_inputs(_with(snapshot, engine=None)) is None
 
-    def test_missing_survival_and_unphysical_fit_are_left_out(self) -> None:
+    def test_missing_survival_and_unphysical_fit_are_left_out(self, snapshot: EstimateSnapshot) -> None:
         """No survival table and a negative t_l: no tables and no fitted step model (defaults apply)."""
-        dp = {"step_model": {"c_s": 0.005, "t_l_s_per_token": -1e-7, "n_samples": 40}}
-        inputs = bfio_inputs(_snapshot({"engine": ENGINE, "survival": None, "dp": dp}))
+        summary = engine_summary(snapshot)
+        assert summary.dp is not None
+        bad_fit = StepModelFit(c_s=0.005, t_l_s_per_token=-1e-7, n_samples=40)
+        dp = summary.dp.model_copy(update={"step_model": bad_fit})
+        inputs = bfio_inputs(_with(snapshot, survival=None, dp=dp))
         assert inputs is not None
         assert inputs.survival_tables == ()
         assert inputs.default_class is None
@@ -75,18 +69,17 @@ class TestBfioSpec:
         assert spec.trigger == EverySeconds(seconds=1.0)
         assert spec.document_type is BfioPolicy
 
-    def test_decides_a_bundle_from_a_snapshot(self) -> None:
-        """The spec turns a DP summary into a BF-IO document: H capped at the median output (4 tokens)."""
-        spec = bfio_spec(interval_s=0.5)
-        outcome = decide_from_snapshot(spec, _snapshot({"engine": ENGINE, "survival": SURVIVAL, "dp": DP}), None)
+    def test_decides_a_bundle_from_a_snapshot(self, snapshot: EstimateSnapshot) -> None:
+        """The spec turns the DP summary into a BF-IO document with the fitted step model."""
+        summary = engine_summary(snapshot)
+        assert summary.dp is not None
+        assert summary.dp.step_model is not None
+        outcome = decide_from_snapshot(bfio_spec(interval_s=0.5), snapshot, None)
         document = outcome.document
         assert isinstance(document, BfioPolicy)
         assert document.scope == "dp-0"
-        assert document.payload.horizon_steps == 4
-        assert document.payload.step_model.c_s == pytest.approx(0.005)
+        assert document.payload.step_model.c_s == pytest.approx(summary.dp.step_model.c_s)
         assert [t.traffic_class for t in document.payload.survival_tables] == ["default"]
 
-    def test_skips_a_single_engine(self) -> None:
-        """No inputs, no document."""
-        outcome = decide_from_snapshot(bfio_spec(), _snapshot({"engine": {"max_num_seqs": 8}}), None)
-        assert outcome.document is None
+    def test_only_dp_engines_are_snapshotted_for_it(self, demo_plane: OfflineControlPlane) -> None:
+        assert {s.scope for s in demo_plane.snapshots if s.trigger.startswith("bfio:")} == {"dp-0"}

@@ -1,113 +1,133 @@
-"""EB+ wiring: the inputs built from an engine summary (calibration, KV capacity, hazard floor)."""
+"""EB+ wiring: the inputs built from a real engine summary (calibration, KV capacity, hazard floor, guard)."""
 
 from __future__ import annotations
 
 import pytest
-from pydantic import JsonValue
 
-from policies.ebplus.calibration import QWEN3_8B_H200, QWEN3_8B_RTX_PRO_6000, calibration_profile
+from policies.ebplus.calibration import calibration_profile
+from schemas.estimates import EngineSummary, LinearCostFit
 from schemas.records import EstimateSnapshot
 from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
+from services.policy.wiring.summary import engine_summary
+from services.replay.offline import OfflineControlPlane
+from tests.fixtures import last_snapshot
 
 
-def _snapshot(*, engine: dict[str, JsonValue] | None = None, p0: float = 0.004) -> EstimateSnapshot:
-    estimates: dict[str, JsonValue] = {
-        "engine": engine
-        if engine is not None
-        else {
-            "model": "Qwen3-8B",
-            "gpu": "RTX-PRO-6000",
-            "max_num_seqs": 512,
-            "kv_blocks_total": 1000,
-            "block_size_tokens": 16,
-        },
-        "hazard": {"p0": p0, "eta": 1e-6, "n_samples": 200},
-        "mu_l_tokens": 512.0,
-        "mu_o_tokens": 256.0,
-        "n_obs": 700.0,
-        "last_step": {"kv_capacity_tokens": 99.0},
-        "completions_total": 200,
-    }
-    return EstimateSnapshot(
-        deployment="d", scope="e0", snapshot_id="s", version=1, ts=1.0, trigger="t", estimates=estimates
-    )
+@pytest.fixture
+def snapshot(demo_plane: OfflineControlPlane) -> EstimateSnapshot:
+    """The last EB+ snapshot the demo's first H200 engine took (its registration names its calibration)."""
+    return last_snapshot(demo_plane, "ebplus", "h200-0")
+
+
+def _with(snapshot: EstimateSnapshot, **update: object) -> EstimateSnapshot:
+    """The snapshot with some summary fields replaced."""
+    return snapshot.model_copy(update={"estimates": engine_summary(snapshot).model_copy(update=update)})
+
+
+def _registered(summary: EngineSummary, **update: object) -> object:
+    assert summary.engine is not None
+    return summary.engine.model_copy(update=update)
 
 
 class TestEbplusInputs:
-    def test_calibration_found_by_model_and_gpu(self) -> None:
-        inputs = ebplus_inputs(_snapshot())
-        assert inputs is not None
-        assert inputs.cost_model == calibration_profile(QWEN3_8B_RTX_PRO_6000).cost_model
-
-    def test_hardware_profile_names_the_calibration_first(self) -> None:
-        engine: dict[str, JsonValue] = {
-            "hardware_profile": QWEN3_8B_H200,
-            "model": "Qwen3-8B",
-            "gpu": "RTX-PRO-6000",
-            "max_num_seqs": 8,
-        }
-        inputs = ebplus_inputs(_snapshot(engine=engine))
-        assert inputs is not None
-        assert inputs.cost_model == calibration_profile(QWEN3_8B_H200).cost_model
-
-    def test_unknown_hardware_leaves_the_cost_model_to_the_params(self) -> None:
-        inputs = ebplus_inputs(_snapshot(engine={"model": "m", "gpu": "g", "max_num_seqs": 8}))
-        assert inputs is not None
-        assert inputs.cost_model is None
-
-    def test_unknown_hardware_with_online_fits_uses_the_engines_own_cost_model(self) -> None:
-        snapshot = _snapshot(engine={"model": "m", "gpu": "g", "max_num_seqs": 8})
-        snapshot.estimates["cost"] = {
-            "prefill": {"alpha_s": 0.02, "beta_s_per_unit": 1e-4},
-            "decode": {"alpha_s": 0.01, "beta_s_per_unit": 2e-4},
-        }
+    def test_reads_the_hazard_means_n_obs_and_completions_of_the_summary(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
         inputs = ebplus_inputs(snapshot)
         assert inputs is not None
-        assert inputs.cost_model is not None
-        assert (inputs.cost_model.alpha_p_s, inputs.cost_model.beta_d_s_per_seq) == (0.02, 2e-4)
+        assert summary.hazard is not None
+        assert summary.engine is not None
+        assert (inputs.p0, inputs.eta) == (summary.hazard.p0_per_token, summary.hazard.eta_per_token2)
+        assert (inputs.mu_l_tokens, inputs.mu_o_tokens) == (summary.mu_l_tokens, summary.mu_o_tokens)
+        assert (inputs.n_obs, inputs.completions) == (summary.n_obs_requests, summary.completions_total)
+        assert inputs.max_num_seqs == summary.engine.max_num_seqs
 
-    def test_kv_capacity_comes_from_the_registration_else_the_last_step(self) -> None:
-        registered = ebplus_inputs(_snapshot())
-        unregistered = ebplus_inputs(_snapshot(engine={"max_num_seqs": 8}))
+    def test_calibration_found_by_the_hardware_profile(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        assert summary.engine is not None
+        assert summary.engine.hardware_profile is not None
+        inputs = ebplus_inputs(snapshot)
+        assert inputs is not None
+        assert inputs.cost_model == calibration_profile(summary.engine.hardware_profile).cost_model
+
+    def test_calibration_found_by_model_and_gpu_without_a_profile(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        assert summary.engine is not None
+        inputs = ebplus_inputs(_with(snapshot, engine=_registered(summary, hardware_profile=None)))
+        assert inputs is not None
+        by_name = calibration_profile(f"{summary.engine.model}@{summary.engine.gpu}".lower())
+        assert inputs.cost_model == by_name.cost_model
+
+    def test_unknown_hardware_leaves_the_cost_model_to_the_params(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        unknown = _registered(summary, hardware_profile=None, model="m", gpu="g")
+        inputs = ebplus_inputs(_with(snapshot, engine=unknown))
+        assert inputs is not None
+        assert summary.cost.prefill is None  # mixed batching: no pure-prefill fit yet
+        assert inputs.cost_model is None
+
+    def test_unknown_hardware_with_online_fits_uses_the_engines_own_cost_model(
+        self, snapshot: EstimateSnapshot
+    ) -> None:
+        summary = engine_summary(snapshot)
+        unknown = _registered(summary, hardware_profile=None, model="m", gpu="g")
+        prefill = LinearCostFit(alpha_s=0.02, beta_s_per_unit=1e-4, n_samples=10, residual_std_s=0.0)
+        cost = summary.cost.model_copy(update={"prefill": prefill})
+        inputs = ebplus_inputs(_with(snapshot, engine=unknown, cost=cost))
+        assert inputs is not None
+        assert inputs.cost_model is not None
+        assert summary.cost.decode is not None
+        assert (inputs.cost_model.alpha_p_s, inputs.cost_model.beta_d_s_per_seq) == (
+            0.02,
+            summary.cost.decode.beta_s_per_unit,
+        )
+
+    def test_kv_capacity_comes_from_the_registration_else_the_last_step(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        assert summary.engine is not None
+        assert summary.last_step is not None
+        registered = ebplus_inputs(snapshot)
+        step = summary.last_step.model_copy(update={"kv_capacity_tokens": 99})
+        unregistered = ebplus_inputs(_with(snapshot, engine=_registered(summary, kv_blocks_total=0), last_step=step))
         assert registered is not None
         assert unregistered is not None
-        assert (registered.kv_capacity_tokens, unregistered.kv_capacity_tokens) == (16_000, 99)
+        expected = summary.engine.kv_blocks_total * summary.engine.block_size_tokens
+        assert (registered.kv_capacity_tokens, unregistered.kv_capacity_tokens) == (expected, 99)
 
-    def test_non_positive_p0_of_bounded_lengths_is_floored_to_one_over_mu_o(self) -> None:
-        inputs = ebplus_inputs(_snapshot(p0=-0.0134))
+    def test_non_positive_p0_of_bounded_lengths_is_floored_to_one_over_mu_o(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        assert summary.hazard is not None
+        assert summary.mu_o_tokens is not None
+        hazard = summary.hazard.model_copy(update={"p0_per_token": -0.0134})
+        inputs = ebplus_inputs(_with(snapshot, hazard=hazard))
         assert inputs is not None
-        assert inputs.p0 == pytest.approx(1.0 / 256.0)
+        assert inputs.p0 == pytest.approx(1.0 / summary.mu_o_tokens)
 
-    def test_no_decision_without_a_hazard_fit(self) -> None:
-        snapshot = _snapshot()
-        estimates = dict(snapshot.estimates)
-        estimates["hazard"] = None
-        bare = EstimateSnapshot(
-            deployment="d", scope="e0", snapshot_id="s", version=1, ts=1.0, trigger="t", estimates=estimates
-        )
-        assert ebplus_inputs(bare) is None
+    def test_no_decision_without_a_hazard_fit(self, snapshot: EstimateSnapshot) -> None:
+        assert ebplus_inputs(_with(snapshot, hazard=None)) is None
 
-    def test_guard_reads_the_tightest_tier_slo_and_the_token_budget(self) -> None:
-        snapshot = _snapshot(
-            engine={"model": "Qwen3-8B", "gpu": "RTX-PRO-6000", "max_num_seqs": 8, "max_num_batched_tokens": 8192}
-        )
-        estimates = dict(snapshot.estimates)
-        estimates["tiers"] = {"free": {"tbt_slo_s": 0.5}, "paid": {"tbt_slo_s": 0.1}, "batch": {"tbt_slo_s": None}}
-        tiered = EstimateSnapshot(
-            deployment="d", scope="e0", snapshot_id="s", version=1, ts=1.0, trigger="t", estimates=estimates
-        )
-        inputs = ebplus_inputs(tiered)
+    def test_guard_reads_the_tightest_tier_slo_and_the_token_budget(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        assert summary.engine is not None
+        inputs = ebplus_inputs(snapshot)
         assert inputs is not None
-        assert (inputs.tbt_slo_min_s, inputs.token_budget_tokens) == (0.1, 8192)
+        tightest = min(t.tbt_slo_s for t in summary.tiers.values() if t.tbt_slo_s is not None)
+        assert (inputs.tbt_slo_min_s, inputs.token_budget_tokens) == (
+            tightest,
+            summary.engine.max_num_batched_tokens,
+        )
 
-    def test_no_tier_slo_leaves_the_guard_without_a_bound(self) -> None:
-        inputs = ebplus_inputs(_snapshot())
+    def test_no_tier_slo_leaves_the_guard_without_a_bound(self, snapshot: EstimateSnapshot) -> None:
+        inputs = ebplus_inputs(_with(snapshot, tiers={}))
         assert inputs is not None
-        assert (inputs.tbt_slo_min_s, inputs.token_budget_tokens) == (None, None)
+        assert inputs.tbt_slo_min_s is None
 
 
 class TestEbplusSpec:
-    def test_fires_every_t_upd_completions_and_reads_the_cost_fits(self) -> None:
+    def test_fires_every_t_upd_completions(self) -> None:
         spec = ebplus_spec()
         assert spec.trigger.describe() == "every 100 request.finished"
-        assert "cost" in spec.reads
+
+    def test_the_demo_stream_decides_eb_plus_from_its_snapshots(self, demo_plane: OfflineControlPlane) -> None:
+        decided = {d.scope for d in demo_plane.decisions if d.kind == "ebplus" and d.accepted}
+        snapshotted = {s.scope for s in demo_plane.snapshots if s.trigger.startswith("ebplus:")}
+        assert decided == snapshotted != set()

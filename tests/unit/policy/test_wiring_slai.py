@@ -1,84 +1,81 @@
-"""SLAI wiring: inputs read from an engine summary, the spec's trigger, and the loop from events to a document."""
+"""SLAI wiring: inputs read from a real engine summary, the spec's trigger, and the loop from events to a document."""
 
 from __future__ import annotations
 
 import pytest
 
 from policies.slai import OffsetMode, SlaiParams, TierObservation
+from schemas.estimates import LinearCostFit
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import EverySeconds, PolicyRegistry
+from services.policy.registry import PolicyRegistry
 from services.policy.specs import default_registry
 from services.policy.wiring.slai import slai_inputs, slai_spec
+from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.triggers import EverySeconds
+from tests.fixtures import last_snapshot
 from tests.unit.stream.synthetic import synthetic_stream
 
-SUMMARY = {
-    "tbar_s": 0.05,
-    "step_time": {"count": 400, "mean": 0.05, "p50": 0.045, "p90": 0.07, "p99": 0.09},
-    "last_step": {"num_running": 40.0, "num_waiting": 3.0, "kv_use_frac": 0.97, "kv_capacity_tokens": 235_728.0},
-    "arrival_rate_per_s": 1.4,
-    "cost": {"mixed": {"alpha_s": 0.02, "beta_s_per_unit": 6e-5, "n_samples": 300, "residual_std_s": 0.004}},
-    "tiers": {
-        "free": {
-            "tbt_slo_s": 0.5,
-            "ttft": {"count": 90, "mean": 0.5, "p50": 0.4, "p90": 1.0, "p99": 2.0},
-            "tbt_p99": {"count": 90, "mean": 0.3, "p50": 0.3, "p90": 0.35, "p99": 0.38},
-            "tbt_gaps": 36_000,
-            "tbt_gaps_over_slo": 36,
-        },
-        "paid": {
-            "tbt_slo_s": 0.1,
-            "ttft": {"count": 10, "mean": 0.3, "p50": 0.2, "p90": 0.5, "p99": 0.6},
-            "tbt_p99": None,
-            "tbt_gaps": 0,
-            "tbt_gaps_over_slo": 0,
-        },
-    },
-}
+
+@pytest.fixture
+def snapshot(demo_plane: OfflineControlPlane) -> EstimateSnapshot:
+    """The last SLAI snapshot of the demo's first SLAI engine (two SLO tiers)."""
+    return last_snapshot(demo_plane, "slai", "slai-0")
 
 
-def _snapshot(estimates: dict[str, object]) -> EstimateSnapshot:
-    return EstimateSnapshot(
-        deployment="dep",
-        scope="engine-0",
-        snapshot_id="sha256:1",
-        version=1,
-        ts=30.0,
-        trigger="slai:every 2s",
-        offsets=[],
-        estimates=estimates,
-    )
+def _with(snapshot: EstimateSnapshot, **update: object) -> EstimateSnapshot:
+    return snapshot.model_copy(update={"estimates": engine_summary(snapshot).model_copy(update=update)})
 
 
 class TestSlaiInputs:
-    def test_reads_tbar_step_tail_kv_rate_and_the_batch_time_fit(self) -> None:
-        inputs = slai_inputs(_snapshot(SUMMARY))
+    def test_reads_tbar_step_tail_kv_rate_and_the_batch_time_fit(self, snapshot: EstimateSnapshot) -> None:
+        s = engine_summary(snapshot)
+        assert s.step_time_s is not None
+        assert s.last_step is not None
+        assert s.cost.mixed is not None
+        inputs = slai_inputs(snapshot)
         assert inputs is not None
-        assert (inputs.tbar_s, inputs.step_time_p99_s, inputs.kv_use_frac) == (0.05, 0.09, 0.97)
-        assert inputs.arrival_rate_per_s == 1.4
-        assert (inputs.batch_time_a0_s, inputs.batch_time_a_tok_s_per_token) == (0.02, 6e-5)
+        assert (inputs.tbar_s, inputs.step_time_p99_s) == (s.tbar_s, s.step_time_s.p99_s)
+        assert (inputs.kv_use_frac, inputs.arrival_rate_per_s) == (s.last_step.kv_use_frac, s.arrival_rate_per_s)
+        assert (inputs.batch_time_a0_s, inputs.batch_time_a_tok_s_per_token) == (
+            s.cost.mixed.alpha_s,
+            s.cost.mixed.beta_s_per_unit,
+        )
 
-    def test_median_ttft_weights_each_tier_median_by_its_count(self) -> None:
-        inputs = slai_inputs(_snapshot(SUMMARY))
+    def test_median_ttft_weights_each_tier_median_by_its_count(self, snapshot: EstimateSnapshot) -> None:
+        s = engine_summary(snapshot)
+        ttfts = [t.ttft_s for t in s.tiers.values() if t.ttft_s is not None]
+        assert len(ttfts) == 2
+        inputs = slai_inputs(snapshot)
         assert inputs is not None
-        assert inputs.ttft_p50_s == pytest.approx((0.4 * 90 + 0.2 * 10) / 100)
+        expected = sum(q.p50_s * q.count for q in ttfts) / sum(q.count for q in ttfts)
+        assert inputs.ttft_p50_s == pytest.approx(expected)
 
-    def test_tiers_carry_p99_gap_and_attainment_or_none_without_samples(self) -> None:
-        inputs = slai_inputs(_snapshot(SUMMARY))
+    def test_tiers_carry_p99_gap_and_attainment_or_none_without_samples(self, snapshot: EstimateSnapshot) -> None:
+        s = engine_summary(snapshot)
+        free = s.tiers["free"].model_copy(update={"tbt_gaps": 36_000, "tbt_gaps_over_slo": 36})
+        paid = s.tiers["paid"].model_copy(update={"tbt_p99_s": None, "tbt_gaps": 0, "tbt_gaps_over_slo": 0})
+        assert s.tiers["free"].tbt_p99_s is not None
+        inputs = slai_inputs(_with(snapshot, tiers={"free": free, "paid": paid}))
         assert inputs is not None
         assert inputs.tiers == (
-            TierObservation(tier="free", tbt_p99_s=0.38, tbt_attainment_frac=0.999, tbt_samples=36_000),
+            TierObservation(
+                tier="free",
+                tbt_p99_s=s.tiers["free"].tbt_p99_s.p99_s,
+                tbt_attainment_frac=1.0 - 36 / 36_000,
+                tbt_samples=36_000,
+            ),
             TierObservation(tier="paid", tbt_p99_s=None, tbt_attainment_frac=None, tbt_samples=0),
         )
 
-    def test_no_step_yet_means_not_enough_data(self) -> None:
-        assert slai_inputs(_snapshot({k: v for k, v in SUMMARY.items() if k != "tbar_s"})) is None
-        assert slai_inputs(_snapshot({})) is None
+    def test_no_step_yet_means_not_enough_data(self, snapshot: EstimateSnapshot) -> None:
+        assert slai_inputs(_with(snapshot, tbar_s=None)) is None
 
-    def test_a_negative_fit_intercept_is_dropped_not_passed_on(self) -> None:
-        bad = SUMMARY | {"cost": {"mixed": {"alpha_s": -0.01, "beta_s_per_unit": 6e-5}}}
-        inputs = slai_inputs(_snapshot(bad))
+    def test_a_negative_fit_intercept_is_dropped_not_passed_on(self, snapshot: EstimateSnapshot) -> None:
+        s = engine_summary(snapshot)
+        mixed = LinearCostFit(alpha_s=-0.01, beta_s_per_unit=6e-5, n_samples=10, residual_std_s=0.0)
+        inputs = slai_inputs(_with(snapshot, cost=s.cost.model_copy(update={"mixed": mixed})))
         assert inputs is not None
         assert (inputs.batch_time_a0_s, inputs.batch_time_a_tok_s_per_token) == (None, 6e-5)
 
@@ -90,13 +87,15 @@ class TestSlaiSpec:
         assert spec.document_type is SlaiPolicy
         assert "slai" in default_registry().kinds()
 
-    def test_decides_the_params_it_was_given(self) -> None:
+    def test_decides_the_params_it_was_given(self, snapshot: EstimateSnapshot) -> None:
+        s = engine_summary(snapshot)
+        assert s.step_time_s is not None
+        assert s.tbar_s is not None
         spec = slai_spec(SlaiParams(offset_mode=OffsetMode.FIXED))
-        inputs = slai_inputs(_snapshot(SUMMARY))
-        decision = spec.decide(inputs, None, 30.0)
+        inputs = slai_inputs(snapshot)
+        decision = spec.decide(inputs, None, snapshot.ts)
         assert decision.payload.mode == "fixed"
-        assert decision.diagnostics["delta_min"] == pytest.approx(2 * 0.09 / 0.05)
-        assert decision.diagnostics["delta_in_effect"] == 10.0
+        assert decision.diagnostics["delta_min"] == pytest.approx(2 * s.step_time_s.p99_s / s.tbar_s)
 
     def test_events_to_documents_in_the_offline_loop(self) -> None:
         plane = OfflineControlPlane("dep", PolicyRegistry([slai_spec()]))

@@ -6,9 +6,11 @@ import itertools
 from typing import ClassVar
 
 from estimators import bucket_of
+from schemas.estimates import FleetContribution, FleetSummary
 from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.fleetopt import fleetopt_inputs
+from services.policy.wiring.summary import fleet_summary
 from services.replay.replay import replay_offline
 from services.stream.fleet import FleetAggregator, FleetSlot
 from tests.unit.stream.synthetic import synthetic_stream
@@ -32,13 +34,18 @@ def _contribution(engine: str, index: int, arrivals: int, lengths: list[int]) ->
         ts=float(index),
         trigger="fleetopt:contribution",
         offsets=[],
-        estimates=slot.to_dict(),
+        estimates=slot.contribution(),
     )
 
 
-def _run(contributions: list[EstimateSnapshot]) -> list[dict]:
+def _index(snapshot: EstimateSnapshot) -> int:
+    assert isinstance(snapshot.estimates, FleetContribution)
+    return snapshot.estimates.slot_index
+
+
+def _run(contributions: list[EstimateSnapshot]) -> list[FleetSummary]:
     aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1)
-    return [s.estimates for c in contributions for s in aggregator.add(c)]
+    return [fleet_summary(s) for c in contributions for s in aggregator.add(c)]
 
 
 class TestFleetAggregator:
@@ -55,22 +62,23 @@ class TestFleetAggregator:
         assert [s.trigger for s in closed] == ["fleetopt:fleet slot 0"]
 
     def test_merged_slots_do_not_depend_on_the_interleaving_of_engines(self) -> None:
-        by_slot = sorted(self.contributions, key=lambda s: (s.estimates["index"], s.scope))
+        by_slot = sorted(self.contributions, key=lambda s: (_index(s), s.scope))
         expected = _run(by_slot)
         for order in itertools.islice(itertools.permutations(("a", "b", "c")), 6):
-            interleaved = sorted(self.contributions, key=lambda s: (s.estimates["index"], order.index(s.scope)))
+            interleaved = sorted(self.contributions, key=lambda s: (_index(s), order.index(s.scope)))
             assert _run(interleaved) == expected
 
     def test_the_fleet_window_sums_arrivals_and_lengths_of_all_engines(self) -> None:
-        by_slot = sorted(self.contributions, key=lambda s: (s.estimates["index"], s.scope))
+        by_slot = sorted(self.contributions, key=lambda s: (_index(s), s.scope))
         last = _run(by_slot)[-1]
-        assert last["slots"] == 3
-        assert last["arrival_rate_per_s"] == (3 * (6 + 12 + 18)) / 180.0
-        assert last["finished"] == 18
-        cdf = dict(map(tuple, last["length_cdf"]))
+        assert last.slots == 3
+        assert last.arrival_rate_per_s == (3 * (6 + 12 + 18)) / 180.0
+        assert last.finished == 18
+        assert last.length_cdf is not None
+        cdf = {p.length_tokens: p.cdf_frac for p in last.length_cdf}
         assert cdf[4096] == 9 / 18
-        assert last["length_cdf"][-1] == [5120, 1.0]  # 5,000 tokens fall in the bucket (4608, 5120]
-        assert last["engines"] == ["a", "b", "c"]
+        assert (last.length_cdf[-1].length_tokens, last.length_cdf[-1].cdf_frac) == (5120, 1.0)  # (4608, 5120]
+        assert last.engines == ["a", "b", "c"]
 
     def test_a_contribution_for_a_closed_slot_is_dropped_and_counted(self) -> None:
         aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=0)
@@ -83,7 +91,7 @@ class TestFleetAggregator:
         aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, silent_slots=2, grace_slots=0)
         aggregator.add(_contribution("b", 0, 1, [100]))
         closed = [s for i in range(5) for s in aggregator.add(_contribution("a", i, 1, [100]))]
-        assert closed[-1].estimates["engines"] == ["a"]
+        assert fleet_summary(closed[-1]).engines == ["a"]
         assert aggregator.closed_through == 4
 
     def test_state_round_trips(self) -> None:

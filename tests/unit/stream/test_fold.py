@@ -8,11 +8,13 @@ import json
 import pytest
 
 from schemas.engines import EngineRegistered
+from schemas.estimates import EngineSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 from services.policy.specs import default_registry
+from services.policy.wiring.summary import engine_summary
 from services.stream.estimates import EngineEstimates
 from services.stream.fold import Folder
 from tests.unit.stream.synthetic import synthetic_stream
@@ -30,7 +32,7 @@ class TestFolder:
         events = synthetic_stream(engines=1, requests=250)
         folder = Folder("dep", default_registry())
         ebplus = [s for s in _fold_all(folder, events) if s.trigger.startswith("ebplus:")]
-        assert [s.estimates["completions_total"] for s in ebplus] == [100, 200]
+        assert [engine_summary(s).completions_total for s in ebplus] == [100, 200]
         assert [s.version for s in ebplus] == sorted({s.version for s in ebplus})
 
     def test_engine_that_declares_what_it_obeys_gets_snapshots_of_those_kinds_only(self) -> None:
@@ -83,14 +85,15 @@ class TestEngineEstimates:
         for event in synthetic_stream(engines=1, requests=300):
             estimates.fold(event)
         summary = estimates.summary()
-        hazard = summary["hazard"]
-        assert isinstance(hazard, dict)
-        assert hazard["n_samples"] == 300
-        assert 0 < hazard["n_censored"] < 300
-        assert 1 / 300 < hazard["p0"] < 1 / 100
-        assert summary["completions_total"] == 300
-        assert summary["engine"]["max_num_seqs"] == 256  # type: ignore[index]
-        json.dumps(summary)
+        hazard = summary.hazard
+        assert hazard is not None
+        assert hazard.n_samples == 300
+        assert 0 < hazard.n_censored < 300
+        assert 1 / 300 < hazard.p0_per_token < 1 / 100
+        assert summary.completions_total == 300
+        assert summary.engine is not None
+        assert summary.engine.max_num_seqs == 256
+        assert EngineSummary.model_validate_json(summary.model_dump_json()) == summary
 
 
 def _long_requests_still_running() -> list[Event]:
@@ -152,19 +155,15 @@ class TestInFlightCensoring:
         for event in _long_requests_still_running():
             estimates.fold(event)
         summary = estimates.summary()
-        survival = summary["survival"]
-        assert isinstance(survival, dict)
-        edges = survival["bin_edges_tokens"]
-        values = survival["survival"]
-        assert isinstance(edges, list)
-        assert isinstance(values, list)
-        at = dict(zip(edges, values, strict=True))
+        survival = summary.survival
+        assert survival is not None
+        at = dict(zip(survival.bin_edges_tokens, survival.survival_frac, strict=True))
         assert at[3] == 1.0
         assert at[4] == pytest.approx(0.5)
         assert at[32] == pytest.approx(0.5)
-        assert (survival["n_samples"], survival["n_censored"]) == (40, 20)
-        assert summary["in_flight_censored"] == 20
-        assert summary["output_samples"] == 20
+        assert (survival.n_samples, survival.n_censored) == (40, 20)
+        assert summary.in_flight_censored == 20
+        assert summary.output_samples == 20
 
     def test_ages_are_the_decode_steps_since_the_first_token(self) -> None:
         """The 60 decode steps after the prefill step each decoded every running request: age 1 + 60."""
