@@ -133,6 +133,10 @@ class Settings(EnvSettings):
     kafka_linger_ms: int = Field(
         default=LOCAL_BROKER_TIMEOUTS.linger_ms, ge=0, description="producer batching delay, ms (Apache Kafka: 5)"
     )
+    stream_runtime: Literal["kafka", "faust"] = Field(
+        default="kafka",
+        description="stream processor runtime: kafka (kafka-python) or faust (faust-streaming)",
+    )
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> Self:

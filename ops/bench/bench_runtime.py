@@ -1,18 +1,24 @@
-"""Control-plane runtime: ingest throughput, offline replay speed, and event-to-policy-visible latency.
+"""Control-plane runtime: ingest throughput and event-to-estimate latency of both stream-processor
+runtimes side by side, offline replay speed, and event-to-policy-visible latency.
 
-Three figures (DESIGN section 9 targets, never asserted in tests):
+Figures (DESIGN section 9 targets, never asserted in tests):
 
-1. ingest: one stream-processor process folds a pre-loaded backlog of simulator telemetry from
-   ``gov.telemetry`` with estimates current in Redis (target >= 20k events/s, goal 50k);
-2. offline replay: the same events folded in-process by ``OfflineControlPlane`` (target >= 100k/s);
-3. loop latency: events published at ``--rate`` events/s; for every decision, the wall time from
-   publishing the event that triggered it to the new version being readable in Redis (announced
-   on pub/sub), p50 and p99 (target p99 <= 100 ms, goal p50 <= 20 ms).
+1. ingest, per runtime (kafka-python and faust-streaming): one stream processor folds the same
+   pre-loaded backlog of simulator telemetry from ``gov.telemetry`` with estimates current in
+   Redis (target >= 20k events/s, goal 50k); the deployment's Redis keys are flushed between runs;
+2. event -> estimate latency, per runtime: ``governor run stream --runtime R`` as a process, events
+   published at ``--estimate-rate`` events/s; for every snapshot on ``gov.estimates``, the wall
+   time from publishing the event that triggered it (same engine and event time) to receiving it;
+3. offline replay: the same events folded in-process by ``OfflineControlPlane`` (target >= 100k/s);
+4. loop latency (default runtime): events published at ``--rate`` events/s; for every decision, the
+   wall time from publishing the event that triggered it to the new version being readable in
+   Redis (announced on pub/sub), p50 and p99 (target p99 <= 100 ms, goal p50 <= 20 ms).
 
 Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or an embedded Valkey),
 prints the figures and writes JSON to ``--out``.
 
-    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--rate 1000 4000] [--out out/bench/runtime.json]
+    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000] [--rate 1000 4000]
+        [--out out/bench/runtime.json]
 """
 
 from __future__ import annotations
@@ -30,9 +36,10 @@ from pathlib import Path
 
 import numpy as np
 import redis
+from kafka import KafkaConsumer, TopicPartition
 
 from schemas.events import Event
-from schemas.names import policy_channel
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, policy_channel
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import ListSink, StaticPolicySource
@@ -42,7 +49,7 @@ from services.sim import load_scenario, run_offline
 from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
-from services.stream.processor import StreamProcessor
+from services.stream.runtimes import RUNTIMES, Runtime, stream_processor
 
 
 def _events(deployment: str, seconds: float) -> list[Event]:
@@ -60,24 +67,29 @@ def _publish_all(bootstrap: str, events: list[Event]) -> None:
     publisher.close()
 
 
-def bench_ingest(bootstrap: str, redis_url: str, events: list[Event], deployment: str) -> dict[str, float]:
-    """Fold a pre-loaded backlog with one processor; events/s from its first to its last batch."""
-    _publish_all(bootstrap, events)
+def bench_ingest(
+    bootstrap: str, redis_url: str, events: list[Event], deployment: str, runtime: Runtime
+) -> dict[str, float]:
+    """Fold the published backlog with one processor on ``runtime``; events/s from its first to its last batch."""
     store = RedisStore.from_url(redis_url, deployment, 5.0)
-    processor = StreamProcessor(deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry())
+    store.flush_deployment()
+    processor = stream_processor(
+        runtime, deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry()
+    )
     processor.run(idle_exit_s=3.0)
     processor.close()
     store.close()
     counters = processor.counters
     assert counters.first_batch_at_s is not None
     assert counters.last_batch_at_s is not None
+    assert counters.folded == len(events), f"{runtime} folded {counters.folded} of {len(events)} events"
     wall = counters.last_batch_at_s - counters.first_batch_at_s
     return {
-        "events": processor.counters.folded,
+        "events": counters.folded,
         "wall_s": wall,
-        "events_per_s": processor.counters.folded / wall,
-        "batches": processor.counters.batches,
-        "snapshots": processor.counters.snapshots,
+        "events_per_s": counters.folded / wall,
+        "batches": counters.batches,
+        "snapshots": counters.snapshots,
     }
 
 
@@ -96,7 +108,9 @@ def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
     }
 
 
-def _start_service(name: str, bootstrap: str, redis_url: str, deployment: str) -> subprocess.Popen[bytes]:
+def _start_service(
+    name: str, bootstrap: str, redis_url: str, deployment: str, extra: tuple[str, ...] = ()
+) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
         "-m",
@@ -113,8 +127,89 @@ def _start_service(name: str, bootstrap: str, redis_url: str, deployment: str) -
         "0",
         "--log-level",
         "warning",
+        *extra,
     ]
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def _telemetry_ends(bootstrap: str) -> dict[str, int]:
+    consumer = KafkaConsumer(bootstrap_servers=bootstrap)
+    partitions = [TopicPartition(TELEMETRY_TOPIC, p) for p in consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()]
+    ends = {f"{tp.topic}:{tp.partition}": offset for tp, offset in consumer.end_offsets(partitions).items()}
+    consumer.close()
+    return ends
+
+
+def _wait_caught_up(store: RedisStore, ends: dict[str, int], timeout_s: float) -> None:
+    """Wait until the stream processor has applied every telemetry record there was at the start."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        applied = store.applied_offsets("stream")
+        if all(applied.get(tp, -1) >= end - 1 for tp, end in ends.items() if end > 0):
+            return
+        time.sleep(0.25)
+    msg = f"the stream processor did not catch up with the backlog in {timeout_s:.0f} s"
+    raise RuntimeError(msg)
+
+
+def bench_estimate_latency(
+    bootstrap: str, redis_url: str, events: list[Event], deployment: str, runtime: Runtime, *, rate: float
+) -> dict[str, object]:
+    """Publish at ``rate`` events/s to ``governor run stream --runtime``; time each snapshot's arrival."""
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    service = _start_service("stream", bootstrap, redis_url, deployment, ("--runtime", runtime))
+    ends = _telemetry_ends(bootstrap)
+    if all(end == 0 for end in ends.values()):
+        time.sleep(10.0)  # nothing to catch up with: give the member time to join its group
+    _wait_caught_up(store, ends, 300.0)
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10, enable_auto_commit=False)
+    partitions = [TopicPartition(ESTIMATES_TOPIC, p) for p in reader.partitions_for_topic(ESTIMATES_TOPIC) or ()]
+    reader.assign(partitions)
+    reader.seek_to_end(*partitions)
+    for tp in partitions:
+        reader.position(tp)
+    published: dict[tuple[str, float], float] = {}
+    latencies: list[float] = []
+    done = threading.Event()
+
+    def listen() -> None:
+        while not done.is_set():
+            for records in reader.poll(timeout_ms=50).values():
+                seen = time.perf_counter()
+                for record in records:
+                    snapshot = json.loads(record.value)
+                    sent = published.get((snapshot["scope"], snapshot["ts"]))
+                    if snapshot["deployment"] == deployment and sent is not None:
+                        latencies.append(seen - sent)
+
+    listener = threading.Thread(target=listen, daemon=True)
+    listener.start()
+    publisher = TelemetryPublisher(bootstrap)
+    started = time.perf_counter()
+    for i, event in enumerate(events):
+        wait = started + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        published[(event.engine_id, event.ts)] = time.perf_counter()
+        publisher.publish(event)
+    publisher.flush(60.0)
+    time.sleep(3.0)
+    done.set()
+    listener.join()
+    reader.close()
+    publisher.close()
+    service.terminate()
+    service.wait(timeout=30)
+    store.close()
+    values = np.asarray(latencies) * 1000.0
+    return {
+        "runtime": runtime,
+        "rate_events_per_s": rate,
+        "events": len(events),
+        "snapshots_timed": len(latencies),
+        "p50_ms": float(np.percentile(values, 50)) if len(values) else None,
+        "p99_ms": float(np.percentile(values, 99)) if len(values) else None,
+    }
 
 
 def bench_latency(
@@ -176,11 +271,14 @@ def bench_latency(
 
 
 def main() -> int:
-    """Run the three benchmarks on a private stack; print and write the figures."""
+    """Run the benchmarks on a private stack; print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seconds", type=float, default=60.0, help="simulated seconds of fleet-8 telemetry")
     parser.add_argument(
-        "--rate", type=float, nargs="+", default=[1000.0, 4000.0], help="publish rates of the latency runs, events/s"
+        "--estimate-rate", type=float, default=1000.0, help="publish rate of the event -> estimate runs, events/s"
+    )
+    parser.add_argument(
+        "--rate", type=float, nargs="*", default=[1000.0, 4000.0], help="publish rates of the policy latency runs"
     )
     parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
     args = parser.parse_args()
@@ -188,18 +286,39 @@ def main() -> int:
     state = stack_up(state_dir, Settings.load({}).redis_url, free_port())
     try:
         run = uuid.uuid4().hex[:6]
-        events = _events(f"bench-ingest-{run}", args.seconds)
+        deployment = f"bench-ingest-{run}"
+        events = _events(deployment, args.seconds)
         print(f"telemetry: {len(events)} events of fleet-8 over {args.seconds:.0f} simulated seconds")
-        ingest = bench_ingest(state.kafka_bootstrap, state.redis_url, events, f"bench-ingest-{run}")
-        print(f"ingest:   {ingest['events_per_s']:,.0f} events/s through one stream processor (target 20,000)")
-        offline = bench_offline(events, f"bench-ingest-{run}")
+        _publish_all(state.kafka_bootstrap, events)
+        ingest: dict[str, dict[str, float]] = {}
+        for runtime in RUNTIMES:
+            ingest[runtime] = bench_ingest(state.kafka_bootstrap, state.redis_url, events, deployment, runtime)
+            print(
+                f"ingest ({runtime}): {ingest[runtime]['events_per_s']:,.0f} events/s through one stream processor "
+                f"(target 20,000)"
+            )
+        estimate: dict[str, dict[str, object]] = {}
+        for runtime in RUNTIMES:
+            fresh = f"bench-estimate-{run}-{runtime}"
+            estimate[runtime] = bench_estimate_latency(
+                state.kafka_bootstrap,
+                state.redis_url,
+                _events(fresh, args.seconds),
+                fresh,
+                runtime,
+                rate=args.estimate_rate,
+            )
+            print(
+                f"event -> estimate ({runtime}): p50 {estimate[runtime]['p50_ms']:.1f} ms, "
+                f"p99 {estimate[runtime]['p99_ms']:.1f} ms over {estimate[runtime]['snapshots_timed']} snapshots "
+                f"at {args.estimate_rate:,.0f} events/s"
+            )
+        offline = bench_offline(events, deployment)
         print(f"offline:  {offline['events_per_s']:,.0f} events/s folded in-process (target 100,000)")
         latency = []
         for rate in args.rate:
-            deployment = f"bench-latency-{run}-{rate:.0f}"
-            figures = bench_latency(
-                state.kafka_bootstrap, state.redis_url, _events(deployment, args.seconds), deployment, rate
-            )
+            fresh = f"bench-latency-{run}-{rate:.0f}"
+            figures = bench_latency(state.kafka_bootstrap, state.redis_url, _events(fresh, args.seconds), fresh, rate)
             latency.append(figures)
             print(
                 f"latency:  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms event-to-policy-visible "
@@ -208,7 +327,8 @@ def main() -> int:
     finally:
         stack_down(state_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps({"ingest": ingest, "offline": offline, "latency": latency}, indent=2) + "\n")
+    report = {"ingest": ingest, "event_to_estimate": estimate, "offline": offline, "latency": latency}
+    args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0
 

@@ -79,7 +79,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         action="store_true",
         help="keep what the demo started (the local stack) and the Redis keys it wrote (default: remove them)",
     )
-    add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed"])
+    add_settings_flags(demo, ["state_dir", "redis_url", "log_format", "seed", "stream_runtime"])
     demo.set_defaults(handler=run)
 
 

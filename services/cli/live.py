@@ -70,6 +70,7 @@ def _start_service(
     *,
     config: Path | None,
     shadows: tuple[str, ...],
+    stream_runtime: str,
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -90,6 +91,8 @@ def _start_service(
         *([] if config is None else ["--config", str(config)]),
         *(arg for shadow in (shadows if service == "policy" else ()) for arg in ("--shadow", shadow)),
     ]
+    if service == "stream":
+        argv += ["--runtime", stream_runtime]
     with log_path.open("ab") as log:
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
@@ -166,7 +169,7 @@ def run_governed_live(
 
     Args:
         scenario: the fleet and workload; give it a deployment of its own per run.
-        settings: state dir, Redis URL and timeouts of the local stack.
+        settings: state dir, Redis URL and timeouts of the local stack, and the stream processor's runtime.
         out_dir: where the services' logs go.
         speed: simulated seconds per wall second.
         fleet_slot_s: the services' fleet-scope slot (FleetOpt decides once per closed slot), seconds.
@@ -180,11 +183,21 @@ def run_governed_live(
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
     services = {
-        name: _start_service(name, state, deployment, fleet_slot_s, log, config=config, shadows=shadows)
+        name: _start_service(
+            name,
+            state,
+            deployment,
+            fleet_slot_s,
+            log,
+            config=config,
+            shadows=shadows,
+            stream_runtime=settings.stream_runtime,
+        )
         for name, log in logs.items()
     }
     say(
-        f"services: stream processor pid {services['stream'].pid}, policy service pid {services['policy'].pid} "
+        f"services: stream processor pid {services['stream'].pid} ({settings.stream_runtime} runtime), "
+        f"policy service pid {services['policy'].pid} "
         f"(logs in {out_dir}); fleet slot {fleet_slot_s:g} s"
     )
     started = time.monotonic()

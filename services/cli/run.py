@@ -28,7 +28,7 @@ from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.settings import Settings
 from services.store.redis_store import RedisStore
-from services.stream.processor import StreamProcessor
+from services.stream.runtimes import RUNTIMES, stream_processor
 
 log = structlog.get_logger(__name__)
 
@@ -57,6 +57,13 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sub = run.add_subparsers(dest="service", metavar="SERVICE", required=True)
     stream = sub.add_parser("stream", help="fold gov.telemetry into estimates in Redis and snapshots")
     add_settings_flags(stream, FLAGS)
+    stream.add_argument(
+        "--runtime",
+        dest="stream_runtime",
+        choices=RUNTIMES,
+        default=None,
+        help=f"{Settings.model_fields['stream_runtime'].description} (env GOVERNOR_STREAM_RUNTIME; default kafka)",
+    )
     stream.add_argument("--idle-exit-s", type=float, default=None, help="stop after this long without records")
     stream.add_argument("--config", type=Path, default=None, help="policy config (TOML): the policies' triggers")
     stream.set_defaults(handler=run_stream)
@@ -129,7 +136,8 @@ def run_stream(args: argparse.Namespace) -> int:
     registry = config_registry(args.config, settings.fleet_slot_s)
     store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
     metrics = ServiceMetrics("stream", settings.deployment)
-    processor = StreamProcessor(
+    processor = stream_processor(
+        settings.stream_runtime,
         deployment=settings.deployment,
         bootstrap=settings.kafka_bootstrap,
         store=store,
@@ -137,6 +145,7 @@ def run_stream(args: argparse.Namespace) -> int:
         metrics=metrics,
         kafka_timeouts=settings.kafka_client_timeouts(),
     )
+    log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
 
 

@@ -1,80 +1,48 @@
-"""The live stream processor: ``gov.telemetry`` -> estimates in Redis and snapshots on ``gov.estimates``.
+"""The stream processor on kafka-python (``--runtime kafka``, the default): a plain consumer-group member.
 
-A Kafka consumer-group member over the telemetry topic. Each poll is one batch:
-
-1. every record is validated (schemas/events.py); an invalid one goes to ``gov.deadletter`` with the
-   reason and its source offset, and is counted;
-2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
-   processor never folds an event twice;
-3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
-   engine's stored state the first time this processor sees it after an assignment;
-4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
-5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
-   engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
-   offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
-   estimator state off the per-event path; it only widens what a crash re-folds.
-
-A crash between a produce and the next commit re-folds those events after restart and
-re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
-version).
-Partition assignment seeks each partition to its applied offset + 1 and forgets the engines of
-revoked partitions, so their new owner rebuilds them from Redis.
+Only the consumer loop lives here: each poll of ``gov.telemetry`` is one batch for the shared batch
+handling (services/stream/batches.py: parse, dead-letter, fold, snapshots, offset-fenced commit,
+metrics); an empty poll commits what is folded. Partition assignment seeks each partition to its
+applied offset + 1 (kept in Redis) and revocation commits and forgets the revoked partitions'
+engines. The faust-streaming runtime (services/stream/faust_runtime.py) feeds the same batch handling.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
 
-import structlog
-from kafka import TopicPartition
-from kafka.consumer.fetcher import ConsumerRecord
+from kafka import KafkaConsumer, TopicPartition
 
-from schemas.engines import PolicyApplied
-from schemas.errors import InvalidInputError
-from schemas.events import Event, parse_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, ack_key, estimate_key
-from schemas.policy_docs.base import SourceOffset
-from schemas.records import DeadLetter, EstimateSnapshot
+from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
+from services.kafka_clients import Rebalance, group_consumer, record_producer
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
-from services.stream.fold import Folder
+from services.stream.batches import Partition, StreamCounters, TelemetryBatches
 from services.triggers import TriggerSpec
 
-log = structlog.get_logger(__name__)
 
-CONSUMER_NAME = "stream"
-SUMMARY_NAME = "summary"
-FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
+class _KafkaConsumerView:
+    """The batch handling's view of a kafka-python consumer."""
 
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self._consumer = consumer
 
-@dataclass(slots=True)
-class StreamCounters:
-    """What the processor has done, for logs, metrics and tests."""
+    def assigned(self) -> list[Partition]:
+        return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 
-    folded: int = 0
-    dead_lettered: int = 0
-    skipped: int = 0
-    foreign: int = 0
-    snapshots: int = 0
-    batches: int = 0
-    commits: int = 0
-    commits_refused: int = 0
-    last_batch_latency_s: float = 0.0
-    first_batch_at_s: float | None = None
-    last_batch_at_s: float | None = None
-    lag: dict[str, int] = field(default_factory=dict)
+    def highwater(self, partition: Partition) -> int | None:
+        high: int | None = self._consumer.highwater(TopicPartition(*partition))
+        return high
 
-
-def _tp_field(topic: str, partition: int) -> str:
-    return f"{topic}:{partition}"
+    def rewind(self, positions: dict[Partition, int]) -> None:
+        for partition, offset in positions.items():
+            self._consumer.seek(TopicPartition(*partition), offset)
 
 
 class StreamProcessor:
-    """One member of the stream-processor consumer group of a deployment."""
+    """One member of the stream-processor consumer group of a deployment, on kafka-python."""
 
     def __init__(
         self,
@@ -90,14 +58,7 @@ class StreamProcessor:
         commit_interval_s: float = 1.0,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     ) -> None:
-        self._deployment = deployment
-        self._metrics = metrics
-        self._store = store
-        self._folder = Folder(deployment, registry)
         self._clock = clock
-        self.counters = StreamCounters()
-        self._applied: dict[str, int] = {}
-        self._engine_partition: dict[str, str] = {}
         self._consumer = group_consumer(
             bootstrap,
             group_id or f"governor-stream-{deployment}",
@@ -105,37 +66,33 @@ class StreamProcessor:
             timeouts=kafka_timeouts,
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
+        self._batches = TelemetryBatches(
+            deployment=deployment,
+            store=store,
+            registry=registry,
+            producer=self._producer,
+            consumer=_KafkaConsumerView(self._consumer),
+            clock=clock,
+            metrics=metrics,
+            commit_interval_s=commit_interval_s,
+        )
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
-        self._commit_interval_s = commit_interval_s
-        self._last_commit_s = clock()
-        self._folded: dict[str, int] = {}
-        self._pending_offsets: dict[str, int] = {}
-        self._pending_engines: set[str] = set()
-        self._pending_acks: dict[str, str] = {}
-        self._metrics_folded = 0
-        self._metrics_dead = 0
-        self._foreign_sources: set[tuple[str, str]] = set()
+
+    @property
+    def counters(self) -> StreamCounters:
+        """What the processor has done so far."""
+        return self._batches.counters
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
         """Seek every newly assigned partition to its applied offset + 1."""
-        self._applied = self._store.applied_offsets(CONSUMER_NAME)
-        self._folded = dict(self._applied)
-        for tp in partitions:
-            applied = self._applied.get(_tp_field(tp.topic, tp.partition))
-            if applied is not None:
-                self._consumer.seek(tp, applied + 1)
-        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in partitions))
+        positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in partitions)
+        for (topic, partition), offset in positions.items():
+            self._consumer.seek(TopicPartition(topic, partition), offset)
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
-        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis."""
-        self.commit()
-        revoked = {_tp_field(tp.topic, tp.partition) for tp in partitions}
-        engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
-        self._folder.drop(engines)
-        for engine in engines:
-            del self._engine_partition[engine]
-        log.info("partitions_revoked", partitions=sorted(tp.partition for tp in partitions), engines=len(engines))
+        """Commit, then forget the engines of revoked partitions."""
+        self._batches.revoked((tp.topic, tp.partition) for tp in partitions)
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch."""
@@ -143,7 +100,7 @@ class StreamProcessor:
 
     def close(self) -> None:
         """Commit what is folded, leave the group and close the clients."""
-        self.commit()
+        self._batches.commit()
         self._consumer.close()
         self._producer.close(timeout=5)
 
@@ -154,140 +111,12 @@ class StreamProcessor:
             batch = self._consumer.poll(timeout_ms=200)
             records = [record for part in batch.values() for record in part]
             if not records:
-                self.commit()
-                if self._metrics is not None:
-                    self._metrics.progressed()
+                self._batches.idle()
                 if not self._consumer.assignment():
                     idle_since = self._clock()
                 elif idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
                     break
                 continue
             idle_since = self._clock()
-            self.process(records)
+            self._batches.process(records)
         return self.counters
-
-    def process(self, records: list[ConsumerRecord]) -> None:
-        """Fold one polled batch and produce its snapshots; commit when the commit interval has passed."""
-        started = self._clock()
-        if self.counters.first_batch_at_s is None:
-            self.counters.first_batch_at_s = started
-        snapshots: list[EstimateSnapshot] = []
-        last_ts: dict[str, float] = {}
-        for record in records:
-            tp = _tp_field(record.topic, record.partition)
-            if record.offset <= self._folded.get(tp, -1):
-                self.counters.skipped += 1
-                continue
-            self._folded[tp] = record.offset
-            self._pending_offsets[tp] = record.offset
-            position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
-            try:
-                event = parse_event(record.value, source=f"{tp}@{record.offset}")
-            except InvalidInputError as exc:
-                self._dead_letter(record, exc, position)
-                continue
-            if event.deployment != self._deployment:
-                self._foreign(event)
-                continue
-            self._ensure_loaded(event, tp)
-            if isinstance(event, PolicyApplied):
-                self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
-                if self._metrics is not None:
-                    self._metrics.acked(event)
-            last_ts[event.engine_id] = event.ts
-            snapshots.extend(self._folder.fold(event, position))
-            self._pending_engines.add(event.engine_id)
-            self.counters.folded += 1
-        for snapshot in snapshots:
-            self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
-        self._producer.flush(timeout=10)
-        self.counters.snapshots += len(snapshots)
-        self.counters.batches += 1
-        if self._clock() - self._last_commit_s >= self._commit_interval_s:
-            self.commit()
-        self.counters.last_batch_at_s = self._clock()
-        self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
-        self._observe(len(snapshots), started, last_ts)
-
-    def commit(self) -> bool:
-        """Write the folded engines' states and summaries with their offsets, atomically (step 4).
-
-        Returns:
-            False when the store refused (a newer owner of a partition committed past us): the
-            folded state is dropped and the partitions are sought back to what the store holds.
-        """
-        self._last_commit_s = self._clock()
-        if not self._pending_offsets:
-            return True
-        engines = sorted(self._pending_engines)
-        states = {engine: self._folder.state_json(engine) for engine in engines}
-        summaries = {
-            estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
-            for engine in engines
-        } | self._pending_acks
-        offsets = dict(self._pending_offsets)
-        self._pending_offsets.clear()
-        self._pending_engines.clear()
-        self._pending_acks.clear()
-        if self._store.commit(CONSUMER_NAME, offsets, states, summaries):
-            self._applied.update(offsets)
-            self.counters.commits += 1
-            log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
-            return True
-        self.counters.commits_refused += 1
-        log.warning("commit_refused", offsets=offsets)
-        self._applied = self._store.applied_offsets(CONSUMER_NAME)
-        self._folder.drop(engines)
-        for tp_field in offsets:
-            topic, _, partition = tp_field.rpartition(":")
-            applied = self._applied.get(tp_field, -1)
-            self._folded[tp_field] = applied
-            tp = TopicPartition(topic, int(partition))
-            if tp in self._consumer.assignment():
-                self._consumer.seek(tp, applied + 1)
-        return False
-
-    def _observe(self, snapshots: int, started: float, last_ts: dict[str, float]) -> None:
-        if self._metrics is None:
-            return
-        self._metrics.engines_seen(last_ts)
-        self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
-        self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
-        self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
-        self._metrics.snapshots.inc(snapshots)
-        self._metrics.loop_latency.observe(self._clock() - started)
-        self._metrics.lag.set(consumer_lag(self._consumer))
-        self._metrics.progressed()
-
-    def _foreign(self, event: Event) -> None:
-        """Count an event of another deployment; say so once per (deployment, engine), loudly.
-
-        A wrong ``GOVERNOR_DEPLOYMENT`` on an engine otherwise looks like an engine that never speaks.
-        The set of sources logged is capped, so a stream of made-up names cannot grow it without bound.
-        """
-        self.counters.foreign += 1
-        if self._metrics is not None:
-            self._metrics.foreign(event.deployment)
-        source = (event.deployment, event.engine_id)
-        if source not in self._foreign_sources and len(self._foreign_sources) < FOREIGN_SOURCES_LOGGED:
-            self._foreign_sources.add(source)
-            log.warning(
-                "foreign_deployment_events",
-                deployment=event.deployment,
-                engine_id=event.engine_id,
-                ours=self._deployment,
-            )
-
-    def _ensure_loaded(self, event: Event, tp: str) -> None:
-        engine = event.engine_id
-        if not self._folder.has(engine):
-            stored = self._store.load_states([engine]).get(engine)
-            self._folder.load(engine, stored)
-        self._engine_partition[engine] = tp
-
-    def _dead_letter(self, record: ConsumerRecord, exc: InvalidInputError, position: SourceOffset) -> None:
-        raw = record.value.decode("utf-8", errors="replace")[:70_000] if record.value is not None else ""
-        letter = DeadLetter(reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
-        self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
-        self.counters.dead_lettered += 1
-        log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)

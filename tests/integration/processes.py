@@ -16,9 +16,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_stream(
-    stack: StackState, deployment: str, log_path: Path, idle_exit_s: float | None = None
+    stack: StackState, deployment: str, log_path: Path, idle_exit_s: float | None = None, runtime: str = "kafka"
 ) -> subprocess.Popen[bytes]:
-    """Start a stream processor for ``deployment`` in a child process, logging to ``log_path``."""
+    """Start a stream processor (``runtime`` kafka or faust) for ``deployment`` as a child, logging to ``log_path``."""
     argv = [
         sys.executable,
         "-m",
@@ -33,6 +33,8 @@ def start_stream(
         stack.redis_url,
         "--metrics-port",
         "0",
+        "--runtime",
+        runtime,
     ]
     if idle_exit_s is not None:
         argv += ["--idle-exit-s", str(idle_exit_s)]

@@ -1,0 +1,308 @@
+"""The stream processor's batch handling, shared by both runtimes (kafka-python and faust-streaming).
+
+A runtime is only its consumer loop: it hands each batch of ``gov.telemetry`` records to
+``TelemetryBatches.process`` and tells it of partition assignment and revocation. Everything else
+happens here, once:
+
+1. every record is validated (schemas/events.py); an invalid one goes to ``gov.deadletter`` with the
+   reason and its source offset, and is counted;
+2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
+   processor never folds an event twice;
+3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
+   engine's stored state the first time this processor sees it after an assignment;
+4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
+5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
+   engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
+   offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
+   estimator state off the per-event path; it only widens what a crash re-folds.
+
+A crash between a produce and the next commit re-folds those events after restart and
+re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
+version). On assignment the runtime seeks each partition to ``resume_positions`` (the applied
+offset + 1); on revocation the engines of revoked partitions are forgotten, so their new owner
+rebuilds them from Redis.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+import structlog
+from kafka import KafkaProducer
+
+from schemas.engines import PolicyApplied
+from schemas.errors import InvalidInputError
+from schemas.events import Event, parse_event
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_key
+from schemas.policy_docs.base import SourceOffset
+from schemas.records import DeadLetter, EstimateSnapshot
+from services.health import ServiceMetrics
+from services.store.protocol import Store
+from services.stream.fold import Folder
+from services.triggers import TriggerSpec
+
+log = structlog.get_logger(__name__)
+
+CONSUMER_NAME = "stream"
+SUMMARY_NAME = "summary"
+FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
+
+Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
+
+
+class TelemetryRecord(Protocol):
+    """What the batch handling reads of a consumed record (kafka-python's and faust's records both have it)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
+
+
+class ConsumerView(Protocol):
+    """What the batch handling needs of a runtime's consumer: its assignment, high waters, and seeks."""
+
+    def assigned(self) -> list[Partition]:
+        """The partitions this member holds now."""
+        ...
+
+    def highwater(self, partition: Partition) -> int | None:
+        """The partition's end offset as last fetched, or None when not known yet."""
+        ...
+
+    def rewind(self, positions: dict[Partition, int]) -> None:
+        """Make the next records of each partition start at the given offset (after a refused commit)."""
+        ...
+
+
+@dataclass(slots=True)
+class StreamCounters:
+    """What the processor has done, for logs, metrics and tests."""
+
+    folded: int = 0
+    dead_lettered: int = 0
+    skipped: int = 0
+    foreign: int = 0
+    snapshots: int = 0
+    batches: int = 0
+    commits: int = 0
+    commits_refused: int = 0
+    last_batch_latency_s: float = 0.0
+    first_batch_at_s: float | None = None
+    last_batch_at_s: float | None = None
+    lag: dict[str, int] = field(default_factory=dict)
+
+
+def tp_field(topic: str, partition: int) -> str:
+    """The field of a partition in the applied-offsets hash: ``topic:partition``."""
+    return f"{topic}:{partition}"
+
+
+def _partition_of(field_name: str) -> Partition:
+    topic, _, partition = field_name.rpartition(":")
+    return topic, int(partition)
+
+
+class TelemetryBatches:
+    """Parse, dead-letter, fold, produce snapshots and commit, for whichever consumer loop feeds it."""
+
+    def __init__(
+        self,
+        *,
+        deployment: str,
+        store: Store,
+        registry: Iterable[TriggerSpec],
+        producer: KafkaProducer,
+        consumer: ConsumerView,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
+        commit_interval_s: float = 1.0,
+    ) -> None:
+        self._deployment = deployment
+        self._store = store
+        self._folder = Folder(deployment, registry)
+        self._producer = producer
+        self._consumer = consumer
+        self._clock = clock
+        self._metrics = metrics
+        self._commit_interval_s = commit_interval_s
+        self.counters = StreamCounters()
+        self._applied: dict[str, int] = {}
+        self._folded: dict[str, int] = {}
+        self._engine_partition: dict[str, str] = {}
+        self._last_commit_s = clock()
+        self._pending_offsets: dict[str, int] = {}
+        self._pending_engines: set[str] = set()
+        self._pending_acks: dict[str, str] = {}
+        self._metrics_folded = 0
+        self._metrics_dead = 0
+        self._foreign_sources: set[tuple[str, str]] = set()
+
+    def resume_positions(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+        """Read the applied offsets from Redis; return where each assigned partition resumes (applied + 1).
+
+        A partition without an applied offset is left out: the runtime reads it from its earliest offset.
+        """
+        self._applied = self._store.applied_offsets(CONSUMER_NAME)
+        self._folded = dict(self._applied)
+        assigned = sorted(partitions)
+        positions = {tp: self._applied[tp_field(*tp)] + 1 for tp in assigned if tp_field(*tp) in self._applied}
+        log.info("partitions_assigned", partitions=sorted(partition for _, partition in assigned))
+        return positions
+
+    def revoked(self, partitions: Iterable[Partition]) -> None:
+        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis."""
+        self.commit()
+        revoked = {tp_field(*tp) for tp in partitions}
+        engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
+        self._folder.drop(engines)
+        for engine in engines:
+            del self._engine_partition[engine]
+        log.info("partitions_revoked", partitions=sorted(_partition_of(tp)[1] for tp in revoked), engines=len(engines))
+
+    def idle(self) -> None:
+        """Called by the consumer loop when a poll brought nothing: commit what is folded, report progress."""
+        self.commit()
+        if self._metrics is not None:
+            self._metrics.progressed()
+
+    def process(self, records: Sequence[TelemetryRecord]) -> None:
+        """Fold one batch and produce its snapshots; commit when the commit interval has passed."""
+        started = self._clock()
+        if self.counters.first_batch_at_s is None:
+            self.counters.first_batch_at_s = started
+        snapshots: list[EstimateSnapshot] = []
+        last_ts: dict[str, float] = {}
+        for record in records:
+            tp = tp_field(record.topic, record.partition)
+            if record.offset <= self._folded.get(tp, -1):
+                self.counters.skipped += 1
+                continue
+            self._folded[tp] = record.offset
+            self._pending_offsets[tp] = record.offset
+            position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
+            try:
+                event = parse_event(record.value, source=f"{tp}@{record.offset}")
+            except InvalidInputError as exc:
+                self._dead_letter(record, exc, position)
+                continue
+            if event.deployment != self._deployment:
+                self._foreign(event)
+                continue
+            self._ensure_loaded(event, tp)
+            if isinstance(event, PolicyApplied):
+                self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+                if self._metrics is not None:
+                    self._metrics.acked(event)
+            last_ts[event.engine_id] = event.ts
+            snapshots.extend(self._folder.fold(event, position))
+            self._pending_engines.add(event.engine_id)
+            self.counters.folded += 1
+        for snapshot in snapshots:
+            self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
+        self._producer.flush(timeout=10)
+        self.counters.snapshots += len(snapshots)
+        self.counters.batches += 1
+        if self._clock() - self._last_commit_s >= self._commit_interval_s:
+            self.commit()
+        self.counters.last_batch_at_s = self._clock()
+        self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
+        self._observe(len(snapshots), started, last_ts)
+
+    def commit(self) -> bool:
+        """Write the folded engines' states and summaries with their offsets, atomically (step 5).
+
+        Returns:
+            False when the store refused (a newer owner of a partition committed past us): the
+            folded state is dropped and the runtime rewinds the partitions to what the store holds.
+        """
+        self._last_commit_s = self._clock()
+        if not self._pending_offsets:
+            return True
+        engines = sorted(self._pending_engines)
+        states = {engine: self._folder.state_json(engine) for engine in engines}
+        summaries = {
+            estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
+            for engine in engines
+        } | self._pending_acks
+        offsets = dict(self._pending_offsets)
+        self._pending_offsets.clear()
+        self._pending_engines.clear()
+        self._pending_acks.clear()
+        if self._store.commit(CONSUMER_NAME, offsets, states, summaries):
+            self._applied.update(offsets)
+            self.counters.commits += 1
+            log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
+            return True
+        self.counters.commits_refused += 1
+        log.warning("commit_refused", offsets=offsets)
+        self._applied = self._store.applied_offsets(CONSUMER_NAME)
+        self._folder.drop(engines)
+        assigned = set(self._consumer.assigned())
+        rewind: dict[Partition, int] = {}
+        for field_name in offsets:
+            applied = self._applied.get(field_name, -1)
+            self._folded[field_name] = applied
+            if _partition_of(field_name) in assigned:
+                rewind[_partition_of(field_name)] = applied + 1
+        self._consumer.rewind(rewind)
+        return False
+
+    def _observe(self, snapshots: int, started: float, last_ts: dict[str, float]) -> None:
+        if self._metrics is None:
+            return
+        self._metrics.engines_seen(last_ts)
+        self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
+        self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
+        self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
+        self._metrics.snapshots.inc(snapshots)
+        self._metrics.loop_latency.observe(self._clock() - started)
+        lag = 0
+        for tp in self._consumer.assigned():
+            high = self._consumer.highwater(tp)
+            if high is not None:
+                lag += max(0, high - self._folded.get(tp_field(*tp), -1) - 1)
+        self._metrics.lag.set(lag)
+        self._metrics.progressed()
+
+    def _foreign(self, event: Event) -> None:
+        """Count an event of another deployment; say so once per (deployment, engine), loudly.
+
+        A wrong ``GOVERNOR_DEPLOYMENT`` on an engine otherwise looks like an engine that never speaks.
+        The set of sources logged is capped, so a stream of made-up names cannot grow it without bound.
+        """
+        self.counters.foreign += 1
+        if self._metrics is not None:
+            self._metrics.foreign(event.deployment)
+        source = (event.deployment, event.engine_id)
+        if source not in self._foreign_sources and len(self._foreign_sources) < FOREIGN_SOURCES_LOGGED:
+            self._foreign_sources.add(source)
+            log.warning(
+                "foreign_deployment_events",
+                deployment=event.deployment,
+                engine_id=event.engine_id,
+                ours=self._deployment,
+            )
+
+    def _ensure_loaded(self, event: Event, tp: str) -> None:
+        engine = event.engine_id
+        if not self._folder.has(engine):
+            stored = self._store.load_states([engine]).get(engine)
+            self._folder.load(engine, stored)
+        self._engine_partition[engine] = tp
+
+    def _dead_letter(self, record: TelemetryRecord, exc: InvalidInputError, position: SourceOffset) -> None:
+        raw = record.value.decode("utf-8", errors="replace")[:70_000] if record.value is not None else ""
+        letter = DeadLetter(reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
+        self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
+        self.counters.dead_lettered += 1
+        log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)

@@ -1,0 +1,280 @@
+"""The stream processor on faust-streaming (``--runtime faust``): a table-less faust app with one agent.
+
+The agent takes ``gov.telemetry`` in batches (``stream.take_events``) and hands each to the same
+batch handling as the kafka-python runtime (services/stream/batches.py): the same pure fold, the
+same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the consumer loop differs:
+
+- the exactly-once effect needs each assigned partition to resume at its applied offset + 1 in
+  Redis. A seek from an ``on_partitions_assigned`` handler is undone by faust's recovery step,
+  which seeks back to the offsets committed in Kafka; so the consumer's ``perform_seek`` (the
+  step that does that seek) is overridden to seek to Redis's positions instead. The offsets faust
+  commits to Kafka are never read back;
+- revocation commits to Redis after faust has drained the agent (faust acks a taken batch only
+  after the agent's loop body returns), then forgets the revoked partitions' engines;
+- a timer commits when no batch came for a tick, reports progress and ends an ``idle_exit_s`` run;
+- its consumer group is ``governor-stream-faust-{deployment}``, not the kafka runtime's: a group
+  keeps its assignment protocol (Tansu refused faust's join to a group the kafka-python members had
+  used, InconsistentGroupProtocol). Switching runtimes is stop one, start the other: both resume
+  from the offsets applied in Redis;
+- a refused commit (a newer owner of a partition committed past this worker, so this worker is a
+  zombie of an old generation) stops the worker with an error: faust keeps events buffered past
+  any seek, so the only safe resume point is a restart from Redis, which the supervisor (compose's
+  ``restart: unless-stopped``) provides.
+
+The broker-dependent timeouts are the services' (``GOVERNOR_KAFKA_*``, services/settings.py); their
+local-broker defaults were measured on Tansu (DESIGN section 7, docs/contracts.md "Runtimes"):
+fetches that wait at most 10 ms (faust fixes 1500 ms, which showed up whole in the event ->
+estimate latency); a 6 s session timeout and 1 s heartbeat (faust's 60 s default made joins take
+about 30 s). faust's own max-poll interval is kept (shorter ones left a worker draining a backlog
+out of its group for good); no web server (a second worker on one host dies on its port); no
+leader topic and no tables (faust still makes a data directory: a temporary one, removed on
+close); no faust exactly-once mode (its transactional producer does not start on this broker; the
+Redis offset fence gives the effect).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import tempfile
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, cast
+
+import aiokafka
+import faust
+from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Transport
+from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
+from faust.types import TP, StreamT
+from faust.types.transports import ConsumerT
+from mode.types.signals import BaseSignalT
+
+from schemas.errors import GovernorError
+from schemas.names import TELEMETRY_TOPIC
+from services.health import ServiceMetrics
+from services.kafka_clients import record_producer
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.store.protocol import Store
+from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.triggers import TriggerSpec
+
+TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
+TAKE_WITHIN_S = 0.2  # the longest a partial batch waits for more events
+TICK_S = 0.2  # idle commits, progress and the idle-exit check
+QUIET_LOGGERS = ("faust", "mode", "aiokafka")  # their INFO lines narrate every rebalance step
+
+
+class FencedWorkerError(GovernorError):
+    """A newer owner of a partition committed past this worker; restart it to resume from Redis."""
+
+
+class _ShortPollConsumerThread(AIOKafkaConsumerThread):
+    """faust's aiokafka consumer thread with the services' fetch wait instead of faust's fixed 1500 ms.
+
+    faust builds its aiokafka consumer with ``fetch_max_wait_ms=1500`` and no setting to change it;
+    on this broker a fetch waits that long whole when a partition has little data, which put the
+    event -> estimate latency at seconds. Both runtimes use ``GOVERNOR_KAFKA_FETCH_MAX_WAIT_MS``.
+    """
+
+    def _create_worker_consumer(self, transport: Transport) -> aiokafka.AIOKafkaConsumer:
+        consumer = super()._create_worker_consumer(transport)
+        app: _GovernorApp = self.app  # type: ignore[assignment]
+        consumer._fetch_max_wait_ms = app.fetch_max_wait_ms
+        return consumer
+
+
+class _RedisPositionConsumer(AIOKafkaConsumer):
+    """faust's aiokafka consumer, seeking assigned partitions to the applied offsets in Redis."""
+
+    logger = logging.getLogger("faust.transport.consumer")
+
+    def _new_consumer_thread(self) -> AIOKafkaConsumerThread:
+        return _ShortPollConsumerThread(self, loop=self.loop, beacon=self.beacon)
+
+    async def perform_seek(self) -> None:
+        """Do faust's seek to the Kafka-committed offsets, then override it with Redis's positions.
+
+        faust's own step keeps its bookkeeping of committed offsets; the seek that follows moves
+        the fetch position and faust's read offset, so no record after the applied one is dropped.
+        A partition with nothing applied starts at offset 0 (out of range -> the earliest offset).
+        """
+        await super().perform_seek()
+        assigned = self.assignment()
+        app: _GovernorApp = self.app  # type: ignore[assignment]
+        positions = app.resume_positions(assigned)
+        await self.seek_wait({tp: positions.get(tp, 0) for tp in assigned})
+
+
+class _GovernorApp(faust.App):
+    """A faust app whose consumer resumes from Redis (``resume_positions`` is set by the processor)."""
+
+    logger = logging.getLogger("faust.app")
+
+    resume_positions: Callable[[set[TP]], Mapping[TP, int]]
+    fetch_max_wait_ms: int
+
+    def _new_consumer(self) -> ConsumerT:
+        return _RedisPositionConsumer(
+            self.transport,
+            callback=self.topics.on_message,
+            on_partitions_revoked=self._on_partitions_revoked,
+            on_partitions_assigned=self._on_partitions_assigned,
+            beacon=self.beacon,
+            loop=self.transport.loop,
+        )
+
+
+class _FaustConsumerView:
+    """The batch handling's view of the faust app's consumer."""
+
+    def __init__(self, app: _GovernorApp, on_fenced: Callable[[], None]) -> None:
+        self._app = app
+        self._on_fenced = on_fenced
+
+    def assigned(self) -> list[Partition]:
+        return [(tp.topic, tp.partition) for tp in self._app.consumer.assignment()]
+
+    def highwater(self, partition: Partition) -> int | None:
+        high: int | None = self._app.consumer.highwater(TP(*partition))
+        return high
+
+    def rewind(self, positions: dict[Partition, int]) -> None:
+        self._on_fenced()
+
+
+class FaustStreamProcessor:
+    """One faust worker of the stream-processor consumer group of a deployment."""
+
+    def __init__(
+        self,
+        *,
+        deployment: str,
+        bootstrap: str,
+        store: Store,
+        registry: Iterable[TriggerSpec],
+        group_id: str | None = None,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: ServiceMetrics | None = None,
+        commit_interval_s: float = 1.0,
+        take_max: int = TAKE_MAX,
+        take_within_s: float = TAKE_WITHIN_S,
+        kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+    ) -> None:
+        for name in QUIET_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
+        self._clock = clock
+        self._loop = asyncio.new_event_loop()
+        self._datadir = tempfile.TemporaryDirectory(prefix="governor-faust-")
+        self._app = _GovernorApp(
+            group_id or f"governor-stream-faust-{deployment}",
+            broker=f"kafka://{bootstrap}",
+            loop=self._loop,
+            datadir=self._datadir.name,
+            web_enabled=False,
+            topic_disable_leader=True,
+            topic_allow_declare=False,
+            consumer_auto_offset_reset="earliest",
+            broker_session_timeout=kafka_timeouts.session_timeout_ms / 1000.0,
+            broker_heartbeat_interval=kafka_timeouts.heartbeat_interval_ms / 1000.0,
+            autodiscover=False,
+        )
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
+        self._batches = TelemetryBatches(
+            deployment=deployment,
+            store=store,
+            registry=registry,
+            producer=self._producer,
+            consumer=_FaustConsumerView(self._app, self._fenced),
+            clock=clock,
+            metrics=metrics,
+            commit_interval_s=commit_interval_s,
+        )
+        self._app.resume_positions = self._resume_positions
+        self._app.fetch_max_wait_ms = kafka_timeouts.fetch_max_wait_ms
+        self._app.on_partitions_revoked.connect(self._on_revoked)
+        topic = self._app.topic(TELEMETRY_TOPIC, key_serializer="raw", value_serializer="raw")
+        self._app.agent(topic, name="governor-stream-fold")(self._fold)
+        self._app.timer(TICK_S)(self._tick)
+        self._take_max = take_max
+        self._take_within_s = take_within_s
+        self._stopping = False
+        self._fenced_worker = False
+        self._stop_requested = asyncio.Event()
+        self._idle_exit_s: float | None = None
+        self._last_records_at = clock()
+        self._had_batch = False
+
+    @property
+    def counters(self) -> StreamCounters:
+        """What the processor has done so far."""
+        return self._batches.counters
+
+    def stop(self) -> None:
+        """Ask ``run`` to return (safe from a signal handler)."""
+        self._loop.call_soon_threadsafe(self._stop_requested.set)
+
+    def close(self) -> None:
+        """Commit what is folded (unless fenced), then close the clients and the event loop."""
+        if not self._fenced_worker:
+            self._batches.commit()
+        self._producer.close(timeout=5)
+        self._loop.close()
+        self._datadir.cleanup()
+
+    def run(self, *, idle_exit_s: float | None = None) -> StreamCounters:
+        """Run the faust app until ``stop`` (or ``idle_exit_s`` without records while assigned).
+
+        Raises:
+            FencedWorkerError: a commit was refused because a newer owner committed past this worker.
+        """
+        self._idle_exit_s = idle_exit_s
+        self._loop.run_until_complete(self._serve())
+        if self._fenced_worker:
+            msg = "a newer owner of a partition committed past this stream worker; restart it to resume from Redis"
+            raise FencedWorkerError(msg)
+        return self.counters
+
+    async def _serve(self) -> None:
+        await self._app.start()
+        try:
+            await self._stop_requested.wait()
+            self._stopping = True
+            if not self._fenced_worker:
+                self._batches.commit()
+        finally:
+            await self._app.stop()
+
+    async def _fold(self, stream: StreamT[Any]) -> None:
+        taken = cast(faust.Stream[Any], stream).take_events(self._take_max, self._take_within_s)
+        async for events in taken:
+            if self._stopping or self._fenced_worker:
+                continue
+            self._last_records_at = self._clock()
+            self._had_batch = True
+            self._batches.process([event.message for event in events])
+
+    async def _tick(self) -> None:
+        if self._stopping or self._fenced_worker:
+            return
+        if self._had_batch:
+            self._had_batch = False
+            return
+        self._batches.idle()
+        if not self._app.consumer.assignment():
+            self._last_records_at = self._clock()
+        elif self._idle_exit_s is not None and self._clock() - self._last_records_at > self._idle_exit_s:
+            self._stop_requested.set()
+
+    def _resume_positions(self, assigned: set[TP]) -> dict[TP, int]:
+        self._last_records_at = self._clock()
+        positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in assigned)
+        return {TP(topic, partition): offset for (topic, partition), offset in positions.items()}
+
+    async def _on_revoked(self, sender: object, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
+        revoked: set[TP] = args[0]
+        if not self._fenced_worker:
+            self._batches.revoked((tp.topic, tp.partition) for tp in revoked)
+
+    def _fenced(self) -> None:
+        self._fenced_worker = True
+        self._stop_requested.set()

@@ -1,0 +1,50 @@
+"""Pick the stream processor's runtime by name (``GOVERNOR_STREAM_RUNTIME`` / ``--runtime``).
+
+Both runtimes fold through the same batch handling (services/stream/batches.py); they differ in
+their consumer loop only. docs/contracts.md ("Runtimes") gives the measured trade-off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Literal
+
+from services.health import ServiceMetrics
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.store.protocol import Store
+from services.stream.faust_runtime import FaustStreamProcessor
+from services.stream.processor import StreamProcessor
+from services.triggers import TriggerSpec
+
+Runtime = Literal["kafka", "faust"]
+RUNTIMES: tuple[Runtime, ...] = ("kafka", "faust")
+
+
+def stream_processor(
+    runtime: Runtime,
+    *,
+    deployment: str,
+    bootstrap: str,
+    store: Store,
+    registry: Iterable[TriggerSpec],
+    metrics: ServiceMetrics | None = None,
+    kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+) -> StreamProcessor | FaustStreamProcessor:
+    """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming)."""
+    if runtime == "faust":
+        return FaustStreamProcessor(
+            deployment=deployment,
+            bootstrap=bootstrap,
+            store=store,
+            registry=registry,
+            metrics=metrics,
+            kafka_timeouts=kafka_timeouts,
+        )
+    return StreamProcessor(
+        deployment=deployment,
+        bootstrap=bootstrap,
+        store=store,
+        registry=registry,
+        metrics=metrics,
+        kafka_timeouts=kafka_timeouts,
+    )

@@ -1,0 +1,132 @@
+"""The batch handling both stream-processor runtimes share: skip at the fence, dead letters, refused commits.
+
+A real in-memory store (same compare-and-set rules as Redis) and a producer that keeps what it is
+given stand in for Redis and Kafka; the integration tests run the same code on both for real.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from schemas.events import encode_event
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from services.policy.specs import default_registry
+from services.store.memory_store import MemoryStore
+from services.stream.batches import CONSUMER_NAME, Partition, TelemetryBatches
+from tests.unit.stream.synthetic import synthetic_stream
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A consumed record as both runtimes hand it over."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass
+class KeptProducer:
+    """Keeps every (topic, value) sent; ``flush`` delivers nothing further."""
+
+    sent: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.sent.append((topic, value))
+
+    def flush(self, timeout: float) -> None:
+        return None
+
+
+@dataclass
+class Consumer:
+    """A consumer holding partition 0 of the telemetry topic; remembers rewinds."""
+
+    rewinds: list[dict[Partition, int]] = field(default_factory=list)
+
+    def assigned(self) -> list[Partition]:
+        return [(TELEMETRY_TOPIC, 0)]
+
+    def highwater(self, partition: Partition) -> int | None:
+        return None
+
+    def rewind(self, positions: dict[Partition, int]) -> None:
+        self.rewinds.append(positions)
+
+
+def _records(deployment: str, requests: int = 60) -> list[Record]:
+    events = synthetic_stream(engines=1, requests=requests, deployment=deployment, seed=2)
+    return [
+        Record(TELEMETRY_TOPIC, 0, offset, event.engine_id.encode(), encode_event(event))
+        for offset, event in enumerate(events)
+    ]
+
+
+def _batches(store: MemoryStore, producer: KeptProducer, consumer: Consumer) -> TelemetryBatches:
+    return TelemetryBatches(
+        deployment="dep",
+        store=store,
+        registry=default_registry(),
+        producer=producer,
+        consumer=consumer,
+        commit_interval_s=3600.0,
+    )
+
+
+def test_a_restart_resumes_after_the_applied_offset_and_skips_what_is_at_or_below_it() -> None:
+    store, records = MemoryStore(), _records("dep")
+    first = _batches(store, KeptProducer(), Consumer())
+    assert first.resume_positions([(TELEMETRY_TOPIC, 0)]) == {}
+    first.process(records[:40])
+    assert first.commit()
+    second = _batches(store, KeptProducer(), Consumer())
+    assert second.resume_positions([(TELEMETRY_TOPIC, 0)]) == {(TELEMETRY_TOPIC, 0): 40}
+    second.process(records)
+    assert second.counters.skipped == 40
+    assert second.counters.folded == len(records) - 40
+    assert second.commit()
+    assert store.applied_offsets(CONSUMER_NAME) == {f"{TELEMETRY_TOPIC}:0": len(records) - 1}
+
+
+def test_an_invalid_record_is_dead_lettered_with_its_source_offset_and_still_advances_the_offset() -> None:
+    store, producer = MemoryStore(), KeptProducer()
+    batches = _batches(store, producer, Consumer())
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.process([Record(TELEMETRY_TOPIC, 0, 7, b"k", b'{"event_type": "nope"')])
+    assert batches.commit()
+    letters = [json.loads(value) for topic, value in producer.sent if topic == DEADLETTER_TOPIC]
+    assert [letter["source"]["offset"] for letter in letters] == [7]
+    assert batches.counters.dead_lettered == 1
+    assert store.applied_offsets(CONSUMER_NAME) == {f"{TELEMETRY_TOPIC}:0": 7}
+
+
+def test_a_commit_refused_at_the_fence_drops_the_folded_state_and_rewinds_to_what_the_store_holds() -> None:
+    store, records, consumer = MemoryStore(), _records("dep"), Consumer()
+    stale = _batches(store, KeptProducer(), consumer)
+    stale.resume_positions([(TELEMETRY_TOPIC, 0)])
+    newer = _batches(store, KeptProducer(), Consumer())
+    newer.resume_positions([(TELEMETRY_TOPIC, 0)])
+    newer.process(records[:50])
+    assert newer.commit()
+    stale.process(records[:30])
+    assert not stale.commit()
+    assert consumer.rewinds == [{(TELEMETRY_TOPIC, 0): 50}]
+    assert stale.counters.commits_refused == 1
+    stale.process(records)
+    assert stale.counters.skipped == 50
+    assert stale.commit()
+    assert store.applied_offsets(CONSUMER_NAME) == {f"{TELEMETRY_TOPIC}:0": len(records) - 1}
+
+
+def test_snapshots_go_to_the_estimates_topic() -> None:
+    producer = KeptProducer()
+    batches = _batches(MemoryStore(), producer, Consumer())
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.process(_records("dep", requests=400))
+    estimates = [json.loads(value) for topic, value in producer.sent if topic == ESTIMATES_TOPIC]
+    assert estimates
+    assert len(estimates) == batches.counters.snapshots
+    assert all(snapshot["deployment"] == "dep" for snapshot in estimates)

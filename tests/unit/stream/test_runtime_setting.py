@@ -1,0 +1,19 @@
+"""The stream processor's runtime setting: kafka by default, faust on request, anything else a clear error."""
+
+from __future__ import annotations
+
+import pytest
+
+from schemas.errors import ConfigError
+from services.settings import Settings
+
+
+def test_the_runtime_is_kafka_unless_the_environment_or_a_flag_says_faust() -> None:
+    assert Settings.load({}, {}).stream_runtime == "kafka"
+    assert Settings.load({}, {"GOVERNOR_STREAM_RUNTIME": "faust"}).stream_runtime == "faust"
+    assert Settings.load({"stream_runtime": "kafka"}, {"GOVERNOR_STREAM_RUNTIME": "faust"}).stream_runtime == "kafka"
+
+
+def test_an_unknown_runtime_is_refused_naming_the_variable() -> None:
+    with pytest.raises(ConfigError, match="GOVERNOR_STREAM_RUNTIME"):
+        Settings.load({}, {"GOVERNOR_STREAM_RUNTIME": "flink"})
