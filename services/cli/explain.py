@@ -101,11 +101,17 @@ def run(args: argparse.Namespace) -> int:
         scope=args.scope,
         version=args.version,
         timeout_s=settings.kafka_timeout_s,
+        security=settings.kafka_security(),
     )
     snapshot = None
     if args.inputs:
         snapshot_id = parse_document(record.kind, record.document).inputs.snapshot_id
-        snapshot = find_snapshot(settings.kafka_bootstrap, snapshot_id, timeout_s=settings.kafka_timeout_s)
+        snapshot = find_snapshot(
+            settings.kafka_bootstrap,
+            snapshot_id,
+            timeout_s=settings.kafka_timeout_s,
+            security=settings.kafka_security(),
+        )
         if snapshot is None:
             print(f"governor: snapshot {snapshot_id} is no longer on the estimates topic", file=sys.stderr)
     if args.json:

@@ -39,7 +39,8 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.kafka_factory import PLAINTEXT
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 from services.stream.fold import Folder
 from services.triggers import TriggerSpec
@@ -89,6 +90,7 @@ class StreamProcessor:
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self._deployment = deployment
         self._metrics = metrics
@@ -103,8 +105,9 @@ class StreamProcessor:
             group_id or f"governor-stream-{deployment}",
             max_poll_records=max_poll_records,
             timeouts=kafka_timeouts,
+            security=security,
         )
-        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
         self._commit_interval_s = commit_interval_s
