@@ -15,34 +15,32 @@ from collections.abc import Callable
 from pathlib import Path
 
 from schemas.policy_docs import AdmissionPolicy
-from schemas.policy_docs.base import PolicyDocument, SourceOffset
-from schemas.records import EstimateSnapshot
+from schemas.policy_docs.admission import AdmissionPayload, AdmissionState
+from schemas.policy_docs.base import InputsDigest, PolicyDocument, SourceOffset
 from schemas.signing import PolicyKeyring, SigningKey, sign, signature_problem
-from services.policy.runner import decide_from_snapshot
-from services.policy.specs import default_registry
 
 KEY = SigningKey("bench", b"a-benchmark-signing-key-of-32-bytes")
-SUMMARY = {
-    "last_step": {"num_waiting": 40.0, "num_running": 20.0, "kv_use_frac": 0.5, "kv_capacity_tokens": 1e6},
-    "arrival_rate_short_per_s": 2.0,
-    "completion_rate_short_per_s": 2.0,
-}
 
 
 def _admission_document() -> PolicyDocument:
-    snapshot = EstimateSnapshot(
-        deployment="bench",
+    """An admission document of the size the policy service writes (8 source offsets, diagnostics)."""
+    return AdmissionPolicy(
         scope="eng-0",
-        snapshot_id="sha256:bench",
-        version=1,
-        ts=10.0,
-        trigger="admission:every 5s",
-        offsets=[SourceOffset(topic="gov.telemetry", partition=p, offset=1000 + p) for p in range(8)],
-        estimates=SUMMARY,
+        deployment="bench",
+        version=12,
+        computed_at=600.0,
+        valid_until=630.0,
+        inputs=InputsDigest(
+            snapshot_id="sha256:" + "ab" * 32,
+            estimate_versions={"eng-0": 12},
+            offsets=[SourceOffset(topic="gov.telemetry", partition=p, offset=1000 + p) for p in range(8)],
+            engines=["eng-0"],
+        ),
+        diagnostics={"pressure_raw": 0.83, "queue_depth": 40, "kv_use_frac": 0.5},
+        previous_version=11,
+        payload=AdmissionPayload(pressure=0.8, level="busy", admit_fraction=0.6),
+        state=AdmissionState(smoothed_pressure=0.8, level="busy"),
     )
-    document = decide_from_snapshot(default_registry().get("admission"), snapshot, None).document
-    assert document is not None
-    return document
 
 
 def _microseconds(n: int, operation: Callable[[], object]) -> float:

@@ -40,6 +40,7 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore, redis_client
 from services.stream.processor import StreamProcessor
+from tests.fixtures import synthetic_engine_summary
 from tests.unit.stream.synthetic import synthetic_stream
 
 ADMIN_PASSWORD = "admin-password-of-the-test"
@@ -48,11 +49,6 @@ USER_PASSWORD = "governor-password-of-the-test"
 ENGINE = "engine"
 ENGINE_PASSWORD = "engine-password-of-the-test"
 KEYRING = PolicyKeyring(signing=SigningKey("2026-11", b"signing-key-shared-by-service-and-engines"))
-SUMMARY = {
-    "last_step": {"num_waiting": 40.0, "num_running": 20.0, "kv_use_frac": 0.5, "kv_capacity_tokens": 1e6},
-    "arrival_rate_short_per_s": 2.0,
-    "completion_rate_short_per_s": 2.0,
-}
 
 
 @dataclass(frozen=True, slots=True)
@@ -179,7 +175,7 @@ def _snapshot(scope: str, version: int, ts: float) -> EstimateSnapshot:
         ts=ts,
         trigger="admission:every 5s",
         offsets=[SourceOffset(topic="t", partition=0, offset=version)],
-        estimates=SUMMARY,
+        estimates=synthetic_engine_summary(),
     )
 
 

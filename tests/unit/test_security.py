@@ -26,14 +26,10 @@ from services.sdk.publisher import TelemetryPublisher
 from services.settings import EngineSettings, KafkaSecurity, RedisSecurity, Settings
 from services.store.memory_store import MemoryStore
 from services.store.redis_store import redis_client
+from tests.fixtures import synthetic_engine_summary
 
 KEY = SigningKey("k2", b"a-signing-key-of-the-policy-service")
 OLD = SigningKey("k1", b"the-key-it-replaces-in-rotation")
-SUMMARY = {
-    "last_step": {"num_waiting": 40.0, "num_running": 20.0, "kv_use_frac": 0.5, "kv_capacity_tokens": 1e6},
-    "arrival_rate_short_per_s": 2.0,
-    "completion_rate_short_per_s": 2.0,
-}
 
 
 def _snapshot(version: int, ts: float) -> EstimateSnapshot:
@@ -45,7 +41,7 @@ def _snapshot(version: int, ts: float) -> EstimateSnapshot:
         ts=ts,
         trigger="admission:every 5s",
         offsets=[SourceOffset(topic="t", partition=0, offset=version)],
-        estimates=SUMMARY,
+        estimates=synthetic_engine_summary(),
     )
 
 
@@ -231,7 +227,7 @@ class TestKafkaClientConfiguration:
             monkeypatch.setattr(kafka_factory, name, recorder(name))
         security = _sasl("SCRAM-SHA-256")
         group_consumer("kafka:9093", "governor-stream-dep", security=security)
-        record_producer("kafka:9093", security)
+        record_producer("kafka:9093", security=security)
         kafka_admin("kafka:9093", security)
         publisher = TelemetryPublisher("kafka:9093", security=security)
         publisher._connect()
