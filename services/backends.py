@@ -14,8 +14,10 @@ from collections.abc import Callable
 import redis
 import structlog
 
-from schemas.errors import BackendUnavailableError
+from schemas.errors import BackendUnavailableError, ConfigError
+from services.settings import RedisSecurity
 from services.stack.processes import port_open
+from services.store.redis_store import redis_client
 
 log = structlog.get_logger(__name__)
 
@@ -32,11 +34,18 @@ def kafka_answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
     return False
 
 
-def redis_answers(url: str, timeout_s: float = 1.0) -> bool:
-    """True when the Redis at ``url`` answers PING."""
-    client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+def redis_answers(url: str, timeout_s: float = 1.0, security: RedisSecurity | None = None) -> bool:
+    """True when the Redis at ``url`` answers PING.
+
+    Raises:
+        ConfigError: Redis answers but refuses the credentials (waiting would not change that).
+    """
+    client = redis_client(url, timeout_s, security)
     try:
         return bool(client.ping())
+    except redis.AuthenticationError as exc:
+        msg = f"redis refused the credentials: {exc} (set GOVERNOR_REDIS_USERNAME / GOVERNOR_REDIS_PASSWORD)"
+        raise ConfigError(msg) from exc
     except redis.RedisError:
         return False
     finally:
@@ -73,11 +82,18 @@ def wait_for(
     log.info("backend_answered", backend=backend, address=address)
 
 
-def wait_for_backends(kafka_bootstrap: str, redis_url: str, *, wait_s: float, redis_shown: str) -> None:
+def wait_for_backends(
+    kafka_bootstrap: str,
+    redis_url: str,
+    *,
+    wait_s: float,
+    redis_shown: str,
+    redis_security: RedisSecurity | None = None,
+) -> None:
     """Wait for the broker, then Redis (``redis_shown`` is the URL with credentials hidden).
 
     Raises:
         BackendUnavailableError: one of them did not answer within ``wait_s`` seconds.
     """
     wait_for("kafka", kafka_bootstrap, lambda: kafka_answers(kafka_bootstrap), wait_s=wait_s)
-    wait_for("redis", redis_shown, lambda: redis_answers(redis_url), wait_s=wait_s)
+    wait_for("redis", redis_shown, lambda: redis_answers(redis_url, security=redis_security), wait_s=wait_s)

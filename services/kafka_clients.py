@@ -8,6 +8,8 @@ broker: a short rebalance timeout, because on Tansu a kafka-python member joins 
 holds a fetch for the whole wait and the default long poll (500 ms) showed up whole in the
 event-to-decision latency. docker-compose.yml sets the Apache Kafka clients' defaults instead.
 Producers ask for a leader ack and no idempotence (the control plane's own dedup makes it unnecessary).
+
+The clients are built by services/kafka_factory.py, which adds the deployment's security settings.
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from services.backends import kafka_answers
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 
 
 def group_consumer(
@@ -28,10 +31,12 @@ def group_consumer(
     *,
     max_poll_records: int = 500,
     timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> KafkaConsumer:
     """A consumer-group member that reads from the earliest offset and never auto-commits."""
-    return KafkaConsumer(
-        bootstrap_servers=bootstrap,
+    return kafka_consumer(
+        bootstrap,
+        security,
         group_id=group_id,
         enable_auto_commit=False,
         auto_offset_reset="earliest",
@@ -43,9 +48,11 @@ def group_consumer(
     )
 
 
-def record_producer(bootstrap: str, *, timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS) -> KafkaProducer:
+def record_producer(
+    bootstrap: str, *, timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS, security: KafkaSecurity = PLAINTEXT
+) -> KafkaProducer:
     """A producer for the control plane's own records (snapshots, decisions, dead letters)."""
-    return KafkaProducer(bootstrap_servers=bootstrap, linger_ms=timeouts.linger_ms, acks=1, enable_idempotence=False)
+    return kafka_producer(bootstrap, security, linger_ms=timeouts.linger_ms, acks=1, enable_idempotence=False)
 
 
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -79,7 +86,9 @@ def consumer_lag(consumer: KafkaConsumer) -> int:
     return lag
 
 
-def reader(bootstrap: str, *, timeout_s: float, idle_s: float | None = None) -> KafkaConsumer:
+def reader(
+    bootstrap: str, *, timeout_s: float, idle_s: float | None = None, security: KafkaSecurity = PLAINTEXT
+) -> KafkaConsumer:
     """A group-less consumer for the command-line tools (record, status, explain): it never creates topics.
 
     Iterating it stops after ``idle_s`` without records (never, when None).
@@ -91,8 +100,9 @@ def reader(bootstrap: str, *, timeout_s: float, idle_s: float | None = None) -> 
         msg = f"kafka at {bootstrap} did not answer"
         raise BackendUnavailableError(msg, backend="kafka")
     try:
-        return KafkaConsumer(
-            bootstrap_servers=bootstrap,
+        return kafka_consumer(
+            bootstrap,
+            security,
             enable_auto_commit=False,
             allow_auto_create_topics=False,
             request_timeout_ms=int(timeout_s * 1000) + 1000,

@@ -12,12 +12,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal, Self
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError
+from schemas.signing import PolicyKeyring, SigningKey
 
 ENV_PREFIX = "GOVERNOR_"
 ENV_ALIASES = {"redis_url": "REDIS_URL"}
+SECRET_FIELDS = frozenset(
+    {"redis_password", "kafka_sasl_password", "policy_signing_key", "policy_previous_signing_key"}
+)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -82,11 +86,154 @@ class EnvSettings(BaseModel):
         except ValidationError as exc:
             first = exc.errors(include_url=False)[0]
             field = ".".join(str(p) for p in first["loc"])
-            msg = f"{field}={values.get(field)!r} from {sources.get(field, 'default')}: {first['msg']}"
+            if not field:
+                raise ConfigError(f"settings: {first['msg'].removeprefix('Value error, ')}") from exc
+            shown = "**********" if field in SECRET_FIELDS else values.get(field)
+            msg = f"{field}={shown!r} from {sources.get(field, 'default')}: {first['msg']}"
             raise ConfigError(msg) from exc
 
 
-class Settings(EnvSettings):
+KafkaSecurityProtocol = Literal["PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"]
+KafkaSaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+@dataclass(frozen=True, slots=True)
+class RedisSecurity:
+    """How to authenticate to Redis (AUTH or an ACL user) and verify it over TLS (``rediss://`` URLs)."""
+
+    username: str | None = None
+    password: SecretStr | None = None
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class KafkaSecurity:
+    """How to reach the Kafka brokers: protocol, SASL mechanism and credentials, TLS files."""
+
+    protocol: KafkaSecurityProtocol = "PLAINTEXT"
+    sasl_mechanism: KafkaSaslMechanism | None = None
+    sasl_username: str | None = None
+    sasl_password: SecretStr | None = None
+    tls_ca_file: Path | None = None
+    tls_cert_file: Path | None = None
+    tls_key_file: Path | None = None
+
+
+class SecuritySettings(EnvSettings):
+    """Credentials, TLS files and the policy signing keys, shared by the services, the CLI and engines.
+
+    Secrets are ``SecretStr``: they show as ``**********`` in every repr, dump and log line. Where
+    no key or password is set, the transport and the documents are unprotected, as docs/security.md says.
+    """
+
+    redis_username: str | None = Field(default=None, min_length=1, description="Redis ACL user (AUTH username)")
+    redis_password: SecretStr | None = Field(default=None, description="Redis password (AUTH); a secret")
+    redis_tls_ca_file: Path | None = Field(default=None, description="CA bundle that signs the Redis TLS certificate")
+    redis_tls_cert_file: Path | None = Field(default=None, description="client certificate for Redis TLS")
+    redis_tls_key_file: Path | None = Field(default=None, description="private key of the Redis client certificate")
+    kafka_security_protocol: KafkaSecurityProtocol = Field(default="PLAINTEXT", description="Kafka security protocol")
+    kafka_sasl_mechanism: KafkaSaslMechanism | None = Field(default=None, description="Kafka SASL mechanism")
+    kafka_sasl_username: str | None = Field(default=None, min_length=1, description="Kafka SASL user")
+    kafka_sasl_password: SecretStr | None = Field(default=None, description="Kafka SASL password; a secret")
+    kafka_tls_ca_file: Path | None = Field(
+        default=None, description="CA bundle that signs the Kafka brokers' certificates"
+    )
+    kafka_tls_cert_file: Path | None = Field(default=None, description="client certificate for Kafka TLS")
+    kafka_tls_key_file: Path | None = Field(default=None, description="private key of the Kafka client certificate")
+    policy_signing_key: SecretStr | None = Field(
+        default=None, min_length=16, description="HMAC key policy documents are signed and verified with; a secret"
+    )
+    policy_signing_key_id: str = Field(default="1", min_length=1, max_length=64, description="id of the signing key")
+    policy_previous_signing_key: SecretStr | None = Field(
+        default=None, min_length=16, description="a retired key engines still accept while keys rotate; a secret"
+    )
+    policy_previous_signing_key_id: str | None = Field(
+        default=None, min_length=1, max_length=64, description="id of the retired key"
+    )
+
+    @field_validator(
+        "redis_username",
+        "redis_password",
+        "redis_tls_ca_file",
+        "redis_tls_cert_file",
+        "redis_tls_key_file",
+        "kafka_sasl_mechanism",
+        "kafka_sasl_username",
+        "kafka_sasl_password",
+        "kafka_tls_ca_file",
+        "kafka_tls_cert_file",
+        "kafka_tls_key_file",
+        "policy_signing_key",
+        "policy_previous_signing_key",
+        "policy_previous_signing_key_id",
+        mode="before",
+    )
+    @classmethod
+    def _empty_is_unset(cls, value: object) -> object:
+        """An empty value is no value (compose passes ``${GOVERNOR_REDIS_PASSWORD:-}`` through as "")."""
+        return None if value == "" else value
+
+    @model_validator(mode="after")
+    def _check_security(self) -> Self:
+        if self.kafka_security_protocol.startswith("SASL_") and not (
+            self.kafka_sasl_mechanism and self.kafka_sasl_username and self.kafka_sasl_password
+        ):
+            msg = f"kafka_security_protocol {self.kafka_security_protocol} needs a SASL mechanism, user and password"
+            raise ValueError(msg)
+        for side in ("redis", "kafka"):
+            cert, key = getattr(self, f"{side}_tls_cert_file"), getattr(self, f"{side}_tls_key_file")
+            if (cert is None) != (key is None):
+                msg = f"{side}_tls_cert_file and {side}_tls_key_file go together"
+                raise ValueError(msg)
+        if (self.policy_previous_signing_key is None) != (self.policy_previous_signing_key_id is None):
+            msg = "policy_previous_signing_key and policy_previous_signing_key_id go together"
+            raise ValueError(msg)
+        if self.policy_previous_signing_key is not None and self.policy_signing_key is None:
+            msg = "policy_previous_signing_key is set without a policy_signing_key"
+            raise ValueError(msg)
+        if self.policy_previous_signing_key_id == self.policy_signing_key_id:
+            msg = "policy_previous_signing_key_id must differ from policy_signing_key_id"
+            raise ValueError(msg)
+        return self
+
+    def redis_security(self) -> RedisSecurity:
+        """The Redis credentials and TLS files, for ``services.store.redis_store.redis_client``."""
+        return RedisSecurity(
+            username=self.redis_username,
+            password=self.redis_password,
+            tls_ca_file=self.redis_tls_ca_file,
+            tls_cert_file=self.redis_tls_cert_file,
+            tls_key_file=self.redis_tls_key_file,
+        )
+
+    def kafka_security(self) -> KafkaSecurity:
+        """The Kafka protocol, SASL credentials and TLS files, for ``services.kafka_clients``."""
+        return KafkaSecurity(
+            protocol=self.kafka_security_protocol,
+            sasl_mechanism=self.kafka_sasl_mechanism,
+            sasl_username=self.kafka_sasl_username,
+            sasl_password=self.kafka_sasl_password,
+            tls_ca_file=self.kafka_tls_ca_file,
+            tls_cert_file=self.kafka_tls_cert_file,
+            tls_key_file=self.kafka_tls_key_file,
+        )
+
+    def policy_keyring(self) -> PolicyKeyring | None:
+        """The signing keys, or None where documents are neither signed nor verified."""
+        if self.policy_signing_key is None:
+            return None
+        previous = None
+        if self.policy_previous_signing_key is not None and self.policy_previous_signing_key_id is not None:
+            previous = SigningKey(
+                self.policy_previous_signing_key_id, self.policy_previous_signing_key.get_secret_value().encode()
+            )
+        signing = SigningKey(self.policy_signing_key_id, self.policy_signing_key.get_secret_value().encode())
+        return PolicyKeyring(signing=signing, previous=previous)
+
+
+class Settings(SecuritySettings):
     """Runtime settings of every Governor service and command."""
 
     deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
@@ -172,7 +319,7 @@ def _redact_url(url: str) -> str:
     return f"{scheme}{sep}***@{rest.split('@', 1)[1]}"
 
 
-class EngineSettings(EnvSettings):
+class EngineSettings(SecuritySettings):
     """What an engine adapter (services/engines) needs to join a deployment: where, and who it is.
 
     The engine side reads these from the environment of the engine's process (``GOVERNOR_ENGINE_ID``

@@ -2,7 +2,8 @@
 
 Every document carries a monotonic ``version``, the event time it was computed at, the event
 time it stays valid until, the digest of the inputs it was decided from, the decision's
-diagnostics, the clamps applied by the guardrails and the version it replaces.
+diagnostics, the clamps applied by the guardrails, the version it replaces and, where the
+deployment has a signing key, the policy service's signature (schemas/signing.py).
 """
 
 from __future__ import annotations
@@ -46,6 +47,13 @@ class ClampRecord(ContractModel):
     pushed: float
 
 
+class DocumentSignature(ContractModel):
+    """HMAC-SHA256 of a document's canonical encoding (schemas/signing.py) and the id of its key."""
+
+    key_id: str = Field(min_length=1, max_length=64)
+    hmac_sha256: str = Field(pattern=r"^[0-9a-f]{64}$")
+
+
 class PolicyDocument(ContractModel):
     """Fields every policy document shares; the four paper documents extend it."""
 
@@ -59,6 +67,9 @@ class PolicyDocument(ContractModel):
     diagnostics: dict[str, DiagnosticValue] = Field(default_factory=dict)
     clamps: list[ClampRecord] = Field(default_factory=list)
     previous_version: int | None = Field(default=None, ge=1)
+    signature: DocumentSignature | None = Field(
+        default=None, description="the policy service's signature; None where the deployment has no signing key"
+    )
 
     @model_validator(mode="after")
     def _check_order(self) -> PolicyDocument:

@@ -75,6 +75,6 @@ def run_apply(args: argparse.Namespace) -> int:
     settings = settings_from_args(args)
     name = LIVE if args.shadow is None else shadow_assignment(f"{args.shadow}={args.file}")[0]
     record = file_record(settings.deployment, name, args.file)
-    publish_configs(settings.kafka_bootstrap, [record], settings.kafka_timeout_s)
+    publish_configs(settings.kafka_bootstrap, [record], settings.kafka_timeout_s, settings.kafka_security())
     print(f"applied {args.file} (config {record.digest}) as {name} of deployment {settings.deployment}")
     return 0

@@ -227,10 +227,10 @@ def _progress_printer(client: PolicyClient, groups: PolicyGroups) -> Callable[[P
 
 
 def _documents_and_acks(
-    state: StackState, deployment: str, groups: PolicyGroups, timeout_s: float
+    state: StackState, deployment: str, groups: PolicyGroups, settings: Settings
 ) -> tuple[dict[str, int], dict[str, int]]:
     """Count stored documents per kind (over the engines each policy is for) and acks per obeyed kind."""
-    store = RedisStore.from_url(state.redis_url, deployment, timeout_s)
+    store = RedisStore.from_url(state.redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
     try:
         scopes = {"admission": groups.all_engines, **groups.obeying(), "fleetopt": (FLEET_SCOPE,)}
         documents = {
@@ -255,7 +255,7 @@ def _clean_up(settings: Settings, deployment: str, *, stop_stack: bool) -> str:
     state = read_state(settings.state_dir)
     if state is None:
         return "cleanup: no stack recorded; nothing to remove"
-    store = RedisStore.from_url(state.redis_url, deployment, settings.redis_timeout_s)
+    store = RedisStore.from_url(state.redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
     try:
         removed = store.flush_deployment()
     finally:
@@ -277,7 +277,7 @@ def run(args: argparse.Namespace) -> int:
         read_config(args.config)
     for shadow in args.shadow:
         read_config(shadow_assignment(shadow)[1])
-    status = stack_status(settings.state_dir)
+    status = stack_status(settings.state_dir, redis_security=settings.redis_security())
     stop_stack = not (status.kafka_ok and status.redis_ok)
     scenario = load_scenario(args.scenario, duration_s=args.duration_s, seed=settings.seed)
     run_id = uuid.uuid4().hex[:8]
@@ -299,7 +299,7 @@ def run(args: argparse.Namespace) -> int:
             config=args.config,
             shadows=tuple(args.shadow),
         )
-        documents, acks = _documents_and_acks(live.state, deployment, groups, settings.redis_timeout_s)
+        documents, acks = _documents_and_acks(live.state, deployment, groups, settings)
     finally:
         if args.keep:
             print(f"kept: the stack and the Redis keys of {deployment} (--keep)")

@@ -86,7 +86,10 @@ def render(record: DecisionRecord, snapshot: EstimateSnapshot | None) -> str:
             "",
             f"estimates read (snapshot v{snapshot.version} of {snapshot.scope} at t={snapshot.ts:.3f} s, "
             f"trigger {snapshot.trigger})",
-            *("  " + line for line in aligned(["ESTIMATE", "VALUE"], _flat(snapshot.estimates.model_dump(mode="json")))),
+            *(
+                "  " + line
+                for line in aligned(["ESTIMATE", "VALUE"], _flat(snapshot.estimates.model_dump(mode="json")))
+            ),
         ]
     return "\n".join(lines)
 
@@ -101,11 +104,17 @@ def run(args: argparse.Namespace) -> int:
         scope=args.scope,
         version=args.version,
         timeout_s=settings.kafka_timeout_s,
+        security=settings.kafka_security(),
     )
     snapshot = None
     if args.inputs:
         snapshot_id = parse_document(record.kind, record.document).inputs.snapshot_id
-        snapshot = find_snapshot(settings.kafka_bootstrap, snapshot_id, timeout_s=settings.kafka_timeout_s)
+        snapshot = find_snapshot(
+            settings.kafka_bootstrap,
+            snapshot_id,
+            timeout_s=settings.kafka_timeout_s,
+            security=settings.kafka_security(),
+        )
         if snapshot is None:
             print(f"governor: snapshot {snapshot_id} is no longer on the estimates topic", file=sys.stderr)
     if args.json:

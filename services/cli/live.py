@@ -18,9 +18,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from services.kafka_factory import kafka_consumer
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import Settings
@@ -106,12 +107,15 @@ def _stop(process: subprocess.Popen[bytes]) -> int:
         return process.wait(timeout=10)
 
 
-def _wait_for_services(state: StackState, deployment: str, timeout_s: float) -> bool:
+def _wait_for_services(state: StackState, deployment: str, timeout_s: float, settings: Settings) -> bool:
     """Wait until the stream processor and the policy service have consumed everything produced so far."""
-    store = RedisStore.from_url(state.redis_url, deployment, 2.0)
-    consumer = KafkaConsumer(bootstrap_servers=state.kafka_bootstrap)
-    policy_group = KafkaConsumer(
-        bootstrap_servers=state.kafka_bootstrap, group_id=f"governor-policy-{deployment}", enable_auto_commit=False
+    store = RedisStore.from_url(state.redis_url, deployment, 2.0, settings.redis_security())
+    consumer = kafka_consumer(state.kafka_bootstrap, settings.kafka_security())
+    policy_group = kafka_consumer(
+        state.kafka_bootstrap,
+        settings.kafka_security(),
+        group_id=f"governor-policy-{deployment}",
+        enable_auto_commit=False,
     )
     telemetry = [TopicPartition(TELEMETRY_TOPIC, p) for p in consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()]
     estimates = [TopicPartition(ESTIMATES_TOPIC, p) for p in consumer.partitions_for_topic(ESTIMATES_TOPIC) or ()]
@@ -179,7 +183,7 @@ def run_governed_live(
         shadows: ``NAME=CONFIG`` shadow policies the policy service decides beside the live one.
     """
     deployment = scenario.deployment
-    state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s)
+    state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s, settings.redis_security())
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
     services = {
@@ -204,9 +208,15 @@ def run_governed_live(
     try:
         if not _wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
             say("warning: the stream processor has not joined its group yet; starting the fleet anyway")
-        publisher = TelemetryPublisher(state.kafka_bootstrap)
+        publisher = TelemetryPublisher(state.kafka_bootstrap, security=settings.kafka_security())
         recorder = PolicyChangeRecorder(publisher)
-        client = PolicyClient(state.redis_url, deployment, poll_interval_s=0.25)
+        client = PolicyClient(
+            state.redis_url,
+            deployment,
+            poll_interval_s=0.25,
+            security=settings.redis_security(),
+            keyring=settings.policy_keyring(),
+        )
         say(f"fleet: {scenario.name}: {scenario.description} ({scenario.duration_s:.0f} s at speed {speed:g})")
         started = time.monotonic()
         try:
@@ -221,7 +231,7 @@ def run_governed_live(
         finally:
             publisher.close()
             client.close()
-        caught_up = _wait_for_services(state, deployment, timeout_s=SERVICES_CATCH_UP_TIMEOUT_S)
+        caught_up = _wait_for_services(state, deployment, SERVICES_CATCH_UP_TIMEOUT_S, settings)
     finally:
         codes = {name: _stop(process) for name, process in services.items()}
     stats = publisher.stats()

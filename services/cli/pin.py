@@ -21,6 +21,7 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import DECISIONS_TOPIC
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, PinDetails
+from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.cli.options import add_settings_flags, settings_from_args
 from services.kafka_clients import record_producer
 from services.policy.pins import RedisPins, parse_assignment, pinned_document
@@ -81,23 +82,39 @@ def _document_type(kind: str) -> type[PolicyDocument]:
 
 
 def _current(
-    store: RedisStore, document_type: type[PolicyDocument], kind: str, scope: str, deployment: str
+    store: RedisStore,
+    document_type: type[PolicyDocument],
+    kind: str,
+    scope: str,
+    deployment: str,
+    *,
+    keyring: PolicyKeyring | None,
 ) -> PolicyDocument:
     raw = store.get_policy(kind, scope)
     if raw is None:
         msg = f"no {kind} document for {scope!r} in deployment {deployment!r} yet: nothing to pin"
         raise InvalidInputError(msg, field="scope", value=scope)
     try:
-        return document_type.model_validate_json(raw)
+        document = document_type.model_validate_json(raw)
     except ValidationError as exc:
         msg = f"the stored {kind} document for {scope!r} is invalid: {exc.errors(include_url=False)[0]['msg']}"
         raise InvalidInputError(msg, field="scope", value=scope) from None
+    problem = None if keyring is None else signature_problem(document, keyring)
+    if problem is not None:
+        msg = f"the stored {kind} document for {scope!r} is not validly signed ({problem}): not building on it"
+        raise InvalidInputError(msg, field="scope", value=scope)
+    return document
+
+
+def _signed(document: PolicyDocument, keyring: PolicyKeyring | None) -> PolicyDocument:
+    """``document`` signed with the deployment's key, so engines obey the pin (docs/security.md)."""
+    return document if keyring is None else sign(document, keyring.signing)
 
 
 def _record(settings: Settings, record: DecisionRecord) -> None:
     """Append ``record`` to ``gov.policy.decisions`` and wait for the broker."""
     try:
-        producer = record_producer(settings.kafka_bootstrap)
+        producer = record_producer(settings.kafka_bootstrap, security=settings.kafka_security())
     except KafkaError as exc:
         msg = f"kafka at {settings.kafka_bootstrap} did not answer: {exc}"
         raise BackendUnavailableError(msg, backend="kafka") from exc
@@ -123,18 +140,25 @@ def run_pin(args: argparse.Namespace) -> int:
     for_s = parse_duration(args.duration)
     values: dict[str, JsonValue] = dict(parse_assignment(text) for text in args.values)
     document_type = _document_type(args.kind)
-    store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    pins = RedisPins.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
+    keyring = settings.policy_keyring()
+    store = RedisStore.from_url(
+        settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+    )
+    pins = RedisPins.from_url(
+        settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+    )
     try:
-        current = _current(store, document_type, args.kind, args.scope, settings.deployment)
+        current = _current(store, document_type, args.kind, args.scope, settings.deployment, keyring=keyring)
         event_time = pins.engine_event_time(args.scope) or current.computed_at
-        pinned = pinned_document(current, document_type, values, event_time_s=event_time, for_s=for_s)
+        pinned = _signed(pinned_document(current, document_type, values, event_time_s=event_time, for_s=for_s), keyring)
         expires = time.time() + for_s
         details = PinDetails(values=values, for_s=for_s, expires_at_unix_s=expires, replaced_version=current.version)
         pins.hold(args.kind, args.scope, json.loads(details.model_dump_json()) | {"version": pinned.version}, for_s)
         if not store.put_policy(args.kind, args.scope, pinned.version, pinned.model_dump_json()):
-            current = _current(store, document_type, args.kind, args.scope, settings.deployment)
-            pinned = pinned_document(current, document_type, values, event_time_s=event_time, for_s=for_s)
+            current = _current(store, document_type, args.kind, args.scope, settings.deployment, keyring=keyring)
+            pinned = _signed(
+                pinned_document(current, document_type, values, event_time_s=event_time, for_s=for_s), keyring
+            )
             details = details.model_copy(update={"replaced_version": current.version})
             pins.hold(args.kind, args.scope, json.loads(details.model_dump_json()) | {"version": pinned.version}, for_s)
             if not store.put_policy(args.kind, args.scope, pinned.version, pinned.model_dump_json()):
@@ -169,11 +193,19 @@ def run_unpin(args: argparse.Namespace) -> int:
     """Unpin: delete the pin key and record it; exit 1 when no pin held."""
     settings = settings_from_args(args)
     document_type = _document_type(args.kind)
-    store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
-    pins = RedisPins.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
+    store = RedisStore.from_url(
+        settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+    )
+    pins = RedisPins.from_url(
+        settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+    )
     try:
         held = pins.release(args.kind, args.scope)
-        current = None if held is None else _current(store, document_type, args.kind, args.scope, settings.deployment)
+        current = (
+            None
+            if held is None
+            else _current(store, document_type, args.kind, args.scope, settings.deployment, keyring=None)
+        )
     finally:
         store.close()
         pins.close()

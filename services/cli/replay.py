@@ -50,7 +50,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_record(args: argparse.Namespace) -> int:
     """Record the topic from its beginning until idle."""
     settings = settings_from_args(args)
-    records = read_topic(settings.kafka_bootstrap, args.topic, idle_s=args.idle_s)
+    records = read_topic(settings.kafka_bootstrap, args.topic, idle_s=args.idle_s, security=settings.kafka_security())
     first = next(records, None)  # the broker and the topic are checked before the file is created
     count = write_lines(args.out, records if first is None else itertools.chain([first], records))
     print(f"{args.out}: {count} records of {args.topic}")
@@ -94,7 +94,7 @@ def run_replay(args: argparse.Namespace) -> int:
     if not kafka_answers(settings.kafka_bootstrap):
         msg = f"kafka at {settings.kafka_bootstrap} did not answer; nothing was replayed"
         raise BackendUnavailableError(msg, backend="kafka")
-    publisher = TelemetryPublisher(settings.kafka_bootstrap, block_when_full=True)
+    publisher = TelemetryPublisher(settings.kafka_bootstrap, block_when_full=True, security=settings.kafka_security())
     bar = tqdm(unit=" events", file=sys.stderr, mininterval=0.5) if sys.stderr.isatty() else None
     try:
         stats = replay_events(

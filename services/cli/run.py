@@ -94,7 +94,13 @@ def _service_settings(args: argparse.Namespace) -> Settings:
     settings = settings_from_args(args)
     log.info("settings_loaded", **settings.redacted())
     shown = str(settings.redacted()["redis_url"])
-    wait_for_backends(settings.kafka_bootstrap, settings.redis_url, wait_s=settings.backend_wait_s, redis_shown=shown)
+    wait_for_backends(
+        settings.kafka_bootstrap,
+        settings.redis_url,
+        wait_s=settings.backend_wait_s,
+        redis_shown=shown,
+        redis_security=settings.redis_security(),
+    )
     return settings
 
 
@@ -134,7 +140,9 @@ def run_stream(args: argparse.Namespace) -> int:
     """Run the stream processor until stopped."""
     settings = _service_settings(args)
     registry = config_registry(args.config, settings.fleet_slot_s)
-    store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
+    store = RedisStore.from_url(
+        settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+    )
     metrics = ServiceMetrics("stream", settings.deployment)
     processor = stream_processor(
         settings.stream_runtime,
@@ -144,6 +152,7 @@ def run_stream(args: argparse.Namespace) -> int:
         registry=registry,
         metrics=metrics,
         kafka_timeouts=settings.kafka_client_timeouts(),
+        security=settings.kafka_security(),
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
@@ -157,10 +166,12 @@ def run_policy(args: argparse.Namespace) -> int:
         name, path = shadow_assignment(assignment)
         records.append(file_record(settings.deployment, name, path))
     if records:
-        publish_configs(settings.kafka_bootstrap, records, settings.kafka_timeout_s)
+        publish_configs(settings.kafka_bootstrap, records, settings.kafka_timeout_s, settings.kafka_security())
         for record in records:
             log.info("config_published", name=record.name, digest=record.digest, source=record.source)
-    store = RedisStore.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s)
+    store = RedisStore.from_url(
+        settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+    )
     metrics = ServiceMetrics("policy", settings.deployment)
     service = PolicyService(
         deployment=settings.deployment,
@@ -168,8 +179,12 @@ def run_policy(args: argparse.Namespace) -> int:
         store=store,
         registry=default_registry(fleet_slot_s=settings.fleet_slot_s),
         metrics=metrics,
-        pins=RedisPins.from_url(settings.redis_url, settings.deployment, settings.redis_timeout_s),
+        pins=RedisPins.from_url(
+            settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
+        ),
         fleet_slot_s=settings.fleet_slot_s,
         kafka_timeouts=settings.kafka_client_timeouts(),
+        security=settings.kafka_security(),
+        keyring=settings.policy_keyring(),
     )
     return _serve("policy", service, metrics, settings, args.idle_exit_s)

@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
@@ -26,9 +26,10 @@ from schemas.errors import BackendUnavailableError
 from schemas.names import DECISIONS_TOPIC
 from schemas.records import DecisionRecord
 from services.cli.options import add_settings_flags, settings_from_args
+from services.kafka_factory import PLAINTEXT, kafka_consumer
 from services.policy.config import config_policy_set
 from services.policy.config_records import LIVE, config_record, publish_configs
-from services.settings import Settings
+from services.settings import KafkaSecurity, Settings
 
 FLAGS = ["deployment", "kafka_bootstrap", "log_format"]
 REPORT_FLAGS = [*FLAGS, "fleet_slot_s", "seed"]
@@ -59,14 +60,14 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     stop.set_defaults(handler=run_stop)
 
 
-def read_decisions(bootstrap: str, deployment: str) -> list[DecisionRecord]:
+def read_decisions(bootstrap: str, deployment: str, security: KafkaSecurity = PLAINTEXT) -> list[DecisionRecord]:
     """Every decision record of ``deployment`` on ``gov.policy.decisions``, in log order.
 
     Raises:
         BackendUnavailableError: the broker did not answer.
     """
     try:
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False, request_timeout_ms=30_000)
+        consumer = kafka_consumer(bootstrap, security, enable_auto_commit=False, request_timeout_ms=30_000)
     except KafkaError as exc:
         msg = f"kafka at {bootstrap} did not answer: {exc}"
         raise BackendUnavailableError(msg, backend="kafka") from exc
@@ -214,7 +215,7 @@ def _print_report(name: str, digest: str | None, live_digest: str | None, kinds:
 def run_report(args: argparse.Namespace) -> int:
     """Print the comparison of every shadow (or ``--name``) with the live policy; exit 1 without shadows."""
     settings: Settings = settings_from_args(args)
-    records = read_decisions(settings.kafka_bootstrap, settings.deployment)
+    records = read_decisions(settings.kafka_bootstrap, settings.deployment, settings.kafka_security())
     names = sorted({r.shadow for r in records if r.shadow is not None})
     if args.name is not None:
         names = [n for n in names if n == args.name]
@@ -248,7 +249,7 @@ def _predict(args: argparse.Namespace, settings: Settings, names: list[str]) -> 
     scenario = load_scenario(
         args.simulate, duration_s=args.duration_s, seed=None if args.seed is None else settings.seed
     )
-    records = read_config_records(settings.kafka_bootstrap, settings.deployment)
+    records = read_config_records(settings.kafka_bootstrap, settings.deployment, settings.kafka_security())
     live = records.get(LIVE)
     policy_sets = {
         LIVE: config_policy_set(
@@ -284,7 +285,10 @@ def run_stop(args: argparse.Namespace) -> int:
         print("'live' is not a shadow; use `governor config apply` to change the live configuration")
         return 2
     publish_configs(
-        settings.kafka_bootstrap, [config_record(settings.deployment, args.name, None, "")], settings.kafka_timeout_s
+        settings.kafka_bootstrap,
+        [config_record(settings.deployment, args.name, None, "")],
+        settings.kafka_timeout_s,
+        settings.kafka_security(),
     )
     print(
         f"shadow {args.name} of deployment {settings.deployment}: stop recorded; the policy service stops it in order"

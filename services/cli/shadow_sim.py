@@ -11,15 +11,17 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError
 from schemas.names import ESTIMATES_TOPIC
 from schemas.records import PolicyConfigRecord
+from services.kafka_factory import PLAINTEXT, kafka_consumer
 from services.policy.config import PolicySet
 from services.replay.offline import OfflineControlPlane
+from services.settings import KafkaSecurity
 from services.sim import Scenario, run_offline
 from services.sim.compare import (
     Arm,
@@ -34,7 +36,9 @@ POLL_MS = 500
 CONFIG_RECORD = b'"record_type":"policy_config"'
 
 
-def read_config_records(bootstrap: str, deployment: str) -> dict[str, PolicyConfigRecord]:
+def read_config_records(
+    bootstrap: str, deployment: str, security: KafkaSecurity = PLAINTEXT
+) -> dict[str, PolicyConfigRecord]:
     """The last configuration record of each name (``live`` and the shadows) of ``deployment``.
 
     Raises:
@@ -42,7 +46,7 @@ def read_config_records(bootstrap: str, deployment: str) -> dict[str, PolicyConf
     """
     latest: dict[str, PolicyConfigRecord] = {}
     try:
-        consumer = KafkaConsumer(bootstrap_servers=bootstrap, enable_auto_commit=False)
+        consumer = kafka_consumer(bootstrap, security, enable_auto_commit=False)
     except KafkaError as exc:
         msg = f"kafka at {bootstrap} did not answer: {exc}"
         raise BackendUnavailableError(msg, backend="kafka") from exc

@@ -27,7 +27,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_up(args: argparse.Namespace) -> int:
     """Start the stack and print its endpoints."""
     settings = settings_from_args(args)
-    state = stack_up(settings.state_dir, settings.redis_url, args.port, settings.kafka_timeout_s)
+    state = stack_up(
+        settings.state_dir, settings.redis_url, args.port, settings.kafka_timeout_s, settings.redis_security()
+    )
     print(f"kafka  {state.kafka_bootstrap}")
     print(f"redis  {state.redis_url}")
     print(f"export GOVERNOR_KAFKA_BOOTSTRAP={state.kafka_bootstrap} REDIS_URL={state.redis_url}")
@@ -37,7 +39,7 @@ def run_up(args: argparse.Namespace) -> int:
 def run_status(args: argparse.Namespace) -> int:
     """Print both endpoints, whether they answer, and every topic's end offsets; exit 1 if down."""
     settings = settings_from_args(args)
-    status = stack_status(settings.state_dir)
+    status = stack_status(settings.state_dir, redis_security=settings.redis_security())
     if status.state is None:
         print(f"no stack recorded in {settings.state_dir}; run `governor stack up`")
         return 1

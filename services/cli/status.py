@@ -102,6 +102,8 @@ def run(args: argparse.Namespace) -> int:
             settings.deployment,
             redis_timeout_s=settings.redis_timeout_s,
             kafka_timeout_s=settings.kafka_timeout_s,
+            redis_security=settings.redis_security(),
+            kafka_security=settings.kafka_security(),
         )
         text = report.to_json() if args.json else render(report)
         if args.watch is not None and sys.stdout.isatty():

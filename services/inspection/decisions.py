@@ -13,7 +13,9 @@ import json
 from schemas.errors import InvalidInputError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot
+from services.kafka_factory import PLAINTEXT
 from services.replay.replay import read_topic
+from services.settings import KafkaSecurity
 
 
 def _describe(values: set[str] | set[int]) -> str:
@@ -21,7 +23,14 @@ def _describe(values: set[str] | set[int]) -> str:
 
 
 def find_decision(
-    bootstrap: str, *, deployment: str, kind: str, scope: str, version: int | None, timeout_s: float
+    bootstrap: str,
+    *,
+    deployment: str,
+    kind: str,
+    scope: str,
+    version: int | None,
+    timeout_s: float,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> DecisionRecord:
     """Return the decision of (kind, scope) at ``version`` (default: the newest accepted one).
 
@@ -36,7 +45,7 @@ def find_decision(
     scopes: set[str] = set()
     matches: dict[int, bytes] = {}
     accepted: set[int] = set()
-    for raw in read_topic(bootstrap, DECISIONS_TOPIC, timeout_s=timeout_s):
+    for raw in read_topic(bootstrap, DECISIONS_TOPIC, timeout_s=timeout_s, security=security):
         record = json.loads(raw)
         if record.get("deployment") != deployment or record.get("shadow") is not None:
             continue
@@ -67,10 +76,12 @@ def find_decision(
     return DecisionRecord.model_validate_json(matches[chosen])
 
 
-def find_snapshot(bootstrap: str, snapshot_id: str, *, timeout_s: float) -> EstimateSnapshot | None:
+def find_snapshot(
+    bootstrap: str, snapshot_id: str, *, timeout_s: float, security: KafkaSecurity = PLAINTEXT
+) -> EstimateSnapshot | None:
     """Return the estimate snapshot ``snapshot_id`` from ``gov.estimates``, or None when it is not there."""
     needle = snapshot_id.encode()
-    for raw in read_topic(bootstrap, ESTIMATES_TOPIC, timeout_s=timeout_s):
+    for raw in read_topic(bootstrap, ESTIMATES_TOPIC, timeout_s=timeout_s, security=security):
         if needle in raw:
             snapshot = EstimateSnapshot.model_validate_json(raw)
             if snapshot.snapshot_id == snapshot_id:

@@ -24,6 +24,9 @@ from schemas.estimates import EngineSummary
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, offsets_key
 from services.headline import headline, parse_document
 from services.kafka_clients import reader, require_topic
+from services.kafka_factory import PLAINTEXT
+from services.settings import KafkaSecurity, RedisSecurity
+from services.store.redis_store import redis_client
 
 SERVICE_TOPICS = (("stream", TELEMETRY_TOPIC), ("policy", ESTIMATES_TOPIC))
 
@@ -114,9 +117,9 @@ def _text(value: bytes | str) -> str:
 class _RedisReader:
     """The few Redis reads status makes, each failure translated into ``BackendUnavailableError``."""
 
-    def __init__(self, url: str, timeout_s: float) -> None:
+    def __init__(self, url: str, timeout_s: float, security: RedisSecurity | None) -> None:
         self._url = url
-        self._client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._client = redis_client(url, timeout_s, security)
 
     def close(self) -> None:
         """Close the connection pool."""
@@ -197,9 +200,11 @@ def _acks(reader: _RedisReader, deployment: str) -> dict[tuple[str, str], int]:
     return acks
 
 
-def consumer_status(bootstrap: str, applied: dict[str, dict[str, int]], timeout_s: float) -> list[ConsumerStatus]:
+def consumer_status(
+    bootstrap: str, applied: dict[str, dict[str, int]], timeout_s: float, security: KafkaSecurity = PLAINTEXT
+) -> list[ConsumerStatus]:
     """Each service's applied records against the ends of its topic (``applied``: service -> offsets hash)."""
-    consumer = reader(bootstrap, timeout_s=timeout_s)
+    consumer = reader(bootstrap, timeout_s=timeout_s, security=security)
     try:
         found = []
         for service, topic in SERVICE_TOPICS:
@@ -225,7 +230,14 @@ def consumer_status(bootstrap: str, applied: dict[str, dict[str, int]], timeout_
 
 
 def collect_status(
-    redis_url: str, bootstrap: str, deployment: str, *, redis_timeout_s: float, kafka_timeout_s: float
+    redis_url: str,
+    bootstrap: str,
+    deployment: str,
+    *,
+    redis_timeout_s: float,
+    kafka_timeout_s: float,
+    redis_security: RedisSecurity | None = None,
+    kafka_security: KafkaSecurity = PLAINTEXT,
 ) -> StatusReport:
     """Read the deployment's estimates, documents and acks from Redis and its consumers' lag from Kafka.
 
@@ -233,7 +245,7 @@ def collect_status(
         InvalidInputError: the deployment has no keys in Redis (the message lists those that do).
         BackendUnavailableError: Redis or the broker does not answer.
     """
-    reader = _RedisReader(redis_url, redis_timeout_s)
+    reader = _RedisReader(redis_url, redis_timeout_s, redis_security)
     try:
         prefix = f"gov:{deployment}:"
         summaries = reader.values(reader.keys(prefix + "est:*:summary"))
@@ -275,5 +287,5 @@ def collect_status(
         newest_event_ts=newest,
         engines=engines,
         fleet=fleet,
-        consumers=consumer_status(bootstrap, applied, kafka_timeout_s),
+        consumers=consumer_status(bootstrap, applied, kafka_timeout_s, kafka_security),
     )

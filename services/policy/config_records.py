@@ -19,7 +19,9 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import ESTIMATES_TOPIC
 from schemas.records import PolicyConfigRecord
 from services.kafka_clients import record_producer
+from services.kafka_factory import PLAINTEXT
 from services.policy.config import config_digest, read_config
+from services.settings import KafkaSecurity
 
 CONFIG_KEY = b"config"
 LIVE = "live"
@@ -61,14 +63,16 @@ def shadow_assignment(text: str) -> tuple[str, Path]:
     return name, Path(path)
 
 
-def publish_configs(bootstrap: str, records: list[PolicyConfigRecord], timeout_s: float) -> None:
+def publish_configs(
+    bootstrap: str, records: list[PolicyConfigRecord], timeout_s: float, security: KafkaSecurity = PLAINTEXT
+) -> None:
     """Append ``records`` to ``gov.estimates`` and wait until the broker has them.
 
     Raises:
         BackendUnavailableError: the broker did not take them within ``timeout_s``.
     """
     try:
-        producer = record_producer(bootstrap)
+        producer = record_producer(bootstrap, security=security)
     except KafkaError as exc:
         msg = f"kafka at {bootstrap} did not answer: {exc}"
         raise BackendUnavailableError(msg, backend="kafka") from exc

@@ -9,6 +9,9 @@ policy's ``FleetAggregator`` instead, and each fleet slot they close is decided 
 The policy set (services/policy/config.py) can narrow the engines a kind decides for
 (``applies_to``); an engine outside it is skipped as ``not_applicable``. While an operator's pin
 holds a key (services/policy/pins.py), the decision is recorded but not written.
+
+With a signing keyring, every document is signed before it is stored (schemas/signing.py), and a
+stored previous document that is not validly signed is not built upon (someone else wrote it).
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from schemas.errors import InvalidInputError
 from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
+from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry, PolicySpec
@@ -44,10 +48,18 @@ class Handled:
 class DecisionMaker:
     """Decide, store and record, for every registered policy of one deployment."""
 
-    def __init__(self, registry: PolicyRegistry, store: Store, *, pins: PinBoard | None = None) -> None:
+    def __init__(
+        self,
+        registry: PolicyRegistry,
+        store: Store,
+        *,
+        pins: PinBoard | None = None,
+        keyring: PolicyKeyring | None = None,
+    ) -> None:
         self.policy_set = PolicySet(registry=registry)
         self._store = store
         self._pins = pins
+        self._keyring = keyring
         self.aggregators: dict[str, FleetAggregator] = {}
         self.skipped: dict[str, int] = {}
 
@@ -59,16 +71,22 @@ class DecisionMaker:
         """Return the stored document of the policy for ``scope``, or None.
 
         Raises:
-            InvalidInputError: the stored document does not validate (it is not ours to overwrite).
+            InvalidInputError: the stored document does not validate, or is not validly signed while
+                the keyring is set (either way it is not ours to build upon or overwrite).
         """
         raw = self._store.get_policy(spec.kind, scope)
         if raw is None:
             return None
         try:
-            return spec.document_type.model_validate_json(raw)
+            document = spec.document_type.model_validate_json(raw)
         except ValidationError as exc:
             msg = f"stored {spec.kind} document for {scope} is invalid: {exc.errors(include_url=False)[0]['msg']}"
             raise InvalidInputError(msg, field="document") from exc
+        problem = None if self._keyring is None else signature_problem(document, self._keyring)
+        if problem is not None:
+            msg = f"stored {spec.kind} document for {scope} is not validly signed ({problem})"
+            raise InvalidInputError(msg, field="signature")
+        return document
 
     def on_snapshot(self, snapshot: EstimateSnapshot) -> Handled:
         """Decide from ``snapshot`` (or fold it into its fleet aggregator) and return what followed."""
@@ -117,7 +135,7 @@ class DecisionMaker:
             reason = outcome.skipped or "unknown"
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
             return
-        document = outcome.document
+        document = outcome.document if self._keyring is None else sign(outcome.document, self._keyring.signing)
         held = self._pins is not None and self._pins.holds(spec.kind, document.scope)
         accepted = not held and self._store.put_policy(
             spec.kind, document.scope, document.version, document.model_dump_json()

@@ -26,6 +26,8 @@ from pydantic import JsonValue, ValidationError
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import estimate_key, pin_key
 from schemas.policy_docs.base import PolicyDocument
+from services.settings import RedisSecurity
+from services.store.redis_store import redis_client
 
 SUMMARY_NAME = "summary"
 
@@ -97,6 +99,7 @@ def pinned_document(
         computed_at=computed_at,
         valid_until=computed_at + for_s,
         diagnostics={**body["diagnostics"], "pinned": True},
+        signature=None,
     )
     try:
         return document_type.model_validate_json(json.dumps(body))
@@ -115,10 +118,9 @@ class RedisPins:
         self._deployment = deployment
 
     @classmethod
-    def from_url(cls, url: str, deployment: str, timeout_s: float) -> RedisPins:
-        """Connect to ``url`` with ``timeout_s`` on every call."""
-        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        return cls(client, deployment)
+    def from_url(cls, url: str, deployment: str, timeout_s: float, security: RedisSecurity | None = None) -> RedisPins:
+        """Connect to ``url`` with ``timeout_s`` on every call (see ``redis_client``)."""
+        return cls(redis_client(url, timeout_s, security), deployment)
 
     def close(self) -> None:
         """Close the connection pool."""

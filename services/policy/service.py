@@ -32,16 +32,18 @@ from pydantic import Field, TypeAdapter, ValidationError
 from schemas.errors import GovernorError, InvalidInputError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot, PolicyConfigRecord
+from schemas.signing import PolicyKeyring
 from services.headline import parse_document
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
+from services.kafka_factory import PLAINTEXT
 from services.policy.config import PolicySet, config_policy_set
 from services.policy.decisions import DecisionMaker
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
@@ -86,20 +88,24 @@ class PolicyService:
         pins: PinBoard | None = None,
         fleet_slot_s: float = FLEET_SLOT_S,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+        security: KafkaSecurity = PLAINTEXT,
+        keyring: PolicyKeyring | None = None,
     ) -> None:
         self._deployment = deployment
         self._store = store
         self._default_registry = registry
         self._fleet_slot_s = fleet_slot_s
-        self._decider = DecisionMaker(registry, store, pins=pins)
+        self._decider = DecisionMaker(registry, store, pins=pins, keyring=keyring)
         self._configs: dict[str, PolicyConfigRecord] = {}
         self.shadows: dict[str, ShadowPolicy] = {}
         self._clock = clock
         self._metrics = metrics
         self.counters = PolicyCounters()
         self._applied: dict[str, int] = {}
-        self._consumer = group_consumer(bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts)
-        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
+        self._consumer = group_consumer(
+            bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts, security=security
+        )
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
         self._stopped = False
 

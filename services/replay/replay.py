@@ -19,9 +19,11 @@ from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.records import DecisionRecord
 from services.kafka_clients import reader, require_topic
+from services.kafka_factory import PLAINTEXT
 from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
+from services.settings import KafkaSecurity
 
 IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
@@ -101,7 +103,9 @@ def decision_lines(decisions: Iterable[DecisionRecord]) -> Iterator[bytes]:
         yield decision.model_dump_json().encode()
 
 
-def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: float = 10.0) -> Iterator[bytes]:
+def read_topic(
+    bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT
+) -> Iterator[bytes]:
     """Yield every record value of ``topic`` from the beginning, each partition in order, until idle for ``idle_s``.
 
     It reads until the topic has been quiet for ``idle_s`` rather than up to the end offsets read
@@ -112,7 +116,7 @@ def read_topic(bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: fl
         BackendUnavailableError: the broker does not answer.
         InvalidInputError: the topic does not exist.
     """
-    consumer = reader(bootstrap, timeout_s=timeout_s, idle_s=idle_s)
+    consumer = reader(bootstrap, timeout_s=timeout_s, idle_s=idle_s, security=security)
     try:
         assigned = require_topic(consumer, topic, bootstrap)
         consumer.assign(assigned)

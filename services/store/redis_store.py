@@ -1,6 +1,8 @@
 """``RedisStore``: the production ``Store``, with Lua scripts for the two atomic operations.
 
 Every Redis error is translated at this boundary into ``BackendUnavailableError`` (STYLE section 5).
+Every Redis client of Governor (services, CLI, engine SDK) is built by ``redis_client`` here, which
+applies the deployment's credentials (AUTH or an ACL user) and TLS files (``rediss://`` URLs).
 """
 
 from __future__ import annotations
@@ -11,11 +13,48 @@ from importlib import resources
 
 import redis
 
-from schemas.errors import BackendUnavailableError
+from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import ack_key, estimate_key, offsets_key, policy_channel, policy_history_key, policy_key
+from services.settings import RedisSecurity
 from services.store.memory_store import HISTORY_CAP
 
 STATE_NAME = "state"
+
+
+def redis_client(url: str, timeout_s: float, security: RedisSecurity | None = None) -> redis.Redis:
+    """A client of ``url`` with ``timeout_s`` on every call, authenticated and over TLS as ``security`` says.
+
+    Credentials written in the URL (``redis://user:password@host``) win over those of ``security``.
+    TLS is the ``rediss://`` scheme; the server's certificate is always verified (against
+    ``tls_ca_file`` or the system's CAs), host name included.
+
+    Raises:
+        ConfigError: TLS files are set for a ``redis://`` URL, or a TLS file does not exist.
+    """
+    security = security if security is not None else RedisSecurity()
+    options: dict[str, object] = {"socket_timeout": timeout_s, "socket_connect_timeout": timeout_s}
+    if security.username is not None:
+        options["username"] = security.username
+    if security.password is not None:
+        options["password"] = security.password.get_secret_value()
+    files = (
+        ("ssl_ca_certs", security.tls_ca_file),
+        ("ssl_certfile", security.tls_cert_file),
+        ("ssl_keyfile", security.tls_key_file),
+    )
+    named = {name: path for name, path in files if path is not None}
+    if named and not url.startswith("rediss://"):
+        msg = "Redis TLS files are set but REDIS_URL is not a rediss:// URL"
+        raise ConfigError(msg)
+    for path in named.values():
+        if not path.is_file():
+            msg = f"Redis TLS file {path} does not exist"
+            raise ConfigError(msg)
+    if url.startswith("rediss://"):
+        options.update({name: str(path) for name, path in named.items()})
+        options["ssl_cert_reqs"] = "required"
+        options["ssl_check_hostname"] = True
+    return redis.Redis.from_url(url, **options)
 
 
 def _script(name: str) -> str:
@@ -33,10 +72,9 @@ class RedisStore:
         self._put_policy = client.register_script(_script("put_policy.lua"))
 
     @classmethod
-    def from_url(cls, url: str, deployment: str, timeout_s: float) -> RedisStore:
-        """Connect to ``url`` with ``timeout_s`` on every call."""
-        client = redis.Redis.from_url(url, socket_timeout=timeout_s, socket_connect_timeout=timeout_s)
-        return cls(client, deployment)
+    def from_url(cls, url: str, deployment: str, timeout_s: float, security: RedisSecurity | None = None) -> RedisStore:
+        """Connect to ``url`` with ``timeout_s`` on every call (see ``redis_client``)."""
+        return cls(redis_client(url, timeout_s, security), deployment)
 
     def close(self) -> None:
         """Close the connection pool."""

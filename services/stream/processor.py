@@ -17,7 +17,8 @@ from kafka import KafkaConsumer, TopicPartition
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, group_consumer, record_producer
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.kafka_factory import PLAINTEXT
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
 from services.triggers import TriggerSpec
@@ -57,6 +58,7 @@ class StreamProcessor:
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+        security: KafkaSecurity = PLAINTEXT,
     ) -> None:
         self._clock = clock
         self._consumer = group_consumer(
@@ -64,8 +66,9 @@ class StreamProcessor:
             group_id or f"governor-stream-{deployment}",
             max_poll_records=max_poll_records,
             timeouts=kafka_timeouts,
+            security=security,
         )
-        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
+        self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,

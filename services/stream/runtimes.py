@@ -9,8 +9,10 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Literal
 
+from schemas.errors import ConfigError
 from services.health import ServiceMetrics
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.kafka_factory import PLAINTEXT
+from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
@@ -29,9 +31,21 @@ def stream_processor(
     registry: Iterable[TriggerSpec],
     metrics: ServiceMetrics | None = None,
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> StreamProcessor | FaustStreamProcessor:
-    """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming)."""
+    """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
+
+    Raises:
+        ConfigError: the faust runtime with Kafka SASL or TLS settings, which it does not take yet
+            (faust's aiokafka clients name them differently; docs/security.md).
+    """
     if runtime == "faust":
+        if security != PLAINTEXT:
+            msg = (
+                f"the faust runtime does not take Kafka security settings yet (protocol {security.protocol}); "
+                "run the stream processor with --runtime kafka"
+            )
+            raise ConfigError(msg)
         return FaustStreamProcessor(
             deployment=deployment,
             bootstrap=bootstrap,
@@ -47,4 +61,5 @@ def stream_processor(
         registry=registry,
         metrics=metrics,
         kafka_timeouts=kafka_timeouts,
+        security=security,
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Any
 
@@ -84,3 +85,28 @@ def test_prometheus_and_grafana_are_an_optional_profile_mounting_the_shipped_ops
         assert service["profiles"] == ["observability"]
         for volume in service["volumes"]:
             assert (ROOT / volume.split(":")[0]).exists(), volume
+
+
+def test_every_published_port_is_bound_to_localhost(compose: dict[str, Any]) -> None:
+    published = [(name, port) for name, service in compose["services"].items() for port in service.get("ports", [])]
+    assert published
+    assert [(name, port) for name, port in published if not str(port).startswith("127.0.0.1:")] == []
+
+
+def test_redis_requires_the_password_when_one_is_set_and_its_health_check_sends_it(compose: dict[str, Any]) -> None:
+    redis = compose["services"]["redis"]
+    assert redis["environment"]["GOVERNOR_REDIS_PASSWORD"] == "${GOVERNOR_REDIS_PASSWORD:-}"
+    assert '--requirepass "$$GOVERNOR_REDIS_PASSWORD"' in redis["command"][-1]
+    assert '-a "$$GOVERNOR_REDIS_PASSWORD"' in redis["healthcheck"]["test"][-1]
+
+
+@pytest.mark.parametrize("name", ["stream", "policy", "vllm"])
+def test_services_and_the_engine_get_the_redis_password_and_the_signing_key(compose: dict[str, Any], name: str) -> None:
+    environment = compose["services"][name]["environment"]
+    assert environment["GOVERNOR_REDIS_PASSWORD"] == "${GOVERNOR_REDIS_PASSWORD:-}"
+    assert environment["GOVERNOR_POLICY_SIGNING_KEY"] == "${GOVERNOR_POLICY_SIGNING_KEY:-}"
+    defaults = {k: re.sub(r"\$\{[A-Z_]+:-([^}]*)\}", r"\1", str(v)) for k, v in environment.items()}
+    names = {ENV_ALIASES.get(field, ENV_PREFIX + field.upper()) for field in EngineSettings.model_fields}
+    unset = EngineSettings.load({}, {k: v for k, v in defaults.items() if k in names})
+    assert unset.policy_keyring() is None
+    assert unset.redis_password is None

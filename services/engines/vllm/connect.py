@@ -146,13 +146,19 @@ class EngineLink:
         """
         settings = settings if settings is not None else EngineSettings.load()
         engine_id = settings.engine_id or identifier(f"vllm-{socket.gethostname()}")
-        publisher = TelemetryPublisher(settings.kafka_bootstrap)
+        publisher = TelemetryPublisher(settings.kafka_bootstrap, security=settings.kafka_security())
         stamper = EnvelopeStamper(
             engine_id=engine_id, deployment=settings.deployment, source_epoch=time.time_ns() // 1_000_000
         )
         stream = EngineStream(stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens)
         policies = (
-            PolicyClient(settings.redis_url, settings.deployment, poll_interval_s=settings.policy_poll_s)
+            PolicyClient(
+                settings.redis_url,
+                settings.deployment,
+                poll_interval_s=settings.policy_poll_s,
+                security=settings.redis_security(),
+                keyring=settings.policy_keyring(),
+            )
             if obeys
             else None
         )

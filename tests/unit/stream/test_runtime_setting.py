@@ -5,7 +5,9 @@ from __future__ import annotations
 import pytest
 
 from schemas.errors import ConfigError
-from services.settings import Settings
+from services.settings import KafkaSecurity, Settings
+from services.store.memory_store import MemoryStore
+from services.stream.runtimes import stream_processor
 
 
 def test_the_runtime_is_kafka_unless_the_environment_or_a_flag_says_faust() -> None:
@@ -17,3 +19,16 @@ def test_the_runtime_is_kafka_unless_the_environment_or_a_flag_says_faust() -> N
 def test_an_unknown_runtime_is_refused_naming_the_variable() -> None:
     with pytest.raises(ConfigError, match="GOVERNOR_STREAM_RUNTIME"):
         Settings.load({}, {"GOVERNOR_STREAM_RUNTIME": "flink"})
+
+
+def test_the_faust_runtime_refuses_kafka_security_settings_it_cannot_apply() -> None:
+    security = KafkaSecurity(protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="governor")
+    with pytest.raises(ConfigError, match="faust runtime does not take Kafka security settings yet"):
+        stream_processor(
+            "faust",
+            deployment="dep",
+            bootstrap="127.0.0.1:1",
+            store=MemoryStore(),
+            registry=[],
+            security=security,
+        )
