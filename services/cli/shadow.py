@@ -18,22 +18,19 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from kafka import TopicPartition
-from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from schemas.errors import BackendUnavailableError
 from schemas.names import DECISIONS_TOPIC
 from schemas.records import DecisionRecord
 from services.cli.options import add_settings_flags, settings_from_args
-from services.kafka_factory import PLAINTEXT, kafka_consumer
+from services.kafka_factory import PLAINTEXT
 from services.policy.config import config_policy_set
 from services.policy.config_records import LIVE, config_record, publish_configs
+from services.replay.replay import read_topic
 from services.settings import KafkaSecurity, Settings
 
 FLAGS = ["deployment", "kafka_bootstrap", "log_format"]
 REPORT_FLAGS = [*FLAGS, "fleet_slot_s", "seed"]
-POLL_MS = 500
 
 Key = tuple[str, str, str]  # kind, scope, snapshot_id
 
@@ -65,38 +62,16 @@ def read_decisions(bootstrap: str, deployment: str, security: KafkaSecurity = PL
 
     Raises:
         BackendUnavailableError: the broker did not answer.
+        InvalidInputError: the topic does not exist (no policy service ever ran there).
     """
-    try:
-        consumer = kafka_consumer(bootstrap, security, enable_auto_commit=False, request_timeout_ms=30_000)
-    except KafkaError as exc:
-        msg = f"kafka at {bootstrap} did not answer: {exc}"
-        raise BackendUnavailableError(msg, backend="kafka") from exc
     records: list[DecisionRecord] = []
-    try:
-        partitions = [
-            TopicPartition(DECISIONS_TOPIC, p) for p in sorted(consumer.partitions_for_topic(DECISIONS_TOPIC) or ())
-        ]
-        if not partitions:
-            return records
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            batch = consumer.poll(timeout_ms=POLL_MS)
-            for message in (m for part in batch.values() for m in part):
-                if message.value is None:
-                    continue
-                try:
-                    record = DecisionRecord.model_validate_json(message.value)
-                except ValidationError:
-                    continue
-                if record.deployment == deployment:
-                    records.append(record)
-    except KafkaError as exc:
-        msg = f"reading {DECISIONS_TOPIC} from kafka at {bootstrap} failed: {exc}"
-        raise BackendUnavailableError(msg, backend="kafka") from exc
-    finally:
-        consumer.close()
+    for raw in read_topic(bootstrap, DECISIONS_TOPIC, security=security):
+        try:
+            record = DecisionRecord.model_validate_json(raw)
+        except ValidationError:
+            continue
+        if record.deployment == deployment:
+            records.append(record)
     return records
 
 

@@ -11,16 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-from kafka import TopicPartition
-from kafka.errors import KafkaError
 from pydantic import ValidationError
 
-from schemas.errors import BackendUnavailableError
 from schemas.names import ESTIMATES_TOPIC
 from schemas.records import PolicyConfigRecord
-from services.kafka_factory import PLAINTEXT, kafka_consumer
+from services.kafka_factory import PLAINTEXT
 from services.policy.config import PolicySet
 from services.replay.offline import OfflineControlPlane
+from services.replay.replay import read_topic
 from services.settings import KafkaSecurity
 from services.sim import Scenario, run_offline
 from services.sim.compare import (
@@ -32,7 +30,6 @@ from services.sim.compare import (
     planned_gpus,
 )
 
-POLL_MS = 500
 CONFIG_RECORD = b'"record_type":"policy_config"'
 
 
@@ -43,37 +40,18 @@ def read_config_records(
 
     Raises:
         BackendUnavailableError: the broker did not answer.
+        InvalidInputError: the topic does not exist.
     """
     latest: dict[str, PolicyConfigRecord] = {}
-    try:
-        consumer = kafka_consumer(bootstrap, security, enable_auto_commit=False)
-    except KafkaError as exc:
-        msg = f"kafka at {bootstrap} did not answer: {exc}"
-        raise BackendUnavailableError(msg, backend="kafka") from exc
-    try:
-        partitions = [
-            TopicPartition(ESTIMATES_TOPIC, p) for p in sorted(consumer.partitions_for_topic(ESTIMATES_TOPIC) or ())
-        ]
-        if not partitions:
-            return latest
-        consumer.assign(partitions)
-        consumer.seek_to_beginning(*partitions)
-        ends = consumer.end_offsets(partitions)
-        while any(consumer.position(tp) < ends[tp] for tp in partitions):
-            for message in (m for part in consumer.poll(timeout_ms=POLL_MS).values() for m in part):
-                if message.value is None or CONFIG_RECORD not in message.value:
-                    continue
-                try:
-                    record = PolicyConfigRecord.model_validate_json(message.value)
-                except ValidationError:
-                    continue
-                if record.deployment == deployment:
-                    latest[record.name] = record
-    except KafkaError as exc:
-        msg = f"reading {ESTIMATES_TOPIC} from kafka at {bootstrap} failed: {exc}"
-        raise BackendUnavailableError(msg, backend="kafka") from exc
-    finally:
-        consumer.close()
+    for raw in read_topic(bootstrap, ESTIMATES_TOPIC, security=security):
+        if CONFIG_RECORD not in raw:
+            continue
+        try:
+            record = PolicyConfigRecord.model_validate_json(raw)
+        except ValidationError:
+            continue
+        if record.deployment == deployment:
+            latest[record.name] = record
     return latest
 
 
