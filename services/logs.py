@@ -13,6 +13,11 @@ _LEVELS = {"debug": logging.DEBUG, "info": logging.INFO, "warning": logging.WARN
 def configure_logging(log_format: str, log_level: str = "info") -> None:
     """Configure structlog and the stdlib root logger (kafka-python logs through it).
 
+    Loggers are not cached on first use, so a later configuration reaches every module's logger: a
+    command run in-process after another (tests, ``structlog.testing.capture_logs``) would otherwise
+    keep writing through the first one's processors. The services log per batch and per decision,
+    never per event, so the lookup this costs does not show.
+
     Args:
         log_format: ``json`` (one JSON object per line, for services) or ``console`` (humans).
         log_level: the lowest level written.
@@ -33,7 +38,7 @@ def configure_logging(log_format: str, log_level: str = "info") -> None:
         processors=[*shared, structlog.stdlib.ProcessorFormatter.wrap_for_formatter],
         logger_factory=structlog.stdlib.LoggerFactory(),
         wrapper_class=structlog.make_filtering_bound_logger(level),
-        cache_logger_on_first_use=True,
+        cache_logger_on_first_use=False,
     )
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(
