@@ -24,6 +24,7 @@ import redis
 from pydantic import JsonValue, ValidationError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
+from schemas.estimates import EngineSummary
 from schemas.names import estimate_key, pin_key
 from schemas.policy_docs.base import PolicyDocument
 from services.settings import RedisSecurity
@@ -169,5 +170,7 @@ class RedisPins:
             raise BackendUnavailableError(msg, backend="redis") from exc
         if not isinstance(raw, bytes):
             return None
-        ts = json.loads(raw).get("ts")
-        return float(ts) if isinstance(ts, int | float) else None
+        try:
+            return EngineSummary.model_validate_json(raw).ts_s
+        except ValidationError:
+            return None

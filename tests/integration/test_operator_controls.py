@@ -11,7 +11,7 @@ import redis
 from kafka import KafkaProducer
 
 from schemas.estimates import EngineSummary, LastStep
-from schemas.names import ESTIMATES_TOPIC, policy_key
+from schemas.names import ESTIMATES_TOPIC, estimate_key, policy_key
 from schemas.policy_docs import AdmissionPolicy
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DecisionRecord, EstimateSnapshot
@@ -19,7 +19,7 @@ from services.cli.main import main
 from services.cli.shadow import read_decisions
 from services.policy.config import config_digest, read_config
 from services.policy.config_records import LIVE, file_record, publish_configs
-from services.policy.pins import RedisPins
+from services.policy.pins import SUMMARY_NAME, RedisPins
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
@@ -271,5 +271,21 @@ def test_a_pin_expires_with_its_duration(stack: StackState, deployment: str) -> 
         while pins.holds("admission", "eng-0") and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not pins.holds("admission", "eng-0")
+    finally:
+        pins.close()
+
+
+def test_a_pin_is_timed_from_the_engines_latest_event_in_its_summary(
+    stack: StackState, deployment: str, redis_client: redis.Redis
+) -> None:
+    summary = synthetic_engine_summary()
+    assert summary.ts_s is not None
+    redis_client.set(estimate_key(deployment, "eng-0", SUMMARY_NAME), summary.model_dump_json())
+    redis_client.set(estimate_key(deployment, "eng-1", SUMMARY_NAME), b'{"format": 1}')
+    pins = RedisPins.from_url(stack.redis_url, deployment, 5.0)
+    try:
+        assert pins.engine_event_time("eng-0") == summary.ts_s
+        assert pins.engine_event_time("eng-1") is None  # a summary it cannot read
+        assert pins.engine_event_time("eng-2") is None  # no summary
     finally:
         pins.close()
