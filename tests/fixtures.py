@@ -8,6 +8,7 @@ from pathlib import Path
 
 from schemas.estimates import EngineSummary
 from schemas.events import Event
+from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
 from services.replay.files import read_events, write_events
@@ -62,3 +63,19 @@ def synthetic_engine_summary() -> EngineSummary:
     estimates = [s for s in plane.snapshots if s.trigger.startswith("admission:")][-1].estimates
     assert isinstance(estimates, EngineSummary)
     return estimates
+
+
+def admission_snapshot(
+    summary: EngineSummary, *, version: int, ts: float, deployment: str = "dep", scope: str = "eng-0"
+) -> EstimateSnapshot:
+    """An admission-trigger snapshot of ``scope`` carrying ``summary``, numbered ``version`` at event time ``ts``."""
+    return EstimateSnapshot(
+        deployment=deployment,
+        scope=scope,
+        snapshot_id=f"sha256:{scope}-{version}",
+        version=version,
+        ts=ts,
+        trigger="admission:every 5s",
+        offsets=[SourceOffset(topic="gov.telemetry", partition=0, offset=version)],
+        estimates=summary,
+    )

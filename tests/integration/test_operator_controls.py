@@ -13,7 +13,6 @@ from kafka import KafkaProducer
 from schemas.estimates import EngineSummary, LastStep
 from schemas.names import ESTIMATES_TOPIC, estimate_key, policy_key
 from schemas.policy_docs import AdmissionPolicy
-from schemas.policy_docs.base import SourceOffset
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli.main import main
 from services.cli.shadow import read_decisions
@@ -27,7 +26,7 @@ from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
-from tests.fixtures import synthetic_engine_summary
+from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -87,16 +86,7 @@ def _busy_summary() -> EngineSummary:
 
 
 def _admission_snapshot(deployment: str, version: int, ts: float, scope: str = "eng-0") -> EstimateSnapshot:
-    return EstimateSnapshot(
-        deployment=deployment,
-        scope=scope,
-        snapshot_id=f"sha256:{scope}-{version}",
-        version=version,
-        ts=ts,
-        trigger="admission:every 5s",
-        offsets=[SourceOffset(topic="gov.telemetry", partition=0, offset=version)],
-        estimates=_busy_summary(),
-    )
+    return admission_snapshot(_busy_summary(), version=version, ts=ts, deployment=deployment, scope=scope)
 
 
 def _send_snapshots(stack: StackState, snapshots: list[EstimateSnapshot]) -> None:

@@ -26,7 +26,6 @@ from pydantic import SecretStr
 from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import policy_key
 from schemas.policy_docs import AdmissionPolicy
-from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.signing import PolicyKeyring, SigningKey, sign
 from services.backends import redis_answers
@@ -40,7 +39,7 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore, redis_client
 from services.stream.processor import StreamProcessor
-from tests.fixtures import synthetic_engine_summary
+from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.unit.stream.synthetic import synthetic_stream
 
 ADMIN_PASSWORD = "admin-password-of-the-test"
@@ -167,16 +166,7 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredRedis]:
 
 
 def _snapshot(scope: str, version: int, ts: float) -> EstimateSnapshot:
-    return EstimateSnapshot(
-        deployment="secured",
-        scope=scope,
-        snapshot_id=f"sha256:{scope}:{version}",
-        version=version,
-        ts=ts,
-        trigger="admission:every 5s",
-        offsets=[SourceOffset(topic="t", partition=0, offset=version)],
-        estimates=synthetic_engine_summary(),
-    )
+    return admission_snapshot(synthetic_engine_summary(), version=version, ts=ts, deployment="secured", scope=scope)
 
 
 class TestRedisAuthAndTls:

@@ -11,7 +11,6 @@ from pydantic import SecretStr
 
 from schemas.errors import ConfigError, InvalidInputError
 from schemas.policy_docs import AdmissionPolicy
-from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.signing import PolicyKeyring, SigningKey, canonical_bytes, sign, signature_problem
 from services import kafka_factory
@@ -26,23 +25,14 @@ from services.sdk.publisher import TelemetryPublisher
 from services.settings import EngineSettings, KafkaSecurity, RedisSecurity, Settings
 from services.store.memory_store import MemoryStore
 from services.store.redis_store import redis_client
-from tests.fixtures import synthetic_engine_summary
+from tests.fixtures import admission_snapshot, synthetic_engine_summary
 
 KEY = SigningKey("k2", b"a-signing-key-of-the-policy-service")
 OLD = SigningKey("k1", b"the-key-it-replaces-in-rotation")
 
 
 def _snapshot(version: int, ts: float) -> EstimateSnapshot:
-    return EstimateSnapshot(
-        deployment="dep",
-        scope="eng-0",
-        snapshot_id=f"sha256:{version}",
-        version=version,
-        ts=ts,
-        trigger="admission:every 5s",
-        offsets=[SourceOffset(topic="t", partition=0, offset=version)],
-        estimates=synthetic_engine_summary(),
-    )
+    return admission_snapshot(synthetic_engine_summary(), version=version, ts=ts)
 
 
 def _document() -> AdmissionPolicy:
