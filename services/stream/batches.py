@@ -9,7 +9,9 @@ happens here, once:
 2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
    processor never folds an event twice;
 3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
-   engine's stored state the first time this processor sees it after an assignment;
+   engine's stored state the first time this processor sees it after an assignment; an event the
+   loaded state already holds (the previous owner committed after this one read the offsets) is
+   skipped, so the window between reading offsets and loading states cannot fold anything twice;
 4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
@@ -199,6 +201,9 @@ class TelemetryBatches:
                 self._foreign(event)
                 continue
             self._ensure_loaded(event, tp)
+            if self._folder.already_folded(event.engine_id, position):
+                self.counters.skipped += 1
+                continue
             if isinstance(event, PolicyApplied):
                 self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
                 if self._metrics is not None:

@@ -35,6 +35,7 @@ class Folder:
         self._specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "engine"]
         self._fleet_specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "fleet"]
         self.engines: dict[str, EngineEstimates] = {}
+        self._folded_through: dict[str, dict[str, int]] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -44,17 +45,34 @@ class Folder:
         """Install an engine's stored state (or a fresh one when None)."""
         if state_json is None:
             self.engines[engine_id] = EngineEstimates(engine_id)
+            self._folded_through[engine_id] = {}
         else:
-            self.engines[engine_id] = EngineEstimates.from_dict(json.loads(state_json))
+            data = json.loads(state_json)
+            self._folded_through[engine_id] = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
+            self.engines[engine_id] = EngineEstimates.from_dict(data)
 
     def drop(self, engine_ids: list[str]) -> None:
         """Forget engines (their partition moved to another processor)."""
         for engine_id in engine_ids:
             self.engines.pop(engine_id, None)
+            self._folded_through.pop(engine_id, None)
 
     def state_json(self, engine_id: str) -> str:
-        """Return the engine's state as JSON, for the store."""
-        return json.dumps(self.engines[engine_id].to_dict(), separators=(",", ":"))
+        """Return the engine's state as JSON, for the store, with the last position folded per partition."""
+        data = self.engines[engine_id].to_dict() | {"folded_through": self._folded_through.get(engine_id, {})}
+        return json.dumps(data, separators=(",", ":"))
+
+    def already_folded(self, engine_id: str, position: SourceOffset) -> bool:
+        """True when the engine's state already holds the event at ``position``.
+
+        The applied offsets and an engine's state are committed together, but a new owner reads the
+        offsets at assignment and the state only at the engine's first event; a commit by the previous
+        owner in between makes the state newer than the offsets. The state's own positions close that
+        window: whatever it already holds is skipped.
+        """
+        folded = self._folded_through.get(engine_id, {})
+        last = folded.get(f"{position.topic}:{position.partition}")
+        return last is not None and position.offset <= last
 
     def summary_json(self, engine_id: str) -> str:
         """Return the engine's current estimate summary as JSON, for readers of Redis."""
@@ -66,6 +84,7 @@ class Folder:
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id)
         estimates = self.engines[engine_id]
+        self._folded_through.setdefault(engine_id, {})[f"{position.topic}:{position.partition}"] = position.offset
         snapshots: list[EstimateSnapshot] = []
         for fleet_spec in self._fleet_specs:
             contribution = self._contribution(fleet_spec, estimates, event, position)

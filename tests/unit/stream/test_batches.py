@@ -112,11 +112,13 @@ def test_a_commit_refused_at_the_fence_drops_the_folded_state_and_rewinds_to_wha
     newer.process(records[:50])
     assert newer.commit()
     stale.process(records[:30])
+    # The engine state the stale member loads already holds these 30 events: none is folded again.
+    assert stale.counters.skipped == 30
     assert not stale.commit()
     assert consumer.rewinds == [{(TELEMETRY_TOPIC, 0): 50}]
     assert stale.counters.commits_refused == 1
     stale.process(records)
-    assert stale.counters.skipped == 50
+    assert stale.counters.skipped == 30 + 50
     assert stale.commit()
     assert store.applied_offsets(CONSUMER_NAME) == {f"{TELEMETRY_TOPIC}:0": len(records) - 1}
 
@@ -130,3 +132,26 @@ def test_snapshots_go_to_the_estimates_topic() -> None:
     assert estimates
     assert len(estimates) == batches.counters.snapshots
     assert all(snapshot["deployment"] == "dep" for snapshot in estimates)
+
+
+def test_a_commit_by_the_previous_owner_between_assignment_and_first_event_is_not_folded_twice() -> None:
+    store, records = MemoryStore(), _records("dep")
+    previous = _batches(store, KeptProducer(), Consumer())
+    previous.resume_positions([(TELEMETRY_TOPIC, 0)])
+    previous.process(records[:50])
+    successor = _batches(store, KeptProducer(), Consumer())
+    # The race: the successor reads the applied offsets (none yet) before the previous owner's commit
+    # on revocation lands, and loads the engine's state only at its first event, after that commit.
+    assert successor.resume_positions([(TELEMETRY_TOPIC, 0)]) == {}
+    assert previous.commit()
+    successor.process(records)
+    assert successor.counters.skipped == 50
+    assert successor.counters.folded == len(records) - 50
+    assert successor.commit()
+    uninterrupted_store = MemoryStore()
+    uninterrupted = _batches(uninterrupted_store, KeptProducer(), Consumer())
+    uninterrupted.resume_positions([(TELEMETRY_TOPIC, 0)])
+    uninterrupted.process(records)
+    assert uninterrupted.commit()
+    engines = sorted({json.loads(record.value)["engine_id"] for record in records if record.value is not None})
+    assert store.load_states(engines) == uninterrupted_store.load_states(engines)
