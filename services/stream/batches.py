@@ -16,7 +16,11 @@ happens here, once:
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
    offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
-   estimator state off the per-event path; it only widens what a crash re-folds.
+   estimator state off the per-event path; it only widens what a crash re-folds;
+6. state stays bounded (``EngineLifecycle``): an engine's keys live ``retention_s`` after its last commit (an engine not
+   yet admitted by the fold, ``UNADMITTED_RETENTION_S``), and engines not admitted, or whose latest
+   event is ``retention_s`` of event time behind the newest one folded, are forgotten from memory
+   after each commit (they reload from Redis if they speak again).
 
 A crash between a produce and the next commit re-folds those events after restart and
 re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
@@ -27,6 +31,7 @@ rebuilds them from Redis.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -42,6 +47,7 @@ from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_k
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
+from services.settings import DEFAULT_LIFECYCLE, EngineLifecycle
 from services.store.protocol import Store
 from services.stream.fold import Folder
 from services.triggers import TriggerSpec
@@ -51,6 +57,7 @@ log = structlog.get_logger(__name__)
 CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
+UNADMITTED_RETENTION_S = 600
 
 Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
 
@@ -128,10 +135,12 @@ class TelemetryBatches:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
     ) -> None:
         self._deployment = deployment
         self._store = store
-        self._folder = Folder(deployment, registry)
+        self._folder = Folder(deployment, registry, registration_grace_s=lifecycle.registration_grace_s)
+        self._retention_s = lifecycle.retention_s
         self._producer = producer
         self._consumer = consumer
         self._clock = clock
@@ -148,6 +157,10 @@ class TelemetryBatches:
         self._metrics_folded = 0
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
+
+    def engines_in_memory(self) -> list[str]:
+        """The engines whose estimates this member holds in memory now."""
+        return sorted(self._folder.engines)
 
     def resume_positions(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """Read the applied offsets from Redis; return where each assigned partition resumes (applied + 1).
@@ -239,13 +252,15 @@ class TelemetryBatches:
             estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
             for engine in engines
         } | self._pending_acks
+        expire_s = self._expiries(engines, summaries)
         offsets = dict(self._pending_offsets)
         self._pending_offsets.clear()
         self._pending_engines.clear()
         self._pending_acks.clear()
-        if self._store.commit(CONSUMER_NAME, offsets, states, summaries):
+        if self._store.commit(CONSUMER_NAME, offsets, states, summaries, expire_s):
             self._applied.update(offsets)
             self.counters.commits += 1
+            self._forget_idle()
             log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
             return True
         self.counters.commits_refused += 1
@@ -261,6 +276,36 @@ class TelemetryBatches:
                 rewind[_partition_of(field_name)] = applied + 1
         self._consumer.rewind(rewind)
         return False
+
+    def _expiries(self, engines: list[str], summaries: dict[str, str]) -> dict[str, int]:
+        """Time to live of each key written: the retention, or the short one of engines not admitted yet."""
+        retention = math.ceil(self._retention_s)
+        expire_s: dict[str, int] = {}
+        for engine in engines:
+            ttl = retention if self._folder.admitted(engine) else min(retention, UNADMITTED_RETENTION_S)
+            expire_s[engine] = ttl
+            expire_s[estimate_key(self._deployment, engine, SUMMARY_NAME)] = ttl
+        for key in summaries:
+            expire_s.setdefault(key, retention)
+        return expire_s
+
+    def _forget_idle(self) -> None:
+        """Drop from memory the engines not admitted, and those silent for the retention in event time."""
+        pending = self._pending_engines
+        last = {engine: estimates.last_ts for engine, estimates in self._folder.engines.items()}
+        newest = max((ts for ts in last.values() if ts is not None), default=None)
+        idle = [
+            engine
+            for engine, ts in last.items()
+            if engine not in pending
+            and (
+                not self._folder.admitted(engine)
+                or (newest is not None and ts is not None and newest - ts > self._retention_s)
+            )
+        ]
+        self._folder.drop(idle)
+        for engine in idle:
+            self._engine_partition.pop(engine, None)
 
     def _observe(self, snapshots: int, started: float, last_ts: dict[str, float]) -> None:
         if self._metrics is None:

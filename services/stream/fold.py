@@ -16,9 +16,11 @@ import json
 import math
 from collections.abc import Iterable
 
+from schemas.engines import EngineRegistered
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
+from services.settings import REGISTRATION_GRACE_S
 from services.stream.estimates import EngineEstimates
 from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
 from services.stream.snapshot_id import snapshot_id
@@ -26,16 +28,26 @@ from services.triggers import EveryEvents, EverySeconds, TriggerSpec
 
 
 class Folder:
-    """Per-engine estimates of one deployment, and the snapshots their triggers take."""
+    """Per-engine estimates of one deployment, and the snapshots their triggers take.
 
-    def __init__(self, deployment: str, registry: Iterable[TriggerSpec]) -> None:
+    An engine exists for the control plane (its triggers fire, it contributes to fleet slots) once it
+    has registered (``engine.registered``) or once ``registration_grace_s`` of event time have passed
+    since its first event. Until then its events are folded but take no snapshot, so a stray event
+    with a made-up engine id creates no policy document.
+    """
+
+    def __init__(
+        self, deployment: str, registry: Iterable[TriggerSpec], *, registration_grace_s: float = REGISTRATION_GRACE_S
+    ) -> None:
         """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``)."""
         self._deployment = deployment
+        self._registration_grace_s = registration_grace_s
         specs = list(registry)
         self._specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "engine"]
         self._fleet_specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "fleet"]
         self.engines: dict[str, EngineEstimates] = {}
         self._folded_through: dict[str, dict[str, int]] = {}
+        self._first_ts: dict[str, float] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -43,24 +55,43 @@ class Folder:
 
     def load(self, engine_id: str, state_json: str | None) -> None:
         """Install an engine's stored state (or a fresh one when None)."""
+        self._first_ts.pop(engine_id, None)
         if state_json is None:
             self.engines[engine_id] = EngineEstimates(engine_id)
             self._folded_through[engine_id] = {}
-        else:
-            data = json.loads(state_json)
-            self._folded_through[engine_id] = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
-            self.engines[engine_id] = EngineEstimates.from_dict(data)
+            return
+        data = json.loads(state_json)
+        self._folded_through[engine_id] = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
+        first_ts = data.pop("first_ts", None)
+        if first_ts is not None:
+            self._first_ts[engine_id] = float(first_ts)
+        self.engines[engine_id] = EngineEstimates.from_dict(data)
 
     def drop(self, engine_ids: list[str]) -> None:
         """Forget engines (their partition moved to another processor)."""
         for engine_id in engine_ids:
             self.engines.pop(engine_id, None)
             self._folded_through.pop(engine_id, None)
+            self._first_ts.pop(engine_id, None)
 
     def state_json(self, engine_id: str) -> str:
         """Return the engine's state as JSON, for the store, with the last position folded per partition."""
-        data = self.engines[engine_id].to_dict() | {"folded_through": self._folded_through.get(engine_id, {})}
+        data = self.engines[engine_id].to_dict() | {
+            "folded_through": self._folded_through.get(engine_id, {}),
+            "first_ts": self._first_ts.get(engine_id),
+        }
         return json.dumps(data, separators=(",", ":"))
+
+    def admitted(self, engine_id: str) -> bool:
+        """True when the engine has registered, or its first event is ``registration_grace_s`` behind its latest."""
+        estimates = self.engines.get(engine_id)
+        if estimates is None:
+            return False
+        if estimates.engine:
+            return True
+        first_ts = self._first_ts.get(engine_id)
+        last_ts = estimates.last_ts
+        return first_ts is not None and last_ts is not None and last_ts - first_ts >= self._registration_grace_s
 
     def already_folded(self, engine_id: str, position: SourceOffset) -> bool:
         """True when the engine's state already holds the event at ``position``.
@@ -85,14 +116,17 @@ class Folder:
             self.engines[engine_id] = EngineEstimates(engine_id)
         estimates = self.engines[engine_id]
         self._folded_through.setdefault(engine_id, {})[f"{position.topic}:{position.partition}"] = position.offset
+        self._first_ts.setdefault(engine_id, event.ts)
+        admitted = self.admitted(engine_id) or isinstance(event, EngineRegistered)
         snapshots: list[EstimateSnapshot] = []
         for fleet_spec in self._fleet_specs:
             contribution = self._contribution(fleet_spec, estimates, event, position)
-            if contribution is not None:
+            if contribution is not None and admitted:
                 snapshots.append(contribution)
         estimates.fold(event)
+        admitted = admitted or self.admitted(engine_id)
         for spec in self._specs:
-            if self._fires(spec, estimates, event):
+            if admitted and self._fires(spec, estimates, event):
                 snapshots.append(self._snapshot(spec, estimates, event.ts, position))
         return snapshots
 

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Literal
 from schemas.errors import ConfigError
 from services.health import ServiceMetrics
 from services.kafka_factory import PLAINTEXT
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
+from services.settings import (
+    DEFAULT_LIFECYCLE,
+    LOCAL_BROKER_TIMEOUTS,
+    EngineLifecycle,
+    KafkaClientTimeouts,
+    KafkaSecurity,
+)
 from services.store.protocol import Store
 from services.stream.processor import StreamProcessor
 from services.triggers import TriggerSpec
@@ -33,6 +39,7 @@ def stream_processor(
     store: Store,
     registry: Iterable[TriggerSpec],
     metrics: ServiceMetrics | None = None,
+    lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     security: KafkaSecurity = PLAINTEXT,
 ) -> StreamProcessor | FaustStreamProcessor:
@@ -61,6 +68,7 @@ def stream_processor(
             store=store,
             registry=registry,
             metrics=metrics,
+            lifecycle=lifecycle,
             kafka_timeouts=kafka_timeouts,
         )
     return StreamProcessor(
@@ -69,6 +77,7 @@ def stream_processor(
         store=store,
         registry=registry,
         metrics=metrics,
+        lifecycle=lifecycle,
         kafka_timeouts=kafka_timeouts,
         security=security,
     )
