@@ -206,6 +206,11 @@ class FleetSummary(ContractModel):
     input_frac: float | None
     length_cdf: list[LengthCdfPoint] | None
     late_contributions: int
+    duplicate_contributions: int = Field(default=0, description="contributions for an (engine, slot) already merged")
+    silent_engines: list[str] = Field(
+        default_factory=list,
+        description="engines dropped from the fleet: their last closed slot trails the newest by over silent_slots",
+    )
 
 
 EstimateSummary = Annotated[EngineSummary | FleetContribution | FleetSummary, Field(discriminator="summary_type")]

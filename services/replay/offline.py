@@ -33,10 +33,11 @@ class OfflineControlPlane:
         self._documents: dict[tuple[str, str], PolicyDocument] = {}
 
     def publish(self, event: Event) -> None:
-        """Fold one event; decide at every snapshot it triggers."""
+        """Fold one event; decide at every snapshot it triggers (one merged stream: its time is the watermark)."""
         position = SourceOffset(topic=OFFLINE_TOPIC, partition=0, offset=self.events_folded)
         self.events_folded += 1
-        for snapshot in self.folder.fold(event, position):
+        taken = self.folder.fold(event, position)
+        for snapshot in [*self.folder.release(event.ts), *taken]:
             self.snapshots.append(snapshot)
             self.apply_snapshot(snapshot)
 

@@ -12,7 +12,10 @@ happens here, once:
    engine's stored state the first time this processor sees it after an assignment; an event the
    loaded state already holds (the previous owner committed after this one read the offsets) is
    skipped, so the window between reading offsets and loading states cannot fold anything twice;
-4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
+4. the snapshots the fold took are produced to ``gov.estimates`` and flushed; fleet contributions
+   are held until the member's event-time watermark (the least event time folded among the assigned
+   partitions it has not read to their end) passes them, then produced in event-time order, all
+   under the key ``fleet`` (one partition: services/stream/fleet.py says why);
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
    offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
@@ -58,6 +61,7 @@ CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
 UNADMITTED_RETENTION_S = 600
+FLEET_KEY = b"fleet"  # the key of every fleet contribution: one partition, one order, one owner
 
 Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
 
@@ -157,6 +161,7 @@ class TelemetryBatches:
         self._metrics_folded = 0
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
+        self._partition_ts: dict[str, float] = {}
 
     def engines_in_memory(self) -> list[str]:
         """The engines whose estimates this member holds in memory now."""
@@ -185,7 +190,13 @@ class TelemetryBatches:
         log.info("partitions_revoked", partitions=sorted(_partition_of(tp)[1] for tp in revoked), engines=len(engines))
 
     def idle(self) -> None:
-        """Called by the consumer loop when a poll brought nothing: commit what is folded, report progress."""
+        """Called by the consumer loop when a poll brought nothing: release what is held, commit, report progress.
+
+        A poll that brought nothing means every assigned partition is read to its end, so the
+        watermark holds nothing back.
+        """
+        if self._release(None):
+            self._producer.flush(timeout=10)
         self.commit()
         if self._metrics is not None:
             self._metrics.progressed()
@@ -222,13 +233,15 @@ class TelemetryBatches:
                 if self._metrics is not None:
                     self._metrics.acked(event)
             last_ts[event.engine_id] = event.ts
+            self._partition_ts[tp] = max(self._partition_ts.get(tp, event.ts), event.ts)
             snapshots.extend(self._folder.fold(event, position))
             self._pending_engines.add(event.engine_id)
             self.counters.folded += 1
         for snapshot in snapshots:
             self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
+        released = self._release(self._watermark())
         self._producer.flush(timeout=10)
-        self.counters.snapshots += len(snapshots)
+        self.counters.snapshots += len(snapshots) + released
         self.counters.batches += 1
         if self._clock() - self._last_commit_s >= self._commit_interval_s:
             self.commit()
@@ -277,6 +290,31 @@ class TelemetryBatches:
         self._consumer.rewind(rewind)
         return False
 
+    def _watermark(self) -> float | None:
+        """The least event time folded among assigned partitions not yet read to their end (None: all are).
+
+        A partition not fetched yet, or not folded yet, holds everything back.
+        """
+        behind: list[float] = []
+        for partition in self._consumer.assigned():
+            tp = tp_field(*partition)
+            high = self._consumer.highwater(partition)
+            if high is not None and self._folded.get(tp, -1) + 1 >= high:
+                continue
+            ts = self._partition_ts.get(tp)
+            if ts is None:
+                return -math.inf
+            behind.append(ts)
+        return min(behind) if behind else None
+
+    def _release(self, watermark_ts: float | None) -> int:
+        """Produce the held fleet contributions the watermark has passed, in event-time order; return how many."""
+        released = self._folder.release(watermark_ts)
+        for snapshot in released:
+            self._producer.send(ESTIMATES_TOPIC, key=FLEET_KEY, value=snapshot.model_dump_json().encode())
+            self._pending_engines.add(snapshot.scope)
+        return len(released)
+
     def _expiries(self, engines: list[str], summaries: dict[str, str]) -> dict[str, int]:
         """Time to live of each key written: the retention, or the short one of engines not admitted yet."""
         retention = math.ceil(self._retention_s)
@@ -292,12 +330,14 @@ class TelemetryBatches:
     def _forget_idle(self) -> None:
         """Drop from memory the engines not admitted, and those silent for the retention in event time."""
         pending = self._pending_engines
+        holding = set(self._folder.holding())
         last = {engine: estimates.last_ts for engine, estimates in self._folder.engines.items()}
         newest = max((ts for ts in last.values() if ts is not None), default=None)
         idle = [
             engine
             for engine, ts in last.items()
             if engine not in pending
+            and engine not in holding
             and (
                 not self._folder.admitted(engine)
                 or (newest is not None and ts is not None and newest - ts > self._retention_s)

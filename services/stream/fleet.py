@@ -3,14 +3,21 @@
 An engine's stream is cut into event-time slots of ``slot_s``. When an engine's event time enters
 a new slot, the slot it leaves is *closed for that engine* and its contribution (arrivals,
 finished requests, token sums, total-length bucket counts) becomes an estimate snapshot of that
-engine. ``FleetAggregator`` merges contributions; a fleet slot closes when every live engine has
-closed it (an engine whose latest closed slot trails the newest by more than ``silent_slots``
-stops holding the fleet back), and each closed fleet slot yields a fleet snapshot over the last
-``window_slots`` closed slots. The merge is a sum, so the fleet snapshots do not depend on the
-order in which engines' contributions arrive, only on which engines are live. A fleet slot also
-waits until some engine is ``grace_slots`` past it, so that an engine whose partition is read a
-little later than the others still lands in the slot; a contribution for an already closed slot is
-dropped and counted (``late_contributions`` in every fleet snapshot).
+engine. The stream processor holds contributions until its event-time watermark passes them and
+sends them, in event-time order, to the one ``fleet`` partition of ``gov.estimates``, so every
+reader sees them in one order whatever the pace at which telemetry was folded, and the one
+policy-service member that owns that partition owns the fleet.
+
+``FleetAggregator`` merges contributions. An engine's watermark is the last slot it has closed
+(from the slot its event time has entered, so an engine idle for a few slots still advances). A
+fleet slot closes when every live engine's watermark has passed it and some engine is
+``grace_slots`` past it; each closed fleet slot yields a fleet snapshot over the last
+``window_slots`` closed slots. An engine whose watermark trails the newest by more than
+``silent_slots`` is silent: it stops holding the fleet back and is named in every fleet snapshot
+(``silent_engines``) until it speaks again. All of this is event time: the merge is a sum and the
+rules read only watermarks, so catch-up, rebuild and live reading give the same fleet snapshots.
+A second contribution for an (engine, slot) (a processor re-folding after a crash) is skipped
+(``duplicate_contributions``); one for a slot already closed is dropped (``late_contributions``).
 """
 
 from __future__ import annotations
@@ -135,6 +142,7 @@ class FleetAggregator:
         self.window: deque[tuple[int, _MergedSlot]] = deque(maxlen=window_slots)
         self.version = 0
         self.late_contributions = 0
+        self.duplicate_contributions = 0
 
     def add(self, snapshot: EstimateSnapshot) -> list[EstimateSnapshot]:
         """Fold one engine contribution; return the fleet snapshots of the slots it closes.
@@ -148,27 +156,45 @@ class FleetAggregator:
             raise InvalidInputError(msg, field="estimates.summary_type", value=contribution.summary_type)
         index = contribution.slot_index
         engine = snapshot.scope
+        if self._merged(index, engine):
+            self.duplicate_contributions += 1
+            return []
+        entered = math.floor(snapshot.ts / self.slot_s)
+        self.watermarks[engine] = max(self.watermarks.get(engine, index), index, entered - 1)
         if self.closed_through is not None and index <= self.closed_through:
             self.late_contributions += 1
             return []
         self.pending.setdefault(index, _MergedSlot()).add(contribution, engine)
-        self.watermarks[engine] = max(self.watermarks.get(engine, index), index)
         newest = max(self.watermarks.values())
-        live = [w for w in self.watermarks.values() if w >= newest - self.silent_slots]
-        closable = min(*live, newest - self.grace_slots)
         live_engines = sorted(e for e, w in self.watermarks.items() if w >= newest - self.silent_slots)
+        silent_engines = sorted(set(self.watermarks) - set(live_engines))
+        closable = min(*(self.watermarks[e] for e in live_engines), newest - self.grace_slots)
         snapshots = []
         start = (self.closed_through + 1) if self.closed_through is not None else min(self.pending)
         for slot in range(start, closable + 1):
             merged = self.pending.pop(slot, _MergedSlot())
             self.window.append((slot, merged))
             self.closed_through = slot
-            snapshots.append(self._snapshot(slot, live_engines))
+            snapshots.append(self._snapshot(slot, live_engines, silent_engines))
         return snapshots
 
-    def _snapshot(self, slot: int, live: list[str]) -> EstimateSnapshot:
+    def _merged(self, index: int, engine: str) -> bool:
+        """True when ``engine``'s contribution to slot ``index`` is already pending or in the window."""
+        pending = self.pending.get(index)
+        if pending is not None:
+            return engine in pending.engines
+        return any(slot == index and engine in merged.engines for slot, merged in self.window)
+
+    def _snapshot(self, slot: int, live: list[str], silent: list[str]) -> EstimateSnapshot:
         self.version += 1
-        estimates = fleet_estimates(self.window, self.slot_s, live, late_contributions=self.late_contributions)
+        estimates = fleet_estimates(
+            self.window,
+            self.slot_s,
+            live,
+            late_contributions=self.late_contributions,
+            duplicate_contributions=self.duplicate_contributions,
+            silent_engines=silent,
+        )
         ts = (slot + 1) * self.slot_s
         return EstimateSnapshot(
             deployment=self.deployment,
@@ -207,6 +233,8 @@ class FleetAggregator:
             "window": [[slot, merged(m)] for slot, m in self.window],
             "version": self.version,
             "late_contributions": self.late_contributions,
+            "duplicate_contributions": self.duplicate_contributions,
+            "grace_slots": self.grace_slots,
         }
 
     @classmethod
@@ -229,6 +257,7 @@ class FleetAggregator:
             slot_s=float(data["slot_s"]),
             window_slots=int(data["window_slots"]),
             silent_slots=int(data["silent_slots"]),
+            grace_slots=int(data.get("grace_slots", 1)),
         )
         aggregator.watermarks = {str(k): int(v) for k, v in data["watermarks"].items()}
         aggregator.pending = {int(k): merged(v) for k, v in data["pending"].items()}
@@ -236,6 +265,7 @@ class FleetAggregator:
         aggregator.window.extend((int(slot), merged(m)) for slot, m in data["window"])
         aggregator.version = int(data["version"])
         aggregator.late_contributions = int(data["late_contributions"])
+        aggregator.duplicate_contributions = int(data.get("duplicate_contributions", 0))
         return aggregator
 
 
@@ -245,6 +275,8 @@ def fleet_estimates(
     engines: list[str],
     *,
     late_contributions: int,
+    duplicate_contributions: int,
+    silent_engines: list[str],
 ) -> FleetSummary:
     """The fleet summary over ``window``: arrival rates, the total-length CDF, the token split."""
     slots = list(window)
@@ -270,6 +302,8 @@ def fleet_estimates(
         input_frac=prompt / (prompt + output) if prompt + output else None,
         length_cdf=_cdf_points(counts, finished),
         late_contributions=late_contributions,
+        duplicate_contributions=duplicate_contributions,
+        silent_engines=list(silent_engines),
     )
 
 

@@ -48,6 +48,7 @@ class Folder:
         self.engines: dict[str, EngineEstimates] = {}
         self._folded_through: dict[str, dict[str, int]] = {}
         self._first_ts: dict[str, float] = {}
+        self._held: dict[str, list[EstimateSnapshot]] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -56,12 +57,16 @@ class Folder:
     def load(self, engine_id: str, state_json: str | None) -> None:
         """Install an engine's stored state (or a fresh one when None)."""
         self._first_ts.pop(engine_id, None)
+        self._held.pop(engine_id, None)
         if state_json is None:
             self.engines[engine_id] = EngineEstimates(engine_id)
             self._folded_through[engine_id] = {}
             return
         data = json.loads(state_json)
         self._folded_through[engine_id] = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
+        held = [EstimateSnapshot.model_validate(snapshot) for snapshot in data.pop("held_contributions", [])]
+        if held:
+            self._held[engine_id] = held
         first_ts = data.pop("first_ts", None)
         if first_ts is not None:
             self._first_ts[engine_id] = float(first_ts)
@@ -73,12 +78,16 @@ class Folder:
             self.engines.pop(engine_id, None)
             self._folded_through.pop(engine_id, None)
             self._first_ts.pop(engine_id, None)
+            self._held.pop(engine_id, None)
 
     def state_json(self, engine_id: str) -> str:
         """Return the engine's state as JSON, for the store, with the last position folded per partition."""
         data = self.engines[engine_id].to_dict() | {
             "folded_through": self._folded_through.get(engine_id, {}),
             "first_ts": self._first_ts.get(engine_id),
+            "held_contributions": [
+                json.loads(snapshot.model_dump_json()) for snapshot in self._held.get(engine_id, [])
+            ],
         }
         return json.dumps(data, separators=(",", ":"))
 
@@ -109,8 +118,37 @@ class Folder:
         """Return the engine's current estimate summary as JSON, for readers of Redis."""
         return self.engines[engine_id].summary().model_dump_json()
 
+    def release(self, watermark_ts: float | None) -> list[EstimateSnapshot]:
+        """Hand over the held fleet contributions whose event time is at or before ``watermark_ts`` (None: all).
+
+        ``fold`` holds an engine's slot contributions instead of returning them; the caller releases
+        them once its event-time watermark (the oldest progress among the partitions it still has to
+        read) has passed them. They come out sorted by event time, so the fleet sees them in one
+        order whatever the pace at which partitions were read.
+        """
+        released: list[EstimateSnapshot] = []
+        for engine_id in list(self._held):
+            held = self._held[engine_id]
+            ready = [s for s in held if watermark_ts is None or s.ts <= watermark_ts]
+            if not ready:
+                continue
+            released.extend(ready)
+            rest = [s for s in held if not (watermark_ts is None or s.ts <= watermark_ts)]
+            if rest:
+                self._held[engine_id] = rest
+            else:
+                del self._held[engine_id]
+        return sorted(released, key=lambda s: (s.ts, s.scope, s.version))
+
+    def holding(self) -> list[str]:
+        """The engines with fleet contributions held for release."""
+        return sorted(self._held)
+
     def fold(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
-        """Apply ``event`` and return the snapshots taken at this position (possibly none)."""
+        """Apply ``event`` and return the engine-scope snapshots taken at this position (possibly none).
+
+        Fleet contributions the event closes are held for ``release``.
+        """
         engine_id = event.engine_id
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id)
@@ -122,7 +160,7 @@ class Folder:
         for fleet_spec in self._fleet_specs:
             contribution = self._contribution(fleet_spec, estimates, event, position)
             if contribution is not None and admitted:
-                snapshots.append(contribution)
+                self._held.setdefault(engine_id, []).append(contribution)
         estimates.fold(event)
         admitted = admitted or self.admitted(engine_id)
         for spec in self._specs:

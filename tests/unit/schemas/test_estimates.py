@@ -19,7 +19,7 @@ def _snapshots() -> list[EstimateSnapshot]:
     taken: list[EstimateSnapshot] = []
     for offset, event in enumerate(synthetic_stream(engines=2, requests=400)):
         taken.extend(folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)))
-    return taken
+    return taken + folder.release(None)
 
 
 def _refusal(raw: dict[str, object]) -> str:

@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
 from services.settings import EngineLifecycle
 from services.store.memory_store import MemoryStore
@@ -21,6 +22,7 @@ from services.stream.batches import (
     Partition,
     TelemetryBatches,
 )
+from services.stream.fleet import FleetAggregator
 from tests.unit.stream.synthetic import synthetic_stream
 
 
@@ -212,3 +214,64 @@ def test_engines_silent_for_the_retention_in_event_time_are_forgotten_from_memor
     assert batches.commit()
     assert batches.engines_in_memory() == ["eng-1"]
     assert set(store.states) == {"eng-0", "eng-1"}
+
+
+@dataclass
+class TwoPartitions:
+    """A consumer holding partitions 0 and 1, each with a known end."""
+
+    ends: dict[Partition, int]
+
+    def assigned(self) -> list[Partition]:
+        return sorted(self.ends)
+
+    def highwater(self, partition: Partition) -> int | None:
+        return self.ends[partition]
+
+    def rewind(self, positions: dict[Partition, int]) -> None:
+        raise AssertionError("no commit is refused here")
+
+
+def _fleet_snapshots_when_read(chunks: list[list[Record]], ends: dict[Partition, int]) -> list[object]:
+    """Fold ``chunks`` (one poll each), then merge the fleet contributions produced, in the order produced."""
+    producer = KeptProducer()
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=MemoryStore(),
+        registry=default_registry(fleet_slot_s=5.0),
+        producer=producer,
+        consumer=TwoPartitions(ends),
+        commit_interval_s=3600.0,
+    )
+    batches.resume_positions(sorted(ends))
+    for chunk in chunks:
+        batches.process(chunk)
+    batches.idle()
+    aggregator = FleetAggregator(deployment="dep", kind="fleetopt", slot_s=5.0)
+    contributions = [
+        EstimateSnapshot.model_validate_json(value)
+        for topic, value in producer.sent
+        if topic == ESTIMATES_TOPIC and b"fleet_contribution" in value
+    ]
+    return [s.estimates for c in contributions for s in aggregator.add(c)]
+
+
+def test_fleet_snapshots_are_the_same_whether_partitions_are_read_together_or_one_after_the_other() -> None:
+    events = synthetic_stream(engines=4, requests=1200, deployment="dep", seed=4)
+    offsets = {0: 0, 1: 0}
+    records = []
+    for event in events:
+        partition = int(event.engine_id.rsplit("-", 1)[1]) % 2
+        records.append(Record(TELEMETRY_TOPIC, partition, offsets[partition], b"k", encode_event(event)))
+        offsets[partition] += 1
+    ends = {(TELEMETRY_TOPIC, p): n for p, n in offsets.items()}
+    by_partition = [[r for r in records if r.partition == p] for p in (0, 1)]
+    live = [records[i : i + 40] for i in range(0, len(records), 40)]
+    one_then_other = [by_partition[0][i : i + 500] for i in range(0, len(by_partition[0]), 500)] + [
+        by_partition[1][i : i + 500] for i in range(0, len(by_partition[1]), 500)
+    ]
+    other_then_one = [by_partition[1], by_partition[0]]
+    expected = _fleet_snapshots_when_read(live, ends)
+    assert len(expected) >= 5
+    assert _fleet_snapshots_when_read(one_then_other, ends) == expected
+    assert _fleet_snapshots_when_read(other_then_one, ends) == expected

@@ -117,3 +117,38 @@ class TestFleetoptInputs:
         assert inputs.cdf.frac[-1] == 1.0
         assert inputs.arrival_rate_per_s > 0
         assert [d.kind for d in plane.decisions].count("fleetopt") >= 1
+
+
+class TestFleetAggregatorContract:
+    def test_a_second_contribution_for_the_same_engine_and_slot_is_skipped_and_counted(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1)
+        aggregator.add(_contribution("a", 0, 3, [100]))
+        aggregator.add(_contribution("b", 0, 4, [100]))
+        assert aggregator.add(_contribution("a", 0, 3, [100])) == []
+        closed = aggregator.add(_contribution("a", 1, 1, [100])) + aggregator.add(_contribution("b", 1, 1, [100]))
+        assert aggregator.add(_contribution("b", 0, 4, [100])) == []  # after its slot closed: still a duplicate
+        assert aggregator.duplicate_contributions == 2
+        assert aggregator.late_contributions == 0
+        first = fleet_summary(closed[0])
+        assert first.arrival_rate_per_s == 7 / 60.0
+        assert first.duplicate_contributions == 1
+
+    def test_a_silent_engine_is_named_in_the_fleet_snapshot_until_it_speaks_again(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, silent_slots=2, grace_slots=0)
+        aggregator.add(_contribution("b", 0, 1, [100]))
+        closed = [s for i in range(5) for s in aggregator.add(_contribution("a", i, 1, [100]))]
+        assert fleet_summary(closed[-1]).silent_engines == ["b"]
+        back = aggregator.add(_contribution("b", 5, 1, [100]))
+        assert back == []  # a has not closed slot 5 yet
+        closed = aggregator.add(_contribution("a", 5, 1, [100]))
+        assert fleet_summary(closed[-1]).silent_engines == []
+        assert fleet_summary(closed[-1]).engines == ["a", "b"]
+
+    def test_an_engine_idle_for_slots_still_advances_its_watermark_from_the_slot_it_entered(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=0)
+        aggregator.add(_contribution("a", 0, 1, [100]))
+        aggregator.add(_contribution("b", 0, 1, [100]))
+        idle_b = _contribution("b", 1, 1, [100]).model_copy(update={"ts": 4 * 60.0 + 1.0})  # b idle in slots 2 and 3
+        aggregator.add(idle_b)
+        closed = [s for i in (1, 2, 3) for s in aggregator.add(_contribution("a", i, 1, [100]))]
+        assert [s.trigger for s in closed] == [f"fleetopt:fleet slot {i}" for i in (1, 2, 3)]
