@@ -1,0 +1,115 @@
+"""The fleet scope decides from the log alone: live pace, full speed and a rebuild after a Redis wipe agree.
+
+A recorded demo stream is folded three ways on the real broker and Redis: paced while both services
+run beside the publisher, at full speed with the services started after it, and again after every
+key of that deployment is deleted (both services re-read their topics from the start, as after a
+Redis loss). The FleetOpt decisions (version and payload) must be the same each time.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from pathlib import Path
+
+import pytest
+
+from schemas.events import Event
+from schemas.names import DECISIONS_TOPIC
+from services.policy.registry import PolicyRegistry
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.replay.replay import read_topic, replay_events
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+from tests.fixtures import DEMO_FLEET_SLOT_S, recorded_sim_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PACED_SPEED = 4.0  # event-time seconds per wall second while the services run beside the publisher
+
+
+def _registry() -> PolicyRegistry:
+    return default_registry(fleet_slot_s=DEMO_FLEET_SLOT_S)
+
+
+def _services(stack: StackState, deployment: str, suffix: str) -> tuple[StreamProcessor, PolicyService]:
+    processor = StreamProcessor(
+        deployment=deployment,
+        bootstrap=stack.kafka_bootstrap,
+        store=RedisStore.from_url(stack.redis_url, deployment, 5.0),
+        registry=_registry(),
+        group_id=f"stream-{suffix}-{deployment}",
+    )
+    service = PolicyService(
+        deployment=deployment,
+        bootstrap=stack.kafka_bootstrap,
+        store=RedisStore.from_url(stack.redis_url, deployment, 5.0),
+        registry=_registry(),
+        group_id=f"policy-{suffix}-{deployment}",
+        fleet_slot_s=DEMO_FLEET_SLOT_S,
+    )
+    return processor, service
+
+
+def _run_both(stack: StackState, deployment: str, suffix: str, publish: object = None) -> None:
+    """Run both services until idle, in threads, while ``publish`` (if given) feeds the telemetry topic."""
+    processor, service = _services(stack, deployment, suffix)
+    threads = [
+        threading.Thread(target=processor.run, kwargs={"idle_exit_s": 8.0}),
+        threading.Thread(target=service.run, kwargs={"idle_exit_s": 10.0}),
+    ]
+    for thread in threads:
+        thread.start()
+    if callable(publish):
+        publish()
+    for thread in threads:
+        thread.join(timeout=300)
+    processor.close()
+    service.close()
+
+
+def _publish(stack: StackState, events: list[Event], speed: float | None) -> None:
+    publisher = TelemetryPublisher(stack.kafka_bootstrap, block_when_full=True)
+    replay_events(events, publisher, speed=speed)
+    assert publisher.flush(60.0)
+    publisher.close()
+
+
+def _fleetopt_decisions(stack: StackState, deployment: str) -> list[tuple[int, str]]:
+    found = []
+    for value in read_topic(stack.kafka_bootstrap, DECISIONS_TOPIC):
+        record = json.loads(value)
+        if record["deployment"] == deployment and record["kind"] == "fleetopt" and record["accepted"]:
+            found.append((record["version"], json.dumps(record["document"]["payload"], sort_keys=True)))
+    return found
+
+
+def test_fleetopt_decisions_are_the_same_live_at_full_speed_and_after_a_redis_wipe(
+    stack: StackState, tmp_path: Path
+) -> None:
+    live_deployment, fast_deployment = "fleet-live-" + tmp_path.name[-8:], "fleet-fast-" + tmp_path.name[-8:]
+    live_events = recorded_sim_stream(tmp_path / "live.jsonl.gz", duration_s=40.0, deployment=live_deployment)
+    fast_events = recorded_sim_stream(tmp_path / "fast.jsonl.gz", duration_s=40.0, deployment=fast_deployment)
+
+    _run_both(stack, live_deployment, "live", publish=lambda: _publish(stack, live_events, PACED_SPEED))
+    live = _fleetopt_decisions(stack, live_deployment)
+    assert len(live) >= 3
+
+    _publish(stack, fast_events, None)
+    _run_both(stack, fast_deployment, "fast")
+    fast = _fleetopt_decisions(stack, fast_deployment)
+    assert fast == live
+
+    store = RedisStore.from_url(stack.redis_url, fast_deployment, 5.0)
+    assert store.flush_deployment() > 0
+    store.close()
+    _run_both(stack, fast_deployment, "rebuild")
+    rebuilt = _fleetopt_decisions(stack, fast_deployment)[len(fast) :]
+    for deployment in (live_deployment, fast_deployment):
+        cleanup = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+        cleanup.flush_deployment()
+        cleanup.close()
+    assert rebuilt == live
