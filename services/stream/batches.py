@@ -4,12 +4,16 @@ A runtime is only its consumer loop: it hands each batch of ``gov.telemetry`` re
 ``TelemetryBatches.process`` and tells it of partition assignment and revocation. Everything else
 happens here, once:
 
-1. every record is validated (schemas/events.py); an invalid one goes to ``gov.deadletter`` with the
-   reason and its source offset, and is counted;
+1. every record is read by ``read_record``, which never raises: a record of any shape that is not a
+   valid event (no value, not JSON, oversized, against the contract) goes to ``gov.deadletter`` with
+   its code, reason and source offset, and is counted;
 2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
    processor never folds an event twice;
-3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
-   engine's stored state the first time this processor sees it after an assignment;
+3. valid events are checked by their engine's guard (services/stream/event_guard.py): a duplicate
+   ``event_id`` is skipped and counted, ``seq`` gaps and restarts are counted, and an event of an
+   older producer generation or out of event-time bounds is dead-lettered; the others are folded
+   (services/stream/fold.py) into their engine's estimates, loading the engine's stored state the
+   first time this processor sees it after an assignment;
 4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
@@ -41,6 +45,7 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
 from services.store.protocol import Store
+from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fold import Folder
 from services.triggers import TriggerSpec
 
@@ -49,6 +54,7 @@ log = structlog.get_logger(__name__)
 CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
+RAW_BYTES_KEPT = 16_000  # of a dead letter's value; a UTF-8 decode can grow it up to 3x, under DeadLetter's 70,000
 
 Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
 
@@ -91,6 +97,10 @@ class StreamCounters:
     folded: int = 0
     dead_lettered: int = 0
     skipped: int = 0
+    duplicates: int = 0
+    seq_gaps: int = 0
+    seq_missing: int = 0
+    restarts: int = 0
     foreign: int = 0
     snapshots: int = 0
     batches: int = 0
@@ -105,6 +115,34 @@ class StreamCounters:
 def tp_field(topic: str, partition: int) -> str:
     """The field of a partition in the applied-offsets hash: ``topic:partition``."""
     return f"{topic}:{partition}"
+
+
+def read_record(record: TelemetryRecord) -> Event | DeadLetter:
+    """Turn one consumed record into the event to fold, or the dead letter that says why it is none.
+
+    It never raises, whatever the record holds: a null or non-bytes value, bytes that are not UTF-8
+    or not JSON, an oversized value, JSON of the wrong types or of another schema.
+    """
+    try:
+        return parse_event(record.value, source=f"{tp_field(record.topic, record.partition)}@{record.offset}")
+    except InvalidInputError as exc:
+        return dead_letter(record.value, exc, read_position(record))
+
+
+def dead_letter(value: object, exc: InvalidInputError, position: SourceOffset) -> DeadLetter:
+    """The dead letter of a record's ``value`` refused with ``exc``, read at ``position``."""
+    if isinstance(value, bytes):
+        raw = value[:RAW_BYTES_KEPT].decode("utf-8", errors="replace")
+    elif isinstance(value, str):
+        raw = value[:RAW_BYTES_KEPT]
+    else:
+        raw = "" if value is None else repr(value)[:RAW_BYTES_KEPT]
+    return DeadLetter(code=exc.code, reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
+
+
+def read_position(record: TelemetryRecord) -> SourceOffset:
+    """Where ``record`` was read."""
+    return SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
 
 
 def _partition_of(field_name: str) -> Partition:
@@ -126,10 +164,11 @@ class TelemetryBatches:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         self._deployment = deployment
         self._store = store
-        self._folder = Folder(deployment, registry)
+        self._folder = Folder(deployment, registry, limits)
         self._producer = producer
         self._consumer = consumer
         self._clock = clock
@@ -189,23 +228,29 @@ class TelemetryBatches:
                 continue
             self._folded[tp] = record.offset
             self._pending_offsets[tp] = record.offset
-            position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
-            try:
-                event = parse_event(record.value, source=f"{tp}@{record.offset}")
-            except InvalidInputError as exc:
-                self._dead_letter(record, exc, position)
+            read = read_record(record)
+            if isinstance(read, DeadLetter):
+                self._send_dead_letter(record, read)
                 continue
+            event = read
             if event.deployment != self._deployment:
                 self._foreign(event)
                 continue
             self._ensure_loaded(event, tp)
-            if isinstance(event, PolicyApplied):
-                self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
-                if self._metrics is not None:
-                    self._metrics.acked(event)
-            last_ts[event.engine_id] = event.ts
-            snapshots.extend(self._folder.fold(event, position))
             self._pending_engines.add(event.engine_id)
+            try:
+                admission = self._folder.admit(event)
+            except InvalidInputError as exc:
+                self._send_dead_letter(record, dead_letter(record.value, exc, read_position(record)))
+                continue
+            if admission.duplicate:
+                self.counters.duplicates += 1
+                if self._metrics is not None:
+                    self._metrics.duplicates.inc()
+                continue
+            self._admitted(event, admission)
+            last_ts[event.engine_id] = event.ts
+            snapshots.extend(self._folder.apply(event, read_position(record)))
             self.counters.folded += 1
         for snapshot in snapshots:
             self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
@@ -300,9 +345,35 @@ class TelemetryBatches:
             self._folder.load(engine, stored)
         self._engine_partition[engine] = tp
 
-    def _dead_letter(self, record: TelemetryRecord, exc: InvalidInputError, position: SourceOffset) -> None:
-        raw = record.value.decode("utf-8", errors="replace")[:70_000] if record.value is not None else ""
-        letter = DeadLetter(reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
-        self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
+    def _admitted(self, event: Event, admission: Admission) -> None:
+        """Count what the guard saw of an admitted event; keep a policy ack for the commit."""
+        if admission.seq_missing:
+            self.counters.seq_gaps += 1
+            self.counters.seq_missing += admission.seq_missing
+            log.info("seq_gap", engine_id=event.engine_id, seq=event.seq, missing=admission.seq_missing)
+            if self._metrics is not None:
+                self._metrics.seq_gaps.inc()
+                self._metrics.seq_missing.inc(admission.seq_missing)
+        if admission.restart:
+            self.counters.restarts += 1
+            if self._metrics is not None:
+                self._metrics.restarts.inc()
+            log.info("engine_restarted", engine_id=event.engine_id, source_epoch=event.source_epoch)
+        if isinstance(event, PolicyApplied):
+            self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+            if self._metrics is not None:
+                self._metrics.acked(event)
+
+    def _send_dead_letter(self, record: TelemetryRecord, letter: DeadLetter) -> None:
+        key = record.key if isinstance(record.key, bytes) else None
+        self._producer.send(DEADLETTER_TOPIC, key=key, value=letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
-        log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)
+        if self._metrics is not None:
+            self._metrics.dead_lettered(letter.code)
+        log.info(
+            "event_dead_lettered",
+            code=letter.code,
+            reason=letter.reason[:200],
+            partition=record.partition,
+            offset=record.offset,
+        )

@@ -56,6 +56,7 @@ from services.kafka_clients import record_producer
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
@@ -159,6 +160,7 @@ class FaustStreamProcessor:
         take_max: int = TAKE_MAX,
         take_within_s: float = TAKE_WITHIN_S,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -188,6 +190,7 @@ class FaustStreamProcessor:
             clock=clock,
             metrics=metrics,
             commit_interval_s=commit_interval_s,
+            limits=limits,
         )
         self._app.resume_positions = self._resume_positions
         self._app.fetch_max_wait_ms = kafka_timeouts.fetch_max_wait_ms

@@ -1,7 +1,9 @@
 """The pure fold: telemetry events into per-engine estimates, and the trigger positions.
 
-``Folder`` holds the estimate state of the engines a processor owns. ``fold`` applies one event
-to its engine's estimates and returns the estimate snapshots taken at this position: for each
+``Folder`` holds the estimate state of the engines a processor owns. ``admit`` checks one event
+against its engine's guard (services/stream/event_guard.py: duplicates are skipped, ``seq`` gaps and
+restarts counted, events of an older generation or out of time bounds refused); ``apply`` folds an
+admitted event into its engine's estimates and returns the estimate snapshots taken at this position: for each
 registered engine-scope policy whose trigger fires here (every N events of a type, or every T
 seconds of event time on that engine's stream), and, for each fleet-scope policy, the engine's
 contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
@@ -20,6 +22,7 @@ from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.stream.estimates import EngineEstimates
+from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
 from services.stream.snapshot_id import snapshot_id
 from services.triggers import EveryEvents, EverySeconds, TriggerSpec
@@ -28,9 +31,14 @@ from services.triggers import EveryEvents, EverySeconds, TriggerSpec
 class Folder:
     """Per-engine estimates of one deployment, and the snapshots their triggers take."""
 
-    def __init__(self, deployment: str, registry: Iterable[TriggerSpec]) -> None:
-        """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``)."""
+    def __init__(self, deployment: str, registry: Iterable[TriggerSpec], limits: GuardLimits = DEFAULT_LIMITS) -> None:
+        """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``).
+
+        ``limits`` bound every engine's guard; the live processor and an offline replay that are to
+        agree must use the same.
+        """
         self._deployment = deployment
+        self._limits = limits
         specs = list(registry)
         self._specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "engine"]
         self._fleet_specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "fleet"]
@@ -43,9 +51,9 @@ class Folder:
     def load(self, engine_id: str, state_json: str | None) -> None:
         """Install an engine's stored state (or a fresh one when None)."""
         if state_json is None:
-            self.engines[engine_id] = EngineEstimates(engine_id)
+            self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
         else:
-            self.engines[engine_id] = EngineEstimates.from_dict(json.loads(state_json))
+            self.engines[engine_id] = EngineEstimates.from_dict(json.loads(state_json), self._limits)
 
     def drop(self, engine_ids: list[str]) -> None:
         """Forget engines (their partition moved to another processor)."""
@@ -61,11 +69,30 @@ class Folder:
         return self.engines[engine_id].summary().model_dump_json()
 
     def fold(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
-        """Apply ``event`` and return the snapshots taken at this position (possibly none)."""
+        """Admit ``event``, apply it unless it is a duplicate, and return the snapshots taken here.
+
+        Raises:
+            InvalidInputError: the engine's guard refused the event (see ``admit``).
+        """
+        if self.admit(event).duplicate:
+            return []
+        return self.apply(event, position)
+
+    def admit(self, event: Event) -> Admission:
+        """Check ``event`` against its engine's guard (an unknown engine starts empty); see ``EngineEstimates.admit``.
+
+        Raises:
+            InvalidInputError: the event belongs to an older producer generation, or its time is out of
+                bounds; its ``code`` says which.
+        """
         engine_id = event.engine_id
         if engine_id not in self.engines:
-            self.engines[engine_id] = EngineEstimates(engine_id)
-        estimates = self.engines[engine_id]
+            self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
+        return self.engines[engine_id].admit(event)
+
+    def apply(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
+        """Fold an admitted ``event`` and return the snapshots taken at this position (possibly none)."""
+        estimates = self.engines[event.engine_id]
         snapshots: list[EstimateSnapshot] = []
         for fleet_spec in self._fleet_specs:
             contribution = self._contribution(fleet_spec, estimates, event, position)

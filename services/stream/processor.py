@@ -21,6 +21,7 @@ from services.kafka_factory import PLAINTEXT
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.triggers import TriggerSpec
 
 
@@ -59,6 +60,7 @@ class StreamProcessor:
         commit_interval_s: float = 1.0,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         self._clock = clock
         self._consumer = group_consumer(
@@ -78,6 +80,7 @@ class StreamProcessor:
             clock=clock,
             metrics=metrics,
             commit_interval_s=commit_interval_s,
+            limits=limits,
         )
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False

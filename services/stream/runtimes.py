@@ -15,6 +15,7 @@ from services.health import ServiceMetrics
 from services.kafka_factory import PLAINTEXT
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
+from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.processor import StreamProcessor
 from services.triggers import TriggerSpec
 
@@ -35,6 +36,7 @@ def stream_processor(
     metrics: ServiceMetrics | None = None,
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     security: KafkaSecurity = PLAINTEXT,
+    limits: GuardLimits = DEFAULT_LIMITS,
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 
@@ -62,6 +64,7 @@ def stream_processor(
             registry=registry,
             metrics=metrics,
             kafka_timeouts=kafka_timeouts,
+            limits=limits,
         )
     return StreamProcessor(
         deployment=deployment,
@@ -71,4 +74,5 @@ def stream_processor(
         metrics=metrics,
         kafka_timeouts=kafka_timeouts,
         security=security,
+        limits=limits,
     )
