@@ -54,7 +54,7 @@ log = structlog.get_logger(__name__)
 CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
-RAW_BYTES_KEPT = 16_000  # of a dead letter's value; a UTF-8 decode can grow it up to 3x, under DeadLetter's 70,000
+RAW_BYTES_KEPT = 70_000  # of a dead letter's value: DeadLetter.raw's bound (a byte decodes to at most one character)
 
 Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
 
