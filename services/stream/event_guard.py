@@ -67,7 +67,9 @@ class Admission:
     restart: bool = False
 
 
+ADMITTED = Admission()
 DUPLICATE = Admission(duplicate=True)
+RESTARTED = Admission(restart=True)
 
 
 class EventGuard:
@@ -101,38 +103,49 @@ class EventGuard:
                 "(the producer restarted since)"
             )
             raise InvalidInputError(msg, field="source_epoch", value=epoch, code="stale_epoch")
-        if event.event_id in self._id_set:
+        event_id = event.event_id
+        if event_id in self._id_set:
             self.duplicates += 1
             return DUPLICATE
-        restart = self.epoch is not None and epoch > self.epoch
-        anchor = restart or self.watermark_s is None or self._out_of_bounds(event)
-        self.out_of_bounds = 0
-        missing = 0
-        if restart:
-            self.restarts += 1
-        elif self.max_seq is not None and event.seq > self.max_seq + 1:
-            missing = event.seq - self.max_seq - 1
-            self.seq_gaps += 1
-            self.seq_missing += missing
-        if restart or self.max_seq is None or event.seq > self.max_seq:
-            self.max_seq = event.seq
-        self.epoch = epoch
-        self.watermark_s = event.ts if anchor or self.watermark_s is None else max(self.watermark_s, event.ts)
-        self._remember(event.event_id)
-        return Admission(seq_missing=missing, restart=restart)
+        seq, ts, watermark, max_seq = event.seq, event.ts, self.watermark_s, self.max_seq
+        if self.epoch is not None and epoch > self.epoch:
+            admission = self._restart(event)
+        else:
+            if watermark is not None and not -self.limits.max_behind_s <= ts - watermark <= self.limits.max_ahead_s:
+                self._out_of_bounds(event, watermark)
+                watermark = None  # not refused: this event re-anchors the watermark
+            self.out_of_bounds = 0
+            admission = ADMITTED
+            if max_seq is None or seq > max_seq:
+                if max_seq is not None and seq > max_seq + 1:
+                    admission = self._gap(seq - max_seq - 1)
+                self.max_seq = seq
+            self.epoch = epoch
+            self.watermark_s = ts if watermark is None or ts > watermark else watermark
+        self._remember(event_id)
+        return admission
 
-    def _out_of_bounds(self, event: Event) -> bool:
-        """True when the event is out of bounds and re-anchors; raise when it is out of bounds and refused."""
-        watermark = self.watermark_s
-        assert watermark is not None
+    def _restart(self, event: Event) -> Admission:
+        """A new producer generation: count it, start its ``seq`` and anchor the watermark at it."""
+        self.restarts += 1
+        self.epoch = event.source_epoch
+        self.max_seq = event.seq
+        self.watermark_s = event.ts
+        self.out_of_bounds = 0
+        return RESTARTED
+
+    def _gap(self, missing: int) -> Admission:
+        self.seq_gaps += 1
+        self.seq_missing += missing
+        return Admission(seq_missing=missing)
+
+    def _out_of_bounds(self, event: Event, watermark: float) -> None:
+        """Count an out-of-bounds event and refuse it, unless it is the one in a row that re-anchors."""
         limits = self.limits
         ahead = event.ts - watermark > limits.max_ahead_s
-        behind = watermark - event.ts > limits.max_behind_s
-        if not (ahead or behind):
-            return False
         self.out_of_bounds += 1
         if self.out_of_bounds >= limits.reanchor_after:
-            return True
+            return
         where = f"engine {event.engine_id}, event_id {event.event_id}"
         if ahead:
             msg = f"ts={event.ts} is more than {limits.max_ahead_s} s ahead of the watermark {watermark} ({where})"
@@ -141,10 +154,11 @@ class EventGuard:
         raise LateEventError(msg, ts=event.ts, watermark_s=watermark, allowed_lateness_s=limits.max_behind_s)
 
     def _remember(self, event_id: str) -> None:
-        self._ids.append(event_id)
+        ids = self._ids
+        while len(ids) >= self.limits.dedup_window:
+            self._id_set.discard(ids.popleft())
+        ids.append(event_id)
         self._id_set.add(event_id)
-        while len(self._ids) > self.limits.dedup_window:
-            self._id_set.discard(self._ids.popleft())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-compatible state, ids oldest first."""
