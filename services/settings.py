@@ -57,6 +57,27 @@ APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own de
 )
 
 
+REGISTRATION_GRACE_S = 60.0
+ENGINE_RETENTION_S = 7 * 86_400.0
+
+
+@dataclass(frozen=True, slots=True)
+class EngineLifecycle:
+    """When an engine starts to count for the control plane, and when its state is forgotten.
+
+    Attributes:
+        registration_grace_s: event time after an unregistered engine's first event before it counts.
+        retention_s: how long an engine's estimates outlive its last event (event time in memory,
+            a time to live on its Redis keys).
+    """
+
+    registration_grace_s: float = REGISTRATION_GRACE_S
+    retention_s: float = ENGINE_RETENTION_S
+
+
+DEFAULT_LIFECYCLE = EngineLifecycle()
+
+
 class EnvSettings(BaseModel):
     """Settings read as flag over environment over default; subclasses list the fields."""
 
@@ -302,6 +323,16 @@ class Settings(SecuritySettings):
         le=100_000,
         description="out-of-bounds events of an engine in a row after which its watermark follows them",
     )
+    registration_grace_s: float = Field(
+        default=REGISTRATION_GRACE_S,
+        ge=0.0,
+        description="event time an engine that never registered waits before it counts for the control plane, s",
+    )
+    engine_retention_s: float = Field(
+        default=ENGINE_RETENTION_S,
+        gt=0.0,
+        description="how long an engine's estimates outlive its last event (state in memory, keys in Redis), s",
+    )
     stream_runtime: Literal["kafka", "faust"] = Field(
         default="kafka",
         description="stream processor runtime: kafka (kafka-python) or faust (faust-streaming)",
@@ -316,6 +347,10 @@ class Settings(SecuritySettings):
             )
             raise ValueError(msg)
         return self
+
+    def engine_lifecycle(self) -> EngineLifecycle:
+        """When an engine starts to count and when its estimates are forgotten, for the stream processor."""
+        return EngineLifecycle(registration_grace_s=self.registration_grace_s, retention_s=self.engine_retention_s)
 
     def kafka_client_timeouts(self) -> KafkaClientTimeouts:
         """The Kafka client timeouts these settings name, for services/kafka_clients.py."""

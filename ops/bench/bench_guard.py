@@ -44,9 +44,10 @@ def _events(seconds: float) -> list[Event]:
 
 def _admit_only(events: list[Event]) -> float:
     folder = Folder(DEPLOYMENT, default_registry())
+    position = SourceOffset(topic="bench", partition=0, offset=0)
     started = time.thread_time()
     for event in events:
-        folder.admit(event)
+        folder.admit(event, position)
     return time.thread_time() - started
 
 

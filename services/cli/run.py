@@ -152,6 +152,7 @@ def run_stream(args: argparse.Namespace) -> int:
         store=store,
         registry=registry,
         metrics=metrics,
+        lifecycle=settings.engine_lifecycle(),
         kafka_timeouts=settings.kafka_client_timeouts(),
         security=settings.kafka_security(),
         limits=GuardLimits(

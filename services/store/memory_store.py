@@ -18,6 +18,7 @@ class MemoryStore:
         self.policies: dict[tuple[str, str], str] = {}
         self.history: dict[tuple[str, str], list[str]] = {}
         self.announcements: list[str] = []
+        self.expiries: dict[str, int] = {}
         self._history_cap = history_cap
 
     def applied_offsets(self, consumer: str) -> dict[str, int]:
@@ -29,15 +30,29 @@ class MemoryStore:
         return {scope: self.states[scope] for scope in scopes if scope in self.states}
 
     def commit(
-        self, consumer: str, offsets: Mapping[str, int], states: Mapping[str, str], summaries: Mapping[str, str]
+        self,
+        consumer: str,
+        offsets: Mapping[str, int],
+        states: Mapping[str, str],
+        summaries: Mapping[str, str],
+        expire_s: Mapping[str, int] | None = None,
     ) -> bool:
-        """Write all or nothing; refuse when a stored offset is at or past an offered one."""
+        """Write all or nothing; refuse when a stored offset is at or past an offered one.
+
+        Times to live are recorded in ``expiries`` (nothing here expires by itself).
+        """
         stored = self.offsets.setdefault(consumer, {})
         if any(stored.get(tp, -1) >= offset for tp, offset in offsets.items()):
             return False
         stored.update(offsets)
         self.states.update(states)
         self.summaries.update(summaries)
+        for name in [*states, *summaries]:
+            ttl = (expire_s or {}).get(name, 0)
+            if ttl > 0:
+                self.expiries[name] = ttl
+            else:
+                self.expiries.pop(name, None)
         return True
 
     def get_policy(self, kind: str, scope: str) -> str | None:

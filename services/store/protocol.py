@@ -26,9 +26,17 @@ class Store(Protocol):
         ...
 
     def commit(
-        self, consumer: str, offsets: Mapping[str, int], states: Mapping[str, str], summaries: Mapping[str, str]
+        self,
+        consumer: str,
+        offsets: Mapping[str, int],
+        states: Mapping[str, str],
+        summaries: Mapping[str, str],
+        expire_s: Mapping[str, int] | None = None,
     ) -> bool:
         """Atomically write ``states`` (by scope), ``summaries`` (by key) and ``offsets``.
+
+        ``expire_s`` gives a time to live, in seconds, to the state of a scope or the summary of a
+        key it names (the others do not expire): estimates of engines gone silent leave the store.
 
         Returns:
             False, writing nothing, when a stored offset is at or past the one offered.

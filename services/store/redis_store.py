@@ -103,21 +103,31 @@ class RedisStore:
         return {scope: value.decode() for scope, value in zip(scopes, values, strict=True) if value is not None}
 
     def commit(
-        self, consumer: str, offsets: Mapping[str, int], states: Mapping[str, str], summaries: Mapping[str, str]
+        self,
+        consumer: str,
+        offsets: Mapping[str, int],
+        states: Mapping[str, str],
+        summaries: Mapping[str, str],
+        expire_s: Mapping[str, int] | None = None,
     ) -> bool:
         """Write states, summaries and offsets in one Lua call, refused when an offset is not newer."""
+        expiries = expire_s or {}
         keys = [offsets_key(self._deployment, consumer)]
         values: list[str] = []
+        ttls: list[int] = []
         for scope, state in states.items():
             keys.append(estimate_key(self._deployment, scope, STATE_NAME))
             values.append(state)
+            ttls.append(expiries.get(scope, 0))
         for key, summary in summaries.items():
             keys.append(key)
             values.append(summary)
+            ttls.append(expiries.get(key, 0))
         args: list[object] = [len(offsets)]
         for field, offset in offsets.items():
             args.extend([field, offset])
         args.extend(values)
+        args.extend(ttls)
         result = self._call("commit", self._commit, keys=keys, args=args)
         return bool(result)
 

@@ -13,12 +13,18 @@ happens here, once:
    ``event_id`` is skipped and counted, ``seq`` gaps and restarts are counted, and an event of an
    older producer generation or out of event-time bounds is dead-lettered; the others are folded
    (services/stream/fold.py) into their engine's estimates, loading the engine's stored state the
-   first time this processor sees it after an assignment;
+   first time this processor sees it after an assignment; an event the loaded state already holds
+   (the previous owner committed after this one read the offsets) is skipped, so the window between
+   reading offsets and loading states cannot fold anything twice;
 4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
    offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
-   estimator state off the per-event path; it only widens what a crash re-folds.
+   estimator state off the per-event path; it only widens what a crash re-folds;
+6. state stays bounded (``EngineLifecycle``): an engine's keys live ``retention_s`` after its last commit (an engine not
+   yet admitted by the fold, ``UNADMITTED_RETENTION_S``), and engines not admitted, or whose latest
+   event is ``retention_s`` of event time behind the newest one folded, are forgotten from memory
+   after each commit (they reload from Redis if they speak again).
 
 A crash between a produce and the next commit re-folds those events after restart and
 re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
@@ -29,6 +35,7 @@ rebuilds them from Redis.
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -44,6 +51,7 @@ from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_k
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
+from services.settings import DEFAULT_LIFECYCLE, EngineLifecycle
 from services.store.protocol import Store
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fold import Folder
@@ -55,6 +63,7 @@ CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
 RAW_BYTES_KEPT = 70_000  # of a dead letter's value: DeadLetter.raw's bound (a byte decodes to at most one character)
+UNADMITTED_RETENTION_S = 600
 
 Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
 
@@ -164,11 +173,13 @@ class TelemetryBatches:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         self._deployment = deployment
         self._store = store
-        self._folder = Folder(deployment, registry, limits)
+        self._folder = Folder(deployment, registry, registration_grace_s=lifecycle.registration_grace_s, limits=limits)
+        self._retention_s = lifecycle.retention_s
         self._producer = producer
         self._consumer = consumer
         self._clock = clock
@@ -185,6 +196,10 @@ class TelemetryBatches:
         self._metrics_folded = 0
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
+
+    def engines_in_memory(self) -> list[str]:
+        """The engines whose estimates this member holds in memory now."""
+        return sorted(self._folder.engines)
 
     def resume_positions(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """Read the applied offsets from Redis; return where each assigned partition resumes (applied + 1).
@@ -237,11 +252,15 @@ class TelemetryBatches:
                 self._foreign(event)
                 continue
             self._ensure_loaded(event, tp)
+            position = read_position(record)
+            if self._folder.already_folded(event.engine_id, position):
+                self.counters.skipped += 1
+                continue
             self._pending_engines.add(event.engine_id)
             try:
-                admission = self._folder.admit(event)
+                admission = self._folder.admit(event, position)
             except InvalidInputError as exc:
-                self._send_dead_letter(record, dead_letter(record.value, exc, read_position(record)))
+                self._send_dead_letter(record, dead_letter(record.value, exc, position))
                 continue
             if admission.duplicate:
                 self.counters.duplicates += 1
@@ -250,7 +269,7 @@ class TelemetryBatches:
                 continue
             self._admitted(event, admission)
             last_ts[event.engine_id] = event.ts
-            snapshots.extend(self._folder.apply(event, read_position(record)))
+            snapshots.extend(self._folder.apply(event, position))
             self.counters.folded += 1
         for snapshot in snapshots:
             self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
@@ -279,13 +298,15 @@ class TelemetryBatches:
             estimate_key(self._deployment, engine, SUMMARY_NAME): self._folder.summary_json(engine)
             for engine in engines
         } | self._pending_acks
+        expire_s = self._expiries(engines, summaries)
         offsets = dict(self._pending_offsets)
         self._pending_offsets.clear()
         self._pending_engines.clear()
         self._pending_acks.clear()
-        if self._store.commit(CONSUMER_NAME, offsets, states, summaries):
+        if self._store.commit(CONSUMER_NAME, offsets, states, summaries, expire_s):
             self._applied.update(offsets)
             self.counters.commits += 1
+            self._forget_idle()
             log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
             return True
         self.counters.commits_refused += 1
@@ -301,6 +322,36 @@ class TelemetryBatches:
                 rewind[_partition_of(field_name)] = applied + 1
         self._consumer.rewind(rewind)
         return False
+
+    def _expiries(self, engines: list[str], summaries: dict[str, str]) -> dict[str, int]:
+        """Time to live of each key written: the retention, or the short one of engines not admitted yet."""
+        retention = math.ceil(self._retention_s)
+        expire_s: dict[str, int] = {}
+        for engine in engines:
+            ttl = retention if self._folder.admitted(engine) else min(retention, UNADMITTED_RETENTION_S)
+            expire_s[engine] = ttl
+            expire_s[estimate_key(self._deployment, engine, SUMMARY_NAME)] = ttl
+        for key in summaries:
+            expire_s.setdefault(key, retention)
+        return expire_s
+
+    def _forget_idle(self) -> None:
+        """Drop from memory the engines not admitted, and those silent for the retention in event time."""
+        pending = self._pending_engines
+        last = {engine: estimates.last_ts for engine, estimates in self._folder.engines.items()}
+        newest = max((ts for ts in last.values() if ts is not None), default=None)
+        idle = [
+            engine
+            for engine, ts in last.items()
+            if engine not in pending
+            and (
+                not self._folder.admitted(engine)
+                or (newest is not None and ts is not None and newest - ts > self._retention_s)
+            )
+        ]
+        self._folder.drop(idle)
+        for engine in idle:
+            self._engine_partition.pop(engine, None)
 
     def _observe(self, snapshots: int, started: float, last_ts: dict[str, float]) -> None:
         if self._metrics is None:

@@ -53,7 +53,7 @@ from schemas.errors import GovernorError
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
 from services.kafka_clients import record_producer
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts
+from services.settings import DEFAULT_LIFECYCLE, LOCAL_BROKER_TIMEOUTS, EngineLifecycle, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
@@ -157,6 +157,7 @@ class FaustStreamProcessor:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         take_max: int = TAKE_MAX,
         take_within_s: float = TAKE_WITHIN_S,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
@@ -191,6 +192,7 @@ class FaustStreamProcessor:
             metrics=metrics,
             commit_interval_s=commit_interval_s,
             limits=limits,
+            lifecycle=lifecycle,
         )
         self._app.resume_positions = self._resume_positions
         self._app.fetch_max_wait_ms = kafka_timeouts.fetch_max_wait_ms

@@ -3,10 +3,10 @@
 ``Folder`` holds the estimate state of the engines a processor owns. ``admit`` checks one event
 against its engine's guard (services/stream/event_guard.py: duplicates are skipped, ``seq`` gaps and
 restarts counted, events of an older generation or out of time bounds refused); ``apply`` folds an
-admitted event into its engine's estimates and returns the estimate snapshots taken at this position: for each
-registered engine-scope policy whose trigger fires here (every N events of a type, or every T
-seconds of event time on that engine's stream), and, for each fleet-scope policy, the engine's
-contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
+admitted event into its engine's estimates and returns the estimate snapshots taken at this
+position: for each registered engine-scope policy whose trigger fires here (every N events of a
+type, or every T seconds of event time on that engine's stream), and, for each fleet-scope policy,
+the engine's contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
 Everything is a function of the event sequence alone, so the live processor and the offline
 replay produce identical snapshots (DESIGN principle 2), and an engine's state round-trips
 through JSON for the store.
@@ -18,9 +18,11 @@ import json
 import math
 from collections.abc import Iterable
 
+from schemas.engines import EngineRegistered
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
+from services.settings import REGISTRATION_GRACE_S
 from services.stream.estimates import EngineEstimates
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
@@ -29,20 +31,36 @@ from services.triggers import EveryEvents, EverySeconds, TriggerSpec
 
 
 class Folder:
-    """Per-engine estimates of one deployment, and the snapshots their triggers take."""
+    """Per-engine estimates of one deployment, and the snapshots their triggers take.
 
-    def __init__(self, deployment: str, registry: Iterable[TriggerSpec], limits: GuardLimits = DEFAULT_LIMITS) -> None:
+    An engine exists for the control plane (its triggers fire, it contributes to fleet slots) once it
+    has registered (``engine.registered``) or once ``registration_grace_s`` of event time have passed
+    since its first event. Until then its events are folded but take no snapshot, so a stray event
+    with a made-up engine id creates no policy document.
+    """
+
+    def __init__(
+        self,
+        deployment: str,
+        registry: Iterable[TriggerSpec],
+        *,
+        registration_grace_s: float = REGISTRATION_GRACE_S,
+        limits: GuardLimits = DEFAULT_LIMITS,
+    ) -> None:
         """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``).
 
         ``limits`` bound every engine's guard; the live processor and an offline replay that are to
         agree must use the same.
         """
         self._deployment = deployment
+        self._registration_grace_s = registration_grace_s
         self._limits = limits
         specs = list(registry)
         self._specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "engine"]
         self._fleet_specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "fleet"]
         self.engines: dict[str, EngineEstimates] = {}
+        self._folded_through: dict[str, dict[str, int]] = {}
+        self._first_ts: dict[str, float] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -50,19 +68,55 @@ class Folder:
 
     def load(self, engine_id: str, state_json: str | None) -> None:
         """Install an engine's stored state (or a fresh one when None)."""
+        self._first_ts.pop(engine_id, None)
         if state_json is None:
             self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
-        else:
-            self.engines[engine_id] = EngineEstimates.from_dict(json.loads(state_json), self._limits)
+            self._folded_through[engine_id] = {}
+            return
+        data = json.loads(state_json)
+        self._folded_through[engine_id] = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
+        first_ts = data.pop("first_ts", None)
+        if first_ts is not None:
+            self._first_ts[engine_id] = float(first_ts)
+        self.engines[engine_id] = EngineEstimates.from_dict(data, self._limits)
 
     def drop(self, engine_ids: list[str]) -> None:
         """Forget engines (their partition moved to another processor)."""
         for engine_id in engine_ids:
             self.engines.pop(engine_id, None)
+            self._folded_through.pop(engine_id, None)
+            self._first_ts.pop(engine_id, None)
 
     def state_json(self, engine_id: str) -> str:
-        """Return the engine's state as JSON, for the store."""
-        return json.dumps(self.engines[engine_id].to_dict(), separators=(",", ":"))
+        """Return the engine's state as JSON, for the store, with the last position folded per partition."""
+        data = self.engines[engine_id].to_dict() | {
+            "folded_through": self._folded_through.get(engine_id, {}),
+            "first_ts": self._first_ts.get(engine_id),
+        }
+        return json.dumps(data, separators=(",", ":"))
+
+    def admitted(self, engine_id: str) -> bool:
+        """True when the engine has registered, or its first event is ``registration_grace_s`` behind its latest."""
+        estimates = self.engines.get(engine_id)
+        if estimates is None:
+            return False
+        if estimates.engine:
+            return True
+        first_ts = self._first_ts.get(engine_id)
+        last_ts = estimates.last_ts
+        return first_ts is not None and last_ts is not None and last_ts - first_ts >= self._registration_grace_s
+
+    def already_folded(self, engine_id: str, position: SourceOffset) -> bool:
+        """True when the engine's state already holds the event at ``position``.
+
+        The applied offsets and an engine's state are committed together, but a new owner reads the
+        offsets at assignment and the state only at the engine's first event; a commit by the previous
+        owner in between makes the state newer than the offsets. The state's own positions close that
+        window: whatever it already holds is skipped.
+        """
+        folded = self._folded_through.get(engine_id, {})
+        last = folded.get(f"{position.topic}:{position.partition}")
+        return last is not None and position.offset <= last
 
     def summary_json(self, engine_id: str) -> str:
         """Return the engine's current estimate summary as JSON, for readers of Redis."""
@@ -74,12 +128,15 @@ class Folder:
         Raises:
             InvalidInputError: the engine's guard refused the event (see ``admit``).
         """
-        if self.admit(event).duplicate:
+        if self.admit(event, position).duplicate:
             return []
         return self.apply(event, position)
 
-    def admit(self, event: Event) -> Admission:
+    def admit(self, event: Event, position: SourceOffset) -> Admission:
         """Check ``event`` against its engine's guard (an unknown engine starts empty); see ``EngineEstimates.admit``.
+
+        The position counts as folded whatever the guard says (a duplicate or a refusal changes the
+        guard's counts), so a new owner that loads this state skips it (``already_folded``).
 
         Raises:
             InvalidInputError: the event belongs to an older producer generation, or its time is out of
@@ -88,19 +145,24 @@ class Folder:
         engine_id = event.engine_id
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
+        self._folded_through.setdefault(engine_id, {})[f"{position.topic}:{position.partition}"] = position.offset
         return self.engines[engine_id].admit(event)
 
     def apply(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
         """Fold an admitted ``event`` and return the snapshots taken at this position (possibly none)."""
-        estimates = self.engines[event.engine_id]
+        engine_id = event.engine_id
+        estimates = self.engines[engine_id]
+        self._first_ts.setdefault(engine_id, event.ts)
+        admitted = self.admitted(engine_id) or isinstance(event, EngineRegistered)
         snapshots: list[EstimateSnapshot] = []
         for fleet_spec in self._fleet_specs:
             contribution = self._contribution(fleet_spec, estimates, event, position)
-            if contribution is not None:
+            if contribution is not None and admitted:
                 snapshots.append(contribution)
         estimates.fold(event)
+        admitted = admitted or self.admitted(engine_id)
         for spec in self._specs:
-            if self._fires(spec, estimates, event):
+            if admitted and self._fires(spec, estimates, event):
                 snapshots.append(self._snapshot(spec, estimates, event.ts, position))
         return snapshots
 

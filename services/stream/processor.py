@@ -18,7 +18,13 @@ from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
 from services.kafka_clients import Rebalance, group_consumer, record_producer
 from services.kafka_factory import PLAINTEXT
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
+from services.settings import (
+    DEFAULT_LIFECYCLE,
+    LOCAL_BROKER_TIMEOUTS,
+    EngineLifecycle,
+    KafkaClientTimeouts,
+    KafkaSecurity,
+)
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
@@ -58,6 +64,7 @@ class StreamProcessor:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,
         limits: GuardLimits = DEFAULT_LIMITS,
@@ -81,6 +88,7 @@ class StreamProcessor:
             metrics=metrics,
             commit_interval_s=commit_interval_s,
             limits=limits,
+            lifecycle=lifecycle,
         )
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False

@@ -13,7 +13,13 @@ from typing import TYPE_CHECKING, Literal
 from schemas.errors import ConfigError
 from services.health import ServiceMetrics
 from services.kafka_factory import PLAINTEXT
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
+from services.settings import (
+    DEFAULT_LIFECYCLE,
+    LOCAL_BROKER_TIMEOUTS,
+    EngineLifecycle,
+    KafkaClientTimeouts,
+    KafkaSecurity,
+)
 from services.store.protocol import Store
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.processor import StreamProcessor
@@ -34,6 +40,7 @@ def stream_processor(
     store: Store,
     registry: Iterable[TriggerSpec],
     metrics: ServiceMetrics | None = None,
+    lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     security: KafkaSecurity = PLAINTEXT,
     limits: GuardLimits = DEFAULT_LIMITS,
@@ -63,6 +70,7 @@ def stream_processor(
             store=store,
             registry=registry,
             metrics=metrics,
+            lifecycle=lifecycle,
             kafka_timeouts=kafka_timeouts,
             limits=limits,
         )
@@ -72,6 +80,7 @@ def stream_processor(
         store=store,
         registry=registry,
         metrics=metrics,
+        lifecycle=lifecycle,
         kafka_timeouts=kafka_timeouts,
         security=security,
         limits=limits,

@@ -41,9 +41,17 @@ def redis_client(stack: StackState) -> Iterator[redis.Redis]:
 
 
 @pytest.fixture
-def deployment() -> str:
-    """A deployment name unique to the test, so tests never see each other's keys."""
-    return f"test-{uuid.uuid4().hex[:10]}"
+def deployment(stack: StackState) -> Iterator[str]:
+    """A deployment name unique to the test, so tests never see each other's keys; its keys are removed after."""
+    name = f"test-{uuid.uuid4().hex[:10]}"
+    yield name
+    client = redis.Redis.from_url(stack.redis_url, socket_timeout=5.0)
+    try:
+        keys = list(client.scan_iter(match=f"gov:{name}:*", count=1000))
+        if keys:
+            client.delete(*keys)
+    finally:
+        client.close()
 
 
 @pytest.fixture

@@ -16,17 +16,18 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.estimates import EngineSummary
 from schemas.events import Event, encode_event
-from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
 from schemas.records import DeadLetter
 from services.health import ServiceMetrics
 from services.policy.specs import default_registry
+from services.replay.replay import read_topic
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, stop
 from services.store.redis_store import RedisStore
-from services.stream.batches import SUMMARY_NAME
+from services.stream.batches import SUMMARY_NAME, UNADMITTED_RETENTION_S
 from services.stream.processor import StreamProcessor
 from tests.unit.stream.synthetic import synthetic_stream
 
@@ -203,6 +204,30 @@ def test_engine_calls_never_raise_when_redis_or_the_broker_stop(tmp_path: Path) 
         assert stats.dropped > 0
     finally:
         stack_down(tmp_path)
+
+
+def test_events_of_engines_that_never_registered_make_no_snapshot_and_their_keys_expire(
+    stack: StackState, deployment: str
+) -> None:
+    registered = synthetic_stream(engines=1, requests=120, deployment=deployment, seed=5)
+    template = json.loads(encode_event(registered[1]))
+    strays = [
+        (f"made-up-{i % 40}", json.dumps(template | {"engine_id": f"made-up-{i % 40}", "event_id": f"s{i}"}).encode())
+        for i in range(400)
+    ]
+    _fold_records(stack, deployment, [*_records(registered), *strays])
+    scopes = {
+        json.loads(value)["scope"]
+        for value in read_topic(stack.kafka_bootstrap, ESTIMATES_TOPIC)
+        if json.loads(value).get("deployment") == deployment
+    }
+    assert scopes == {registered[0].engine_id}
+    client = redis.Redis.from_url(stack.redis_url)
+    stray_ttls = [client.ttl(estimate_key(deployment, f"made-up-{i}", "state")) for i in range(40)]
+    registered_ttl = client.ttl(estimate_key(deployment, registered[0].engine_id, "state"))
+    client.close()
+    assert all(0 < ttl <= UNADMITTED_RETENTION_S for ttl in stray_ttls)
+    assert registered_ttl > UNADMITTED_RETENTION_S
 
 
 def _dead_letters(stack: StackState, deployment: str) -> list[DeadLetter]:

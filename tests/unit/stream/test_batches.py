@@ -13,11 +13,18 @@ import structlog.testing
 
 from schemas.estimates import EngineSummary
 from schemas.events import encode_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from services.health import ServiceMetrics
 from services.policy.specs import default_registry
+from services.settings import EngineLifecycle
 from services.store.memory_store import MemoryStore
-from services.stream.batches import CONSUMER_NAME, Partition, TelemetryBatches
+from services.stream.batches import (
+    CONSUMER_NAME,
+    SUMMARY_NAME,
+    UNADMITTED_RETENTION_S,
+    Partition,
+    TelemetryBatches,
+)
 from tests.unit.stream.synthetic import synthetic_stream
 
 
@@ -116,11 +123,13 @@ def test_a_commit_refused_at_the_fence_drops_the_folded_state_and_rewinds_to_wha
     newer.process(records[:50])
     assert newer.commit()
     stale.process(records[:30])
+    # The engine state the stale member loads already holds these 30 events: none is folded again.
+    assert stale.counters.skipped == 30
     assert not stale.commit()
     assert consumer.rewinds == [{(TELEMETRY_TOPIC, 0): 50}]
     assert stale.counters.commits_refused == 1
     stale.process(records)
-    assert stale.counters.skipped == 50
+    assert stale.counters.skipped == 30 + 50
     assert stale.commit()
     assert store.applied_offsets(CONSUMER_NAME) == {f"{TELEMETRY_TOPIC}:0": len(records) - 1}
 
@@ -134,6 +143,79 @@ def test_snapshots_go_to_the_estimates_topic() -> None:
     assert estimates
     assert len(estimates) == batches.counters.snapshots
     assert all(snapshot["deployment"] == "dep" for snapshot in estimates)
+
+
+def test_a_commit_by_the_previous_owner_between_assignment_and_first_event_is_not_folded_twice() -> None:
+    store, records = MemoryStore(), _records("dep")
+    previous = _batches(store, KeptProducer(), Consumer())
+    previous.resume_positions([(TELEMETRY_TOPIC, 0)])
+    previous.process(records[:50])
+    successor = _batches(store, KeptProducer(), Consumer())
+    # The race: the successor reads the applied offsets (none yet) before the previous owner's commit
+    # on revocation lands, and loads the engine's state only at its first event, after that commit.
+    assert successor.resume_positions([(TELEMETRY_TOPIC, 0)]) == {}
+    assert previous.commit()
+    successor.process(records)
+    assert successor.counters.skipped == 50
+    assert successor.counters.folded == len(records) - 50
+    assert successor.commit()
+    uninterrupted_store = MemoryStore()
+    uninterrupted = _batches(uninterrupted_store, KeptProducer(), Consumer())
+    uninterrupted.resume_positions([(TELEMETRY_TOPIC, 0)])
+    uninterrupted.process(records)
+    assert uninterrupted.commit()
+    engines = sorted({json.loads(record.value)["engine_id"] for record in records if record.value is not None})
+    assert store.load_states(engines) == uninterrupted_store.load_states(engines)
+
+
+def test_keys_of_registered_engines_live_for_the_retention_and_those_of_stray_engines_briefly() -> None:
+    store, producer = MemoryStore(), KeptProducer()
+    records = _records("dep")
+    stray = json.loads(records[1].value or b"") | {"engine_id": "made-up", "event_id": "stray-1"}
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=store,
+        registry=default_registry(),
+        producer=producer,
+        consumer=Consumer(),
+        commit_interval_s=3600.0,
+        lifecycle=EngineLifecycle(registration_grace_s=60.0, retention_s=3600.0),
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.process([*records, Record(TELEMETRY_TOPIC, 0, len(records), b"made-up", json.dumps(stray).encode())])
+    assert batches.commit()
+    assert store.expiries["eng-0"] == 3600
+    assert store.expiries["made-up"] == UNADMITTED_RETENTION_S
+    assert store.expiries[estimate_key("dep", "made-up", SUMMARY_NAME)] == UNADMITTED_RETENTION_S
+    assert "made-up" in store.states
+    scopes = {json.loads(value)["scope"] for topic, value in producer.sent if topic == ESTIMATES_TOPIC}
+    assert scopes == {"eng-0"}
+    assert batches.engines_in_memory() == ["eng-0"]
+
+
+def test_engines_silent_for_the_retention_in_event_time_are_forgotten_from_memory_and_reload_from_the_store() -> None:
+    store = MemoryStore()
+    events = synthetic_stream(engines=2, requests=200, deployment="dep", seed=2)
+    early = [e for e in events if e.engine_id == "eng-0"]
+    late = [e.model_copy(update={"ts": e.ts + 10_000.0}) for e in events if e.engine_id == "eng-1"]
+    records = [
+        Record(TELEMETRY_TOPIC, 0, offset, event.engine_id.encode(), encode_event(event))
+        for offset, event in enumerate([*early, *late])
+    ]
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=store,
+        registry=default_registry(),
+        producer=KeptProducer(),
+        consumer=Consumer(),
+        commit_interval_s=3600.0,
+        lifecycle=EngineLifecycle(registration_grace_s=60.0, retention_s=1000.0),
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.process(records)
+    assert batches.commit()
+    assert batches.engines_in_memory() == ["eng-1"]
+    assert set(store.states) == {"eng-0", "eng-1"}
 
 
 def _exported(metrics: ServiceMetrics, name: str) -> float:

@@ -24,6 +24,7 @@ from services.stream.fold import Folder
 from tests.unit.stream.synthetic import synthetic_stream
 from tests.unit.stream.test_fold import _long_requests_still_running
 
+AT = SourceOffset(topic="t", partition=0, offset=0)
 GUARD_COUNTS = {"duplicate_events", "seq_gaps", "seq_missing_events", "restarts"}
 
 
@@ -97,11 +98,11 @@ class TestDuplicates:
         assert second.engines["eng-0"].summary().duplicate_events == 40
 
     def test_the_window_is_bounded_by_count(self) -> None:
-        folder = Folder("dep", default_registry(), GuardLimits(dedup_window=8))
+        folder = Folder("dep", default_registry(), limits=GuardLimits(dedup_window=8))
         beats = [_heartbeat("eng-0", ts=float(i), seq=i) for i in range(20)]
         _fold(folder, beats)
-        assert folder.admit(beats[15]).duplicate
-        assert not folder.admit(beats[5]).duplicate
+        assert folder.admit(beats[15], AT).duplicate
+        assert not folder.admit(beats[5], AT).duplicate
         guard = folder.engines["eng-0"].guard
         assert len(guard.to_dict()["ids"]) == 8
 
@@ -109,7 +110,7 @@ class TestDuplicates:
         folder = Folder("dep", default_registry())
         folder.fold(_heartbeat("eng-0", ts=1.0, seq=1, event_id="same"), SourceOffset(topic="t", partition=0, offset=0))
         for seq in range(2, 502):
-            assert folder.admit(_heartbeat("eng-0", ts=1.0, seq=seq, event_id="same")).duplicate
+            assert folder.admit(_heartbeat("eng-0", ts=1.0, seq=seq, event_id="same"), AT).duplicate
         assert folder.engines["eng-0"].summary().duplicate_events == 500
         assert folder.engines["eng-0"].events_folded == 1
 
@@ -156,12 +157,12 @@ class TestSeq:
     def test_an_event_of_the_old_generation_after_a_restart_is_refused(self) -> None:
         folder = Folder("dep", default_registry())
         _fold(folder, [_heartbeat("eng-0", ts=1.0, seq=5), _heartbeat("eng-0", ts=2.0, seq=0, epoch=7)])
-        state = folder.state_json("eng-0")
+        state = folder.engines["eng-0"].to_dict()
         with pytest.raises(InvalidInputError) as refused:
             folder.fold(_heartbeat("eng-0", ts=2.5, seq=6), SourceOffset(topic="t", partition=0, offset=2))
         assert refused.value.code == "stale_epoch"
         assert refused.value.field == "source_epoch"
-        assert folder.state_json("eng-0") == state
+        assert folder.engines["eng-0"].to_dict() == state
 
     def test_an_old_recorded_stream_without_epochs_is_one_generation(self) -> None:
         folder = Folder("dep", default_registry())
@@ -198,51 +199,51 @@ class TestEventTime:
         assert any(s.scope == "fleet" for s in clean.snapshots)
         assert clean.decisions
         assert [_decided(d) for d in hit.decisions] == [_decided(d) for d in clean.decisions]
-        assert {e: hit.folder.state_json(e) for e in hit.folder.engines} == {
-            e: clean.folder.state_json(e) for e in clean.folder.engines
+        assert {e: hit.folder.engines[e].to_dict() for e in hit.folder.engines} == {
+            e: clean.folder.engines[e].to_dict() for e in clean.folder.engines
         }
 
     def test_the_refusal_names_the_bound_and_the_watermark(self) -> None:
         folder = Folder("dep", default_registry())
         folder.fold(_heartbeat("eng-0", ts=100.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
         with pytest.raises(FutureEventError) as ahead:
-            folder.admit(_heartbeat("eng-0", ts=800.0, seq=1))
+            folder.admit(_heartbeat("eng-0", ts=800.0, seq=1), AT)
         refused = ahead.value
         assert (refused.code, refused.watermark_s, refused.allowed_lead_s) == ("event_time_ahead", 100.0, 300.0)
         assert "300.0 s ahead of the watermark 100.0" in str(ahead.value)
 
     def test_an_event_too_far_behind_is_refused(self) -> None:
-        folder = Folder("dep", default_registry(), GuardLimits(max_behind_s=5.0))
+        folder = Folder("dep", default_registry(), limits=GuardLimits(max_behind_s=5.0))
         _fold(folder, [_heartbeat("eng-0", ts=10.0 + i, seq=i) for i in range(5)])
         with pytest.raises(LateEventError) as behind:
-            folder.admit(_heartbeat("eng-0", ts=8.0, seq=5))
+            folder.admit(_heartbeat("eng-0", ts=8.0, seq=5), AT)
         assert behind.value.code == "event_time_behind"
-        assert folder.admit(_heartbeat("eng-0", ts=10.0, seq=6)).duplicate is False
+        assert folder.admit(_heartbeat("eng-0", ts=10.0, seq=6), AT).duplicate is False
 
     def test_a_clock_that_really_jumped_is_followed_after_the_reanchor_count(self) -> None:
-        folder = Folder("dep", default_registry(), GuardLimits(reanchor_after=3))
+        folder = Folder("dep", default_registry(), limits=GuardLimits(reanchor_after=3))
         folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
         jumped = [_heartbeat("eng-0", ts=5000.0 + i, seq=1 + i) for i in range(3)]
         for event in jumped[:2]:
             with pytest.raises(FutureEventError):
-                folder.admit(event)
-        assert not folder.admit(jumped[2]).duplicate
+                folder.admit(event, AT)
+        assert not folder.admit(jumped[2], AT).duplicate
         assert folder.engines["eng-0"].guard.watermark_s == 5002.0
         assert folder.engines["eng-0"].summary().seq_missing_events == 2
 
     def test_an_in_bounds_event_between_resets_the_reanchor_count(self) -> None:
-        folder = Folder("dep", default_registry(), GuardLimits(reanchor_after=2))
+        folder = Folder("dep", default_registry(), limits=GuardLimits(reanchor_after=2))
         folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
         for seq in range(1, 7, 2):
             with pytest.raises(FutureEventError):
-                folder.admit(_heartbeat("eng-0", ts=5000.0, seq=seq))
-            folder.admit(_heartbeat("eng-0", ts=11.0, seq=seq + 1))
+                folder.admit(_heartbeat("eng-0", ts=5000.0, seq=seq), AT)
+            folder.admit(_heartbeat("eng-0", ts=11.0, seq=seq + 1), AT)
         assert folder.engines["eng-0"].guard.watermark_s == 11.0
 
     def test_a_restart_anchors_the_watermark_afresh(self) -> None:
         folder = Folder("dep", default_registry())
         folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
-        assert folder.admit(_heartbeat("eng-0", ts=9000.0, seq=0, epoch=1)).restart
+        assert folder.admit(_heartbeat("eng-0", ts=9000.0, seq=0, epoch=1), AT).restart
         assert folder.engines["eng-0"].guard.watermark_s == 9000.0
 
 

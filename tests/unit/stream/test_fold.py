@@ -56,6 +56,35 @@ class TestFolder:
         assert len(times) >= 3
         assert all(later - earlier >= 5.0 for earlier, later in itertools.pairwise(times))
 
+    def test_an_engine_that_never_registered_takes_no_snapshot_until_the_grace_has_passed(self) -> None:
+        events = [e for e in synthetic_stream(engines=1, requests=400) if not isinstance(e, EngineRegistered)]
+        start = events[0].ts
+        folder = Folder("dep", default_registry(), registration_grace_s=20.0)
+        snapshots = _fold_all(folder, events)
+        assert snapshots
+        assert min(s.ts for s in snapshots) >= start + 20.0
+        assert len(snapshots) < len(_fold_all(Folder("dep", default_registry(), registration_grace_s=0.0), events))
+
+    def test_a_registered_engine_counts_from_its_registration_and_a_stray_event_from_nowhere(self) -> None:
+        events = synthetic_stream(engines=1, requests=60)
+        folder = Folder("dep", default_registry(), registration_grace_s=3600.0)
+        _fold_all(folder, events)
+        assert folder.admitted("eng-0")
+        stray = events[1].model_copy(update={"engine_id": "made-up"})
+        assert folder.fold(stray, SourceOffset(topic="t", partition=0, offset=10_000)) == []
+        assert not folder.admitted("made-up")
+
+    def test_the_last_folded_position_and_first_event_time_survive_the_state_round_trip(self) -> None:
+        events = synthetic_stream(engines=1, requests=60)
+        folder = Folder("dep", default_registry())
+        _fold_all(folder, events)
+        resumed = Folder("dep", default_registry())
+        resumed.load("eng-0", folder.state_json("eng-0"))
+        assert resumed.already_folded("eng-0", SourceOffset(topic="t", partition=0, offset=len(events) - 1))
+        assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=0, offset=len(events)))
+        assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=1, offset=0))
+        assert resumed.state_json("eng-0") == folder.state_json("eng-0")
+
     def test_snapshots_carry_the_triggering_position_and_a_content_hash(self) -> None:
         events = synthetic_stream(engines=2, requests=300)
         snapshots = _fold_all(Folder("dep", default_registry()), events)
