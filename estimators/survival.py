@@ -381,6 +381,19 @@ class InFlightAges:
         """A request left the engine (its finish goes to the output-length window)."""
         self._drop(request_id)
 
+    def drain(self) -> tuple[int, ...]:
+        """The engine restarted: return every tracked request's age and forget them all.
+
+        The requests were lost, not finished: their output length is right-censored at the age
+        returned (seed-003 section 1.5), and the caller puts them in its window as censored.
+        """
+        ages = self.ages_tokens()
+        self.ticks = 0
+        self._started_at_tick.clear()
+        self._pending.clear()
+        self._frozen.clear()
+        return ages
+
     def ages_tokens(self) -> tuple[int, ...]:
         """Each tracked request's age lower bound (tokens >= 1), in a deterministic order."""
         counting = (1 + self.ticks - start for start in self._started_at_tick.values())

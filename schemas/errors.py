@@ -5,6 +5,7 @@ Everything Governor raises derives from ``GovernorError``, so one ``except`` cat
     GovernorError
       InvalidInputError(GovernorError, ValueError)   bad event, field, file line or CLI argument
         LateEventError                                event time older than the allowed lateness
+        FutureEventError                              event time further ahead than allowed
       ConfigError                                     settings that cannot work together
       StaleVersionError                               compare-and-set refused a policy write
       BackendUnavailableError                         Kafka or Redis unreachable or timed out
@@ -15,6 +16,22 @@ applied) are return values, never exceptions.
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+InputErrorCode = Literal[
+    "no_value", "not_json", "oversized", "contract", "event_time_ahead", "event_time_behind", "stale_epoch"
+]
+"""What kind of bad input an ``InvalidInputError`` is, one word each; a dead letter carries it:
+
+- ``no_value``: a record without a value (a tombstone);
+- ``not_json``: the value is not JSON text (not UTF-8, truncated, another type);
+- ``oversized``: the value is longer than ``schemas.events.MAX_EVENT_BYTES``;
+- ``contract``: JSON that fails the contract (a wrong type, a missing field, another schema);
+- ``event_time_ahead`` / ``event_time_behind``: an event whose time lies further from its engine's
+  watermark than allowed (services/stream/event_guard.py);
+- ``stale_epoch``: an event of an older producer generation than one already folded.
+"""
 
 
 class GovernorError(Exception):
@@ -28,25 +45,44 @@ class InvalidInputError(GovernorError, ValueError):
         field: dotted path of the offending field, or None when the whole input is bad.
         value: the offending value, when there is one.
         source: where the input came from (``line 17``, ``event_id=...``), or None.
+        code: what kind of bad input it is, one word (``contract`` unless said otherwise); a dead
+            letter carries it as its ``code`` (schemas/records.py lists them).
     """
 
     def __init__(
-        self, message: str, *, field: str | None = None, value: object = None, source: str | None = None
+        self,
+        message: str,
+        *,
+        field: str | None = None,
+        value: object = None,
+        source: str | None = None,
+        code: InputErrorCode = "contract",
     ) -> None:
         super().__init__(message)
         self.field = field
         self.value = value
         self.source = source
+        self.code = code
 
 
 class LateEventError(InvalidInputError):
     """An event whose event time lies further behind the watermark than the allowed lateness."""
 
     def __init__(self, message: str, *, ts: float, watermark_s: float, allowed_lateness_s: float) -> None:
-        super().__init__(message, field="ts", value=ts)
+        super().__init__(message, field="ts", value=ts, code="event_time_behind")
         self.ts = ts
         self.watermark_s = watermark_s
         self.allowed_lateness_s = allowed_lateness_s
+
+
+class FutureEventError(InvalidInputError):
+    """An event whose event time lies further ahead of the watermark than the allowed lead."""
+
+    def __init__(self, message: str, *, ts: float, watermark_s: float, allowed_lead_s: float) -> None:
+        super().__init__(message, field="ts", value=ts, code="event_time_ahead")
+        self.ts = ts
+        self.watermark_s = watermark_s
+        self.allowed_lead_s = allowed_lead_s
 
 
 class ConfigError(GovernorError):

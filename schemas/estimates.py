@@ -170,6 +170,10 @@ class EngineSummary(ContractModel):
     tiers: dict[str, TierSummary]
     survival: SurvivalSummary | None
     dp: DpSummary | None
+    duplicate_events: int = Field(default=0, description="events skipped as duplicates of a folded event_id")
+    seq_gaps: int = Field(default=0, description="times the engine's seq jumped past the next number")
+    seq_missing_events: int = Field(default=0, description="seq numbers skipped in those gaps")
+    restarts: int = Field(default=0, description="new producer generations (source_epoch) of the engine")
 
 
 class FleetContribution(ContractModel):

@@ -14,6 +14,7 @@ from typing import Any, Literal
 from pydantic import Field, JsonValue, model_validator
 
 from schemas.envelope import EventTime, Identifier
+from schemas.errors import InputErrorCode
 from schemas.estimates import EstimateSummary, check_summary_format
 from schemas.policy_docs.base import ContractModel, SourceOffset
 
@@ -22,6 +23,7 @@ class DeadLetter(ContractModel):
     """An event that failed its contract, with the reason and where it was read."""
 
     record_type: Literal["deadletter"] = "deadletter"
+    code: InputErrorCode = Field(default="contract", description="why (schemas/errors.py); older records lack it")
     reason: str = Field(max_length=2048)
     field: str | None = Field(default=None, max_length=512)
     source: SourceOffset

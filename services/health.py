@@ -47,6 +47,24 @@ class ServiceMetrics:
         self.events_dead_lettered = Counter(
             "governor_events_dead_lettered", "invalid events dead-lettered", labels, registry=registry
         ).labels(deployment, service)
+        self._dead_letter_codes = Counter(
+            "governor_dead_letters",
+            "records dead-lettered, by code (no_value, not_json, oversized, contract, event_time_ahead, ...)",
+            (*labels, "code"),
+            registry=registry,
+        )
+        self.duplicates = Counter(
+            "governor_events_duplicate", "events skipped as duplicates of a folded event_id", labels, registry=registry
+        ).labels(deployment, service)
+        self.seq_gaps = Counter(
+            "governor_seq_gaps", "times an engine's seq jumped past the next number", labels, registry=registry
+        ).labels(deployment, service)
+        self.seq_missing = Counter(
+            "governor_seq_missing_events", "seq numbers skipped in those gaps (events lost)", labels, registry=registry
+        ).labels(deployment, service)
+        self.restarts = Counter(
+            "governor_engine_restarts", "engine restarts seen (a new source_epoch)", labels, registry=registry
+        ).labels(deployment, service)
         self.snapshots = Counter("governor_snapshots", "estimate snapshots taken", labels, registry=registry).labels(
             deployment, service
         )
@@ -132,6 +150,10 @@ class ServiceMetrics:
             self._foreign_seen.add(foreign_deployment)
         label = foreign_deployment if foreign_deployment in self._foreign_seen else "other"
         self._foreign_events.labels(self.deployment, self.service, label).inc()
+
+    def dead_lettered(self, code: str) -> None:
+        """Count one dead-lettered record under its code (schemas/records.py ``DeadLetterCode``)."""
+        self._dead_letter_codes.labels(self.deployment, self.service, code).inc()
 
     def decided(self, document: PolicyDocument) -> None:
         """Export a newly stored document: its version, validity, decision time and headline values."""

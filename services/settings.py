@@ -301,6 +301,28 @@ class Settings(SecuritySettings):
     kafka_linger_ms: int = Field(
         default=LOCAL_BROKER_TIMEOUTS.linger_ms, ge=0, description="producer batching delay, ms (Apache Kafka: 5)"
     )
+    dedup_window_events: int = Field(
+        default=1024,
+        ge=1,
+        le=1_000_000,
+        description="how many of each engine's latest event ids the stream processor remembers to skip duplicates",
+    )
+    max_event_ahead_s: float = Field(
+        default=300.0,
+        gt=0.0,
+        description="an event further ahead of its engine's event-time watermark is dead-lettered, seconds",
+    )
+    max_event_behind_s: float = Field(
+        default=300.0,
+        gt=0.0,
+        description="an event further behind its engine's event-time watermark is dead-lettered, seconds",
+    )
+    event_time_reanchor_events: int = Field(
+        default=16,
+        ge=1,
+        le=100_000,
+        description="out-of-bounds events of an engine in a row after which its watermark follows them",
+    )
     registration_grace_s: float = Field(
         default=REGISTRATION_GRACE_S,
         ge=0.0,

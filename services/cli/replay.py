@@ -87,6 +87,9 @@ def run_replay(args: argparse.Namespace) -> int:
             f"({plane.events_folded / max(wall, 1e-9):,.0f}/s), {len(plane.snapshots)} snapshots, "
             f"{accepted} decisions"
         )
+        if plane.refused:
+            codes = ", ".join(f"{code} {count}" for code, count in sorted(plane.refused.items()))
+            print(f"refused by the engines' guards, as the stream processor dead-letters them: {codes}")
         if args.out is not None:
             write_lines(args.out, decision_lines(plane.decisions))
             print(f"decisions: {args.out}")

@@ -28,6 +28,7 @@ from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.settings import Settings
 from services.store.redis_store import RedisStore
+from services.stream.event_guard import GuardLimits
 from services.stream.runtimes import RUNTIMES, stream_processor
 
 log = structlog.get_logger(__name__)
@@ -154,6 +155,12 @@ def run_stream(args: argparse.Namespace) -> int:
         lifecycle=settings.engine_lifecycle(),
         kafka_timeouts=settings.kafka_client_timeouts(),
         security=settings.kafka_security(),
+        limits=GuardLimits(
+            dedup_window=settings.dedup_window_events,
+            max_ahead_s=settings.max_event_ahead_s,
+            max_behind_s=settings.max_event_behind_s,
+            reanchor_after=settings.event_time_reanchor_events,
+        ),
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)

@@ -7,6 +7,7 @@ fold and decide code as the live services (DESIGN principle 2), deterministicall
 
 from __future__ import annotations
 
+from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.policy_docs.base import PolicyDocument, SourceOffset
 from schemas.records import DecisionRecord, EstimateSnapshot
@@ -30,13 +31,23 @@ class OfflineControlPlane:
         self.snapshots: list[EstimateSnapshot] = []
         self.decisions: list[DecisionRecord] = []
         self.events_folded = 0
+        self.refused: dict[str, int] = {}
         self._documents: dict[tuple[str, str], PolicyDocument] = {}
 
     def publish(self, event: Event) -> None:
-        """Fold one event; decide at every snapshot it triggers (one merged stream: its time is the watermark)."""
+        """Fold one event; decide at every snapshot it triggers (one merged stream: its time is the watermark).
+
+        An event its engine's guard refuses (an older producer generation, a time out of bounds) is
+        counted in ``refused`` under its code, as the live processor dead-letters it; a duplicate
+        folds nothing.
+        """
         position = SourceOffset(topic=OFFLINE_TOPIC, partition=0, offset=self.events_folded)
         self.events_folded += 1
-        taken = self.folder.fold(event, position)
+        try:
+            taken = self.folder.fold(event, position)
+        except InvalidInputError as exc:
+            self.refused[exc.code] = self.refused.get(exc.code, 0) + 1
+            return
         for snapshot in [*self.folder.release(event.ts), *taken]:
             self.snapshots.append(snapshot)
             self.apply_snapshot(snapshot)

@@ -4,6 +4,12 @@
 to a Kafka producer that batches by ``linger_ms`` and sends to ``gov.telemetry`` keyed by engine.
 When the queue is full or the broker is away, events are dropped and counted, with a warning at
 most every few seconds: the engine's loop is never blocked and never sees an exception.
+
+The producer is idempotent (kafka-python's ``enable_idempotence``, with the ``acks="all"`` it
+requires): a batch it retries after a lost acknowledgement is written once by the broker. That holds
+within one producer session only; a record produced twice otherwise (a new session, a replay, a
+second producer) repeats its ``event_id``, and the stream processor skips it as a duplicate
+(services/stream/event_guard.py).
 """
 
 from __future__ import annotations
@@ -154,8 +160,8 @@ class TelemetryPublisher:
                 self._bootstrap,
                 self._security,
                 linger_ms=self._linger_ms,
-                acks=1,
-                enable_idempotence=False,
+                acks="all",
+                enable_idempotence=True,
                 request_timeout_ms=timeout_ms,
                 max_block_ms=timeout_ms,
                 delivery_timeout_ms=timeout_ms + self._linger_ms,

@@ -4,14 +4,18 @@ A runtime is only its consumer loop: it hands each batch of ``gov.telemetry`` re
 ``TelemetryBatches.process`` and tells it of partition assignment and revocation. Everything else
 happens here, once:
 
-1. every record is validated (schemas/events.py); an invalid one goes to ``gov.deadletter`` with the
-   reason and its source offset, and is counted;
+1. every record is read by ``read_record``, which never raises: a record of any shape that is not a
+   valid event (no value, not JSON, oversized, against the contract) goes to ``gov.deadletter`` with
+   its code, reason and source offset, and is counted;
 2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
    processor never folds an event twice;
-3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
-   engine's stored state the first time this processor sees it after an assignment; an event the
-   loaded state already holds (the previous owner committed after this one read the offsets) is
-   skipped, so the window between reading offsets and loading states cannot fold anything twice;
+3. valid events are checked by their engine's guard (services/stream/event_guard.py): a duplicate
+   ``event_id`` is skipped and counted, ``seq`` gaps and restarts are counted, and an event of an
+   older producer generation or out of event-time bounds is dead-lettered; the others are folded
+   (services/stream/fold.py) into their engine's estimates, loading the engine's stored state the
+   first time this processor sees it after an assignment; an event the loaded state already holds
+   (the previous owner committed after this one read the offsets) is skipped, so the window between
+   reading offsets and loading states cannot fold anything twice;
 4. the snapshots the fold took are produced to ``gov.estimates`` and flushed; fleet contributions
    are held until the member's event-time watermark (the least event time folded among the assigned
    partitions it has not read to their end) passes them, then produced in event-time order, all
@@ -52,6 +56,7 @@ from schemas.records import DeadLetter, EstimateSnapshot
 from services.health import ServiceMetrics
 from services.settings import DEFAULT_LIFECYCLE, EngineLifecycle
 from services.store.protocol import Store
+from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fold import Folder
 from services.triggers import TriggerSpec
 
@@ -60,6 +65,7 @@ log = structlog.get_logger(__name__)
 CONSUMER_NAME = "stream"
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
+RAW_BYTES_KEPT = 70_000  # of a dead letter's value: DeadLetter.raw's bound (a byte decodes to at most one character)
 UNADMITTED_RETENTION_S = 600
 FLEET_KEY = b"fleet"  # the key of every fleet contribution: one partition, one order, one owner
 
@@ -104,6 +110,10 @@ class StreamCounters:
     folded: int = 0
     dead_lettered: int = 0
     skipped: int = 0
+    duplicates: int = 0
+    seq_gaps: int = 0
+    seq_missing: int = 0
+    restarts: int = 0
     foreign: int = 0
     snapshots: int = 0
     batches: int = 0
@@ -118,6 +128,34 @@ class StreamCounters:
 def tp_field(topic: str, partition: int) -> str:
     """The field of a partition in the applied-offsets hash: ``topic:partition``."""
     return f"{topic}:{partition}"
+
+
+def read_record(record: TelemetryRecord) -> Event | DeadLetter:
+    """Turn one consumed record into the event to fold, or the dead letter that says why it is none.
+
+    It never raises, whatever the record holds: a null or non-bytes value, bytes that are not UTF-8
+    or not JSON, an oversized value, JSON of the wrong types or of another schema.
+    """
+    try:
+        return parse_event(record.value, source=f"{tp_field(record.topic, record.partition)}@{record.offset}")
+    except InvalidInputError as exc:
+        return dead_letter(record.value, exc, read_position(record))
+
+
+def dead_letter(value: object, exc: InvalidInputError, position: SourceOffset) -> DeadLetter:
+    """The dead letter of a record's ``value`` refused with ``exc``, read at ``position``."""
+    if isinstance(value, bytes):
+        raw = value[:RAW_BYTES_KEPT].decode("utf-8", errors="replace")
+    elif isinstance(value, str):
+        raw = value[:RAW_BYTES_KEPT]
+    else:
+        raw = "" if value is None else repr(value)[:RAW_BYTES_KEPT]
+    return DeadLetter(code=exc.code, reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
+
+
+def read_position(record: TelemetryRecord) -> SourceOffset:
+    """Where ``record`` was read."""
+    return SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
 
 
 def _partition_of(field_name: str) -> Partition:
@@ -140,10 +178,11 @@ class TelemetryBatches:
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         self._deployment = deployment
         self._store = store
-        self._folder = Folder(deployment, registry, registration_grace_s=lifecycle.registration_grace_s)
+        self._folder = Folder(deployment, registry, registration_grace_s=lifecycle.registration_grace_s, limits=limits)
         self._retention_s = lifecycle.retention_s
         self._producer = producer
         self._consumer = consumer
@@ -215,27 +254,34 @@ class TelemetryBatches:
                 continue
             self._folded[tp] = record.offset
             self._pending_offsets[tp] = record.offset
-            position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
-            try:
-                event = parse_event(record.value, source=f"{tp}@{record.offset}")
-            except InvalidInputError as exc:
-                self._dead_letter(record, exc, position)
+            read = read_record(record)
+            if isinstance(read, DeadLetter):
+                self._send_dead_letter(record, read)
                 continue
+            event = read
             if event.deployment != self._deployment:
                 self._foreign(event)
                 continue
             self._ensure_loaded(event, tp)
+            position = read_position(record)
             if self._folder.already_folded(event.engine_id, position):
                 self.counters.skipped += 1
                 continue
-            if isinstance(event, PolicyApplied):
-                self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+            self._pending_engines.add(event.engine_id)
+            try:
+                admission = self._folder.admit(event, position)
+            except InvalidInputError as exc:
+                self._send_dead_letter(record, dead_letter(record.value, exc, position))
+                continue
+            if admission.duplicate:
+                self.counters.duplicates += 1
                 if self._metrics is not None:
-                    self._metrics.acked(event)
+                    self._metrics.duplicates.inc()
+                continue
+            self._admitted(event, admission)
             last_ts[event.engine_id] = event.ts
             self._partition_ts[tp] = max(self._partition_ts.get(tp, event.ts), event.ts)
-            snapshots.extend(self._folder.fold(event, position))
-            self._pending_engines.add(event.engine_id)
+            snapshots.extend(self._folder.apply(event, position))
             self.counters.folded += 1
         for snapshot in snapshots:
             self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
@@ -390,9 +436,35 @@ class TelemetryBatches:
             self._folder.load(engine, stored)
         self._engine_partition[engine] = tp
 
-    def _dead_letter(self, record: TelemetryRecord, exc: InvalidInputError, position: SourceOffset) -> None:
-        raw = record.value.decode("utf-8", errors="replace")[:70_000] if record.value is not None else ""
-        letter = DeadLetter(reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
-        self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
+    def _admitted(self, event: Event, admission: Admission) -> None:
+        """Count what the guard saw of an admitted event; keep a policy ack for the commit."""
+        if admission.seq_missing:
+            self.counters.seq_gaps += 1
+            self.counters.seq_missing += admission.seq_missing
+            log.info("seq_gap", engine_id=event.engine_id, seq=event.seq, missing=admission.seq_missing)
+            if self._metrics is not None:
+                self._metrics.seq_gaps.inc()
+                self._metrics.seq_missing.inc(admission.seq_missing)
+        if admission.restart:
+            self.counters.restarts += 1
+            if self._metrics is not None:
+                self._metrics.restarts.inc()
+            log.info("engine_restarted", engine_id=event.engine_id, source_epoch=event.source_epoch)
+        if isinstance(event, PolicyApplied):
+            self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+            if self._metrics is not None:
+                self._metrics.acked(event)
+
+    def _send_dead_letter(self, record: TelemetryRecord, letter: DeadLetter) -> None:
+        key = record.key if isinstance(record.key, bytes) else None
+        self._producer.send(DEADLETTER_TOPIC, key=key, value=letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
-        log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)
+        if self._metrics is not None:
+            self._metrics.dead_lettered(letter.code)
+        log.info(
+            "event_dead_lettered",
+            code=letter.code,
+            reason=letter.reason[:200],
+            partition=record.partition,
+            offset=record.offset,
+        )

@@ -13,6 +13,10 @@ helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
   quantiles (SLAI), and for DP engines the rank loads, imbalance and the step model
   T = C + t_l max_g L_g (BF-IO);
 - trigger bookkeeping: counters and last firing time per policy, and the snapshot version;
+- the event guard (services/stream/event_guard.py): recent event ids, ``seq`` and epoch, the
+  event-time watermark, and the counts of duplicates, ``seq`` gaps and restarts; a restart drops
+  the running requests of the old generation into the output-length window as censored at their
+  age (they were cut short, not finished);
 - for fleet-scope policies, the engine's contribution to the current fleet slot (services/stream/fleet.py).
 
 ``summary`` renders the current estimates as a typed ``EngineSummary`` (schemas/estimates.py, units in
@@ -64,9 +68,11 @@ from schemas.estimates import (
 from schemas.events import Event
 from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import BatchKind, RankStepReport, StepReport
+from services.stream.event_guard import DEFAULT_LIMITS, Admission, EventGuard, GuardLimits
 from services.stream.fleet import FleetSlot
 
-FORMAT = 2  # 2: in-flight ages (``in_flight``)
+FORMAT = 3  # 2: in-flight ages (``in_flight``); 3: the event guard (``guard``)
+READABLE_FORMATS = (2, 3)  # a format-2 state starts its guard empty
 OUTPUT_WINDOW_REQUESTS = 500  # seed-001 Alg. 1: W = 500
 RATE_WINDOW_S = 600.0
 SURVIVAL_MAX_TOKENS = 32_768
@@ -75,8 +81,9 @@ SURVIVAL_MAX_TOKENS = 32_768
 class EngineEstimates:
     """Every estimate of one engine, folded from its telemetry in stream order."""
 
-    def __init__(self, engine_id: str) -> None:
+    def __init__(self, engine_id: str, limits: GuardLimits = DEFAULT_LIMITS) -> None:
         self.engine_id = engine_id
+        self.guard = EventGuard(limits)
         self.engine: dict[str, JsonValue] = {}
         self.trigger_counts: dict[str, int] = {}
         self.last_fired_ts: dict[str, float] = {}
@@ -109,8 +116,20 @@ class EngineEstimates:
         self.step_model = StepTimeModel()
         self.fleet_slots: dict[str, FleetSlot] = {}
 
+    def admit(self, event: Event) -> Admission:
+        """Check ``event`` against the guard before folding it; on a restart, censor the old generation.
+
+        Raises:
+            InvalidInputError: the guard refused the event (stale epoch, time out of bounds).
+        """
+        admission = self.guard.admit(event)
+        if admission.restart:
+            for age in self.in_flight.drain():
+                self.outputs.update(ts_s=event.ts, output_tokens=age, censored=True)
+        return admission
+
     def fold(self, event: Event) -> None:
-        """Apply one event of this engine's stream."""
+        """Apply one event of this engine's stream (``admit`` it first, unless it is known to be clean)."""
         self.events_folded += 1
         self.last_ts = event.ts
         if isinstance(event, StepReport):
@@ -248,6 +267,10 @@ class EngineEstimates:
             tiers=self._tier_summary(),
             survival=self._survival_summary(sample),
             dp=self._dp_summary(),
+            duplicate_events=self.guard.duplicates,
+            seq_gaps=self.guard.seq_gaps,
+            seq_missing_events=self.guard.seq_missing,
+            restarts=self.guard.restarts,
         )
 
     def _registration(self) -> EngineRegistration | None:
@@ -338,6 +361,7 @@ class EngineEstimates:
             "format": FORMAT,
             "engine_id": self.engine_id,
             "engine": self.engine,
+            "guard": self.guard.to_dict(),
             "trigger_counts": self.trigger_counts,
             "last_fired_ts": self.last_fired_ts,
             "snapshot_version": self.snapshot_version,
@@ -371,16 +395,18 @@ class EngineEstimates:
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> EngineEstimates:
-        """Rebuild the state ``to_dict`` wrote.
+    def from_dict(cls, data: dict[str, Any], limits: GuardLimits = DEFAULT_LIMITS) -> EngineEstimates:
+        """Rebuild the state ``to_dict`` wrote (a format-2 state, from before the guard, with an empty guard).
 
         Raises:
             InvalidInputError: a state of another format version (rebuild it by replaying the log).
         """
-        if data["format"] != FORMAT:
+        if data["format"] not in READABLE_FORMATS:
             msg = f"engine estimates format must be {FORMAT}, got {data['format']!r} (engine {data['engine_id']})"
             raise InvalidInputError(msg, field="format", value=data["format"])
-        state = cls(str(data["engine_id"]))
+        state = cls(str(data["engine_id"]), limits)
+        if "guard" in data:
+            state.guard = EventGuard.from_dict(data["guard"], limits)
         state.engine = data["engine"]
         state.trigger_counts = {str(k): int(v) for k, v in data["trigger_counts"].items()}
         state.last_fired_ts = {str(k): float(v) for k, v in data["last_fired_ts"].items()}

@@ -56,6 +56,7 @@ from services.kafka_clients import record_producer
 from services.settings import DEFAULT_LIFECYCLE, LOCAL_BROKER_TIMEOUTS, EngineLifecycle, KafkaClientTimeouts
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
@@ -160,6 +161,7 @@ class FaustStreamProcessor:
         take_max: int = TAKE_MAX,
         take_within_s: float = TAKE_WITHIN_S,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -189,6 +191,7 @@ class FaustStreamProcessor:
             clock=clock,
             metrics=metrics,
             commit_interval_s=commit_interval_s,
+            limits=limits,
             lifecycle=lifecycle,
         )
         self._app.resume_positions = self._resume_positions

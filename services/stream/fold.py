@@ -1,10 +1,12 @@
 """The pure fold: telemetry events into per-engine estimates, and the trigger positions.
 
-``Folder`` holds the estimate state of the engines a processor owns. ``fold`` applies one event
-to its engine's estimates and returns the estimate snapshots taken at this position: for each
-registered engine-scope policy whose trigger fires here (every N events of a type, or every T
-seconds of event time on that engine's stream), and, for each fleet-scope policy, the engine's
-contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
+``Folder`` holds the estimate state of the engines a processor owns. ``admit`` checks one event
+against its engine's guard (services/stream/event_guard.py: duplicates are skipped, ``seq`` gaps and
+restarts counted, events of an older generation or out of time bounds refused); ``apply`` folds an
+admitted event into its engine's estimates and returns the estimate snapshots taken at this
+position: for each registered engine-scope policy whose trigger fires here (every N events of a
+type, or every T seconds of event time on that engine's stream), and, for each fleet-scope policy,
+the engine's contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
 Everything is a function of the event sequence alone, so the live processor and the offline
 replay produce identical snapshots (DESIGN principle 2), and an engine's state round-trips
 through JSON for the store.
@@ -22,6 +24,7 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.settings import REGISTRATION_GRACE_S
 from services.stream.estimates import EngineEstimates
+from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
 from services.stream.snapshot_id import snapshot_id
 from services.triggers import EveryEvents, EverySeconds, TriggerSpec
@@ -37,11 +40,21 @@ class Folder:
     """
 
     def __init__(
-        self, deployment: str, registry: Iterable[TriggerSpec], *, registration_grace_s: float = REGISTRATION_GRACE_S
+        self,
+        deployment: str,
+        registry: Iterable[TriggerSpec],
+        *,
+        registration_grace_s: float = REGISTRATION_GRACE_S,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
-        """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``)."""
+        """Fold for ``deployment``, snapshotting for each policy of ``registry`` (a ``PolicyRegistry``).
+
+        ``limits`` bound every engine's guard; the live processor and an offline replay that are to
+        agree must use the same.
+        """
         self._deployment = deployment
         self._registration_grace_s = registration_grace_s
+        self._limits = limits
         specs = list(registry)
         self._specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "engine"]
         self._fleet_specs: list[TriggerSpec] = [spec for spec in specs if spec.scope == "fleet"]
@@ -59,7 +72,7 @@ class Folder:
         self._first_ts.pop(engine_id, None)
         self._held.pop(engine_id, None)
         if state_json is None:
-            self.engines[engine_id] = EngineEstimates(engine_id)
+            self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
             self._folded_through[engine_id] = {}
             return
         data = json.loads(state_json)
@@ -70,7 +83,7 @@ class Folder:
         first_ts = data.pop("first_ts", None)
         if first_ts is not None:
             self._first_ts[engine_id] = float(first_ts)
-        self.engines[engine_id] = EngineEstimates.from_dict(data)
+        self.engines[engine_id] = EngineEstimates.from_dict(data, self._limits)
 
     def drop(self, engine_ids: list[str]) -> None:
         """Forget engines (their partition moved to another processor)."""
@@ -145,15 +158,37 @@ class Folder:
         return sorted(self._held)
 
     def fold(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
-        """Apply ``event`` and return the engine-scope snapshots taken at this position (possibly none).
+        """Admit ``event``, apply it unless it is a duplicate, and return the engine-scope snapshots taken here.
 
         Fleet contributions the event closes are held for ``release``.
+
+        Raises:
+            InvalidInputError: the engine's guard refused the event (see ``admit``).
+        """
+        if self.admit(event, position).duplicate:
+            return []
+        return self.apply(event, position)
+
+    def admit(self, event: Event, position: SourceOffset) -> Admission:
+        """Check ``event`` against its engine's guard (an unknown engine starts empty); see ``EngineEstimates.admit``.
+
+        The position counts as folded whatever the guard says (a duplicate or a refusal changes the
+        guard's counts), so a new owner that loads this state skips it (``already_folded``).
+
+        Raises:
+            InvalidInputError: the event belongs to an older producer generation, or its time is out of
+                bounds; its ``code`` says which.
         """
         engine_id = event.engine_id
         if engine_id not in self.engines:
-            self.engines[engine_id] = EngineEstimates(engine_id)
-        estimates = self.engines[engine_id]
+            self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
         self._folded_through.setdefault(engine_id, {})[f"{position.topic}:{position.partition}"] = position.offset
+        return self.engines[engine_id].admit(event)
+
+    def apply(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
+        """Fold an admitted ``event`` and return the snapshots taken at this position (possibly none)."""
+        engine_id = event.engine_id
+        estimates = self.engines[engine_id]
         self._first_ts.setdefault(engine_id, event.ts)
         admitted = self.admitted(engine_id) or isinstance(event, EngineRegistered)
         snapshots: list[EstimateSnapshot] = []

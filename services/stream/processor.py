@@ -27,6 +27,7 @@ from services.settings import (
 )
 from services.store.protocol import Store
 from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.triggers import TriggerSpec
 
 
@@ -66,6 +67,7 @@ class StreamProcessor:
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,
+        limits: GuardLimits = DEFAULT_LIMITS,
     ) -> None:
         self._clock = clock
         self._consumer = group_consumer(
@@ -85,6 +87,7 @@ class StreamProcessor:
             clock=clock,
             metrics=metrics,
             commit_interval_s=commit_interval_s,
+            limits=limits,
             lifecycle=lifecycle,
         )
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))

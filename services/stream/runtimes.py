@@ -21,6 +21,7 @@ from services.settings import (
     KafkaSecurity,
 )
 from services.store.protocol import Store
+from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.processor import StreamProcessor
 from services.triggers import TriggerSpec
 
@@ -42,6 +43,7 @@ def stream_processor(
     lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     security: KafkaSecurity = PLAINTEXT,
+    limits: GuardLimits = DEFAULT_LIMITS,
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 
@@ -70,6 +72,7 @@ def stream_processor(
             metrics=metrics,
             lifecycle=lifecycle,
             kafka_timeouts=kafka_timeouts,
+            limits=limits,
         )
     return StreamProcessor(
         deployment=deployment,
@@ -80,4 +83,5 @@ def stream_processor(
         lifecycle=lifecycle,
         kafka_timeouts=kafka_timeouts,
         security=security,
+        limits=limits,
     )

@@ -14,9 +14,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 
+from schemas.estimates import EngineSummary
 from schemas.events import Event, encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
+from schemas.records import DeadLetter
 from services.health import ServiceMetrics
 from services.policy.specs import default_registry
 from services.replay.replay import read_topic
@@ -25,7 +27,7 @@ from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, stop
 from services.store.redis_store import RedisStore
-from services.stream.batches import UNADMITTED_RETENTION_S
+from services.stream.batches import SUMMARY_NAME, UNADMITTED_RETENTION_S
 from services.stream.processor import StreamProcessor
 from tests.unit.stream.synthetic import synthetic_stream
 
@@ -226,3 +228,65 @@ def test_events_of_engines_that_never_registered_make_no_snapshot_and_their_keys
     client.close()
     assert all(0 < ttl <= UNADMITTED_RETENTION_S for ttl in stray_ttls)
     assert registered_ttl > UNADMITTED_RETENTION_S
+
+
+def _dead_letters(stack: StackState, deployment: str) -> list[DeadLetter]:
+    consumer = KafkaConsumer(
+        DEADLETTER_TOPIC,
+        bootstrap_servers=stack.kafka_bootstrap,
+        auto_offset_reset="earliest",
+        consumer_timeout_ms=3000,
+    )
+    letters = [DeadLetter.model_validate_json(m.value) for m in consumer if deployment.encode() in m.value]
+    consumer.close()
+    return letters
+
+
+def test_duplicates_are_skipped_and_an_old_epoch_and_a_far_future_event_are_dead_lettered_with_their_codes(
+    stack: StackState, deployment: str, redis_client: redis.Redis
+) -> None:
+    """One stream carries every case: each event of a slice produced twice (a retried batch), a
+    request.arrived 700 s ahead, and after the engine's restart an event of its old epoch."""
+    valid = synthetic_stream(engines=1, requests=80, deployment=deployment, seed=6)
+    first, second = valid[:150], valid[150:]
+    restarted = [
+        e.model_copy(update={"source_epoch": 1, "seq": i, "event_id": f"{e.event_id}-restarted"})
+        for i, e in enumerate(second)
+    ]
+    future = first[-1].model_copy(update={"ts": first[-1].ts + 700.0, "event_id": "from-the-future"})
+    stale = first[-1].model_copy(update={"event_id": "old-epoch", "ts": restarted[5].ts})
+    records = _records([*first, *first[100:140], future, *restarted[:10], stale, *restarted[10:]])
+    metrics = ServiceMetrics("stream", deployment)
+    processor = _fold_records(stack, deployment, records, metrics)
+    counters = processor.counters
+    assert (counters.folded, counters.duplicates, counters.restarts) == (len(valid), 40, 1)
+    assert sorted(letter.code for letter in _dead_letters(stack, deployment)) == ["event_time_ahead", "stale_epoch"]
+    stored = redis_client.get(estimate_key(deployment, "eng-0", SUMMARY_NAME))
+    assert isinstance(stored, bytes)
+    summary = EngineSummary.model_validate_json(stored)
+    assert (summary.duplicate_events, summary.restarts, summary.seq_gaps) == (40, 1, 0)
+    assert summary.events_folded == len(valid)
+
+
+def test_the_engine_publisher_is_idempotent_and_a_batch_sent_twice_folds_once(
+    stack: StackState, deployment: str
+) -> None:
+    """The SDK's producer runs with idempotence on this broker; a batch that reaches the log twice
+    anyway (a second producer session resending it) is skipped by the processor."""
+    valid = synthetic_stream(engines=2, requests=100, deployment=deployment, seed=8)
+    publisher = TelemetryPublisher(stack.kafka_bootstrap)
+    for event in valid:
+        publisher.publish(event)
+    assert publisher.flush(10.0)
+    producer = publisher._producer
+    assert producer is not None
+    assert producer.config["enable_idempotence"]
+    publisher.close()
+    again = TelemetryPublisher(stack.kafka_bootstrap)
+    for event in valid[60:120]:
+        again.publish(event)
+    assert again.flush(10.0)
+    again.close()
+    assert (publisher.stats().delivered, again.stats().delivered) == (len(valid), 60)
+    processor = _fold_records(stack, deployment, [])
+    assert (processor.counters.folded, processor.counters.duplicates) == (len(valid), 60)

@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import structlog.testing
+
+from schemas.estimates import EngineSummary
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from schemas.records import EstimateSnapshot
+from services.health import ServiceMetrics
 from services.policy.specs import default_registry
 from services.settings import EngineLifecycle
 from services.store.memory_store import MemoryStore
@@ -275,3 +279,73 @@ def test_fleet_snapshots_are_the_same_whether_partitions_are_read_together_or_on
     assert len(expected) >= 5
     assert _fleet_snapshots_when_read(one_then_other, ends) == expected
     assert _fleet_snapshots_when_read(other_then_one, ends) == expected
+
+
+def _exported(metrics: ServiceMetrics, name: str) -> float:
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        if family.name == name
+        for sample in family.samples
+        if sample.name.endswith("_total")
+    )
+
+
+def test_a_retried_batch_produced_again_at_new_offsets_is_skipped_and_counted_not_folded_twice() -> None:
+    """A producer without idempotence retries a batch the broker had taken: the records come twice."""
+    events = synthetic_stream(engines=1, requests=60, deployment="dep", seed=2)
+    values = [encode_event(event) for event in events]
+    retried = values[:100] + values[70:100] + values[100:]
+    store, metrics = MemoryStore(), ServiceMetrics("stream", "dep")
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=store,
+        registry=default_registry(),
+        producer=KeptProducer(),  # type: ignore[arg-type]
+        consumer=Consumer(),
+        metrics=metrics,
+        commit_interval_s=3600.0,
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.process([Record(TELEMETRY_TOPIC, 0, offset, b"eng-0", value) for offset, value in enumerate(retried)])
+    assert batches.commit()
+    once = MemoryStore()
+    clean = _batches(once, KeptProducer(), Consumer())
+    clean.resume_positions([(TELEMETRY_TOPIC, 0)])
+    clean.process(_records("dep"))
+    assert clean.commit()
+    assert (batches.counters.folded, batches.counters.duplicates) == (len(values), 30)
+    assert _exported(metrics, "governor_events_duplicate") == 30
+    summary = EngineSummary.model_validate_json(once.summaries["gov:dep:est:eng-0:summary"])
+    retried_summary = EngineSummary.model_validate_json(store.summaries["gov:dep:est:eng-0:summary"])
+    assert retried_summary.duplicate_events == 30
+    assert retried_summary.model_copy(update={"duplicate_events": 0}) == summary
+
+
+def test_gaps_and_restarts_are_counted_exported_and_logged() -> None:
+    events = synthetic_stream(engines=1, requests=30, deployment="dep", seed=2)
+    restarted = [
+        event.model_copy(update={"source_epoch": 1, "seq": event.seq - 60, "event_id": f"{event.event_id}-b"})
+        for event in events[60:]
+    ]
+    stream = events[:20] + events[25:60] + restarted
+    metrics = ServiceMetrics("stream", "dep")
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=MemoryStore(),
+        registry=default_registry(),
+        producer=KeptProducer(),  # type: ignore[arg-type]
+        consumer=Consumer(),
+        metrics=metrics,
+        commit_interval_s=3600.0,
+    )
+    with structlog.testing.capture_logs() as logs:
+        batches.process(
+            [Record(TELEMETRY_TOPIC, 0, i, b"eng-0", encode_event(event)) for i, event in enumerate(stream)]
+        )
+    counters = batches.counters
+    assert (counters.seq_gaps, counters.seq_missing, counters.restarts) == (1, 5, 1)
+    assert _exported(metrics, "governor_seq_gaps") == 1
+    assert _exported(metrics, "governor_seq_missing_events") == 5
+    assert _exported(metrics, "governor_engine_restarts") == 1
+    assert [e["source_epoch"] for e in logs if e["event"] == "engine_restarted"] == [1]
