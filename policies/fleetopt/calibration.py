@@ -24,7 +24,6 @@ under-sizes the short pool by up to 2x.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import random
@@ -236,6 +235,7 @@ class _WeightedSums:
         buckets = len(self.weights)
         self._at_edges = at_edges
         self._edges = np.asarray(self.edges, dtype=np.int64)
+        self._fracs = np.asarray(self.fracs, dtype=np.float64)
         self._weights = np.asarray(self.weights, dtype=np.float64)
         self._below = np.zeros((_ROWS, buckets + 1), dtype=np.float64)
         np.cumsum(per_bucket, axis=1, out=self._below[:, 1:])
@@ -256,41 +256,107 @@ class _WeightedSums:
         rows: npt.NDArray[np.float64] = self._above[:, k + 1] + self._weights[k] * part
         return rows
 
-    def cum_mass(self, x_tokens: int) -> float:
-        """F(x) for an integer 0 <= x <= top, from the bucket weights."""
-        if x_tokens <= 0:
-            return 0.0
-        k = bisect.bisect_left(self.edges, x_tokens) - 1
-        return self.fracs[k] + self.weights[k] * (x_tokens - self.edges[k])
+    def cum_mass_columns(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """F(x) for integers 0 <= x <= top, from the bucket weights (exactly F(0) = 0)."""
+        k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
+        mass: npt.NDArray[np.float64] = self._fracs[k] + self._weights[k] * (x_tokens - self._edges[k])
+        return mass
 
-    def quantile_tokens(self, target_mass: float) -> int:
-        """Smallest integer L in 1..top with F(L) >= target_mass as ``cum_mass`` evaluates it (top when none)."""
-        k = min(bisect.bisect_left(self.fracs, target_mass), len(self.fracs) - 1)
-        if k == 0:
-            return 1
-        lo_tokens, hi_tokens, weight = self.edges[k - 1], self.edges[k], self.weights[k - 1]
+    def quantile_columns(self, target_mass: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        """Smallest integer L in 1..top with F(L) >= each target, as ``cum_mass_columns`` rounds it (top when none)."""
+        k = np.minimum(np.searchsorted(self._fracs, target_mass, side="left"), self._fracs.size - 1)
+        below = np.maximum(k - 1, 0)
+        lo_tokens, hi_tokens = self._edges[below], self._edges[k]
+        weight, base = self._weights[below], self._fracs[below]
         # F is linear inside the bucket (weight > 0 there since F rises past the target): solve,
         # then step to the first length whose rounded F reaches the target.
-        guess = lo_tokens + math.ceil((target_mass - self.fracs[k - 1]) / weight) if weight > 0.0 else hi_tokens
-        guess = min(max(guess, lo_tokens + 1), hi_tokens)
-        while guess > lo_tokens + 1 and self.cum_mass(guess - 1) >= target_mass:
-            guess -= 1
-        while guess < hi_tokens and self.cum_mass(guess) < target_mass:
-            guess += 1
-        return guess
+        with np.errstate(divide="ignore", invalid="ignore"):
+            solved = lo_tokens + np.ceil((target_mass - base) / weight)
+        guess = np.where(weight > 0.0, solved, hi_tokens)
+        guess = np.minimum(np.maximum(guess, lo_tokens + 1), hi_tokens).astype(np.int64)
+        while True:
+            down = (guess > lo_tokens + 1) & (base + weight * (guess - 1 - lo_tokens) >= target_mass)
+            if not down.any():
+                break
+            guess -= down
+        while True:
+            up = (guess < hi_tokens) & (base + weight * (guess - lo_tokens) < target_mass)
+            if not up.any():
+                break
+            guess += up
+        tokens: npt.NDArray[np.int64] = np.where(k == 0, 1, guess)
+        return tokens
 
     def weights_of(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """Probability of each length in ``lengths`` (all within 1..top)."""
         return self._weights[np.searchsorted(self._edges, lengths, side="left") - 1]
 
 
-class ExactCalibrator:
-    """Closed-form pool calibrations of one CDF for every (B_short, gamma) of a sweep.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationColumns:
+    """Calibrations of one pool kind (short or long) for many sweep points, one column per point.
 
-    Each calibration is a handful of range sums over the CDF's buckets (``_WeightedSums``),
-    evaluated for all gammas of one B at once, so a whole sweep costs O(buckets) set-up plus
-    O(log max_tokens) per point, whatever B, gamma and n_max are; the per-length tables behind
-    it depend only on the input share and are memoised.
+    The fields are those of ``PoolCalibration``; ``present`` is False where the pool receives no
+    mass (``PoolCalibration`` None), and the other fields are meaningless there.
+    """
+
+    present: npt.NDArray[np.bool_]
+    n_slots: npt.NDArray[np.int64]
+    mean_service_s: npt.NDArray[np.float64]
+    cv2: npt.NDArray[np.float64]
+    mu_gpu_per_s: npt.NDArray[np.float64]
+    mean_prefill_s: npt.NDArray[np.float64]
+    ttft_overhead_s: npt.NDArray[np.float64]
+
+    def at(self, index: int) -> PoolCalibration:
+        """The calibration of column ``index`` as an object (read ``present`` first)."""
+        return PoolCalibration(
+            n_slots=int(self.n_slots[index]),
+            mean_service_s=float(self.mean_service_s[index]),
+            cv2=float(self.cv2[index]),
+            mu_gpu_per_s=float(self.mu_gpu_per_s[index]),
+            mean_prefill_s=float(self.mean_prefill_s[index]),
+            ttft_overhead_s=float(self.ttft_overhead_s[index]),
+        )
+
+    def all(self) -> list[PoolCalibration | None]:
+        """Every column as an object (``at`` for each, with one array-to-list conversion per field)."""
+        fields = zip(
+            self.present.tolist(),
+            self.n_slots.tolist(),
+            self.mean_service_s.tolist(),
+            self.cv2.tolist(),
+            self.mu_gpu_per_s.tolist(),
+            self.mean_prefill_s.tolist(),
+            self.ttft_overhead_s.tolist(),
+            strict=True,
+        )
+        return [
+            PoolCalibration(
+                n_slots=n, mean_service_s=e1, cv2=cv2, mu_gpu_per_s=mu, mean_prefill_s=pre, ttft_overhead_s=over
+            )
+            if present
+            else None
+            for present, n, e1, cv2, mu, pre, over in fields
+        ]
+
+
+def slots_per_gpu_columns(ctx_tokens: npt.NDArray[np.int64], params: FleetoptParams) -> npt.NDArray[np.int64]:
+    """``slots_per_gpu`` of each context window, in integer arithmetic as the scalar form."""
+    by_compute = params.calib_slots * params.calib_ctx_tokens // ctx_tokens
+    by_memory = params.kv_blocks // -(-ctx_tokens // params.kv_block_tokens)
+    slots: npt.NDArray[np.int64] = np.maximum(1, np.minimum(by_compute, by_memory))
+    return slots
+
+
+class ExactCalibrator:
+    """Closed-form pool calibrations of one CDF for every (B_short, gamma) of a sweep at once.
+
+    Each calibration is a handful of range sums over the CDF's buckets (``_WeightedSums``). All
+    points of a sweep are columns of the same numpy expressions, so a whole sweep costs a fixed
+    number of array passes of width (points) after a set-up that depends only on the CDF; the
+    per-length tables behind it depend only on the input share and are memoised. Every column is
+    computed by the same float operations, in the same order, as a point calibrated on its own.
     """
 
     def __init__(self, cdf: LengthCdf, params: FleetoptParams, *, input_frac: float) -> None:
@@ -303,55 +369,50 @@ class ExactCalibrator:
         self._sums = _WeightedSums(cdf, law)
         self._n_long = slots_per_gpu(params.long_ctx_tokens, params)
 
-    def pools(
-        self, b_tokens: int, gamma_b_tokens: tuple[int, ...], p_c: float
-    ) -> tuple[tuple[PoolCalibration | None, PoolCalibration | None], ...]:
-        """(short, long) calibrations for one B_short and each band top gamma*B, None for an empty pool.
+    def pool_columns(
+        self, b_tokens: npt.NDArray[np.int64], gamma_b_tokens: npt.NDArray[np.int64], p_c: float
+    ) -> tuple[CalibrationColumns, CalibrationColumns]:
+        """(short, long) calibrations of each point (B_short, gamma*B), one column per point.
 
         The short pool holds native L <= B plus compressed borderline requests (weight p_c); the
         long pool L > gamma*B plus borderline requests left uncompressed (weight 1 - p_c).
         Compressed requests are counted at L = B for the P99 prefill, an upper bound within one token.
 
         Args:
-            b_tokens: B_short, the short pool's context window.
-            gamma_b_tokens: floor(gamma * B) per gamma, each >= B.
+            b_tokens: B_short of each point, the short pool's context window.
+            gamma_b_tokens: floor(gamma * B) of each point, each >= its B.
             p_c: effective compressibility of the borderline band.
         """
         top = self._top
-        tops = np.minimum(np.asarray(gamma_b_tokens, dtype=np.int64), top)
-        n_short = slots_per_gpu(b_tokens, self._params)
-        native_row = self._sums.prefix(np.asarray([min(b_tokens, top)], dtype=np.int64))
-        native = self._native(native_row, n_short)
+        b_top = np.minimum(b_tokens, top)
+        tops = np.minimum(gamma_b_tokens, top)
+        n_short = slots_per_gpu_columns(b_tokens, self._params)
+        native = self._native(self._sums.prefix(b_top), n_short)
         short = native.plus(self._compressed(b_tokens, tops, n_short), p_c)
-        # Suffix sums at B + 1 and at each gamma*B + 1: the band is their difference, the rest lies above.
-        ends = self._sums.suffix(np.concatenate(([min(b_tokens, top) + 1], tops + 1)))
-        band = self._native(ends[:, :1] - ends[:, 1:], self._n_long)
-        above = self._native(ends[:, 1:], self._n_long)
+        # Suffix sums at B + 1 and at gamma*B + 1: the band is their difference, the rest lies above.
+        ends = self._sums.suffix(np.concatenate((b_top + 1, tops + 1)))
+        at_b, at_top = ends[:, : b_top.size], ends[:, b_top.size :]
+        band = self._native(at_b - at_top, self._n_long)
+        above = self._native(at_top, self._n_long)
         long = above.plus(band, 1.0 - p_c)
-        cum_b = self._sums.cum_mass(min(b_tokens, top))
-        native_mass = float(native.mass[0])
-        band_masses = ((1.0 - p_c) * band.mass).tolist()
-        short_rows = zip(short.mass.tolist(), short.s1.tolist(), short.s2.tolist(), short.pre.tolist(), strict=True)
-        long_rows = zip(long.mass.tolist(), long.s1.tolist(), long.s2.tolist(), long.pre.tolist(), strict=True)
-        out: list[tuple[PoolCalibration | None, PoolCalibration | None]] = []
-        for gb, band_mass, short_row, long_row in zip(tops.tolist(), band_masses, short_rows, long_rows, strict=True):
-            short_calib = None
-            if short_row[0] > 0.0:
-                target = PREFILL_QUANTILE_FRAC * short_row[0]
-                l99 = self._sums.quantile_tokens(target) if target <= native_mass else b_tokens
-                short_calib = self._finish(short_row, n_short, min(l99, b_tokens))
-            long_calib = None
-            if long_row[0] > 0.0:
-                target = PREFILL_QUANTILE_FRAC * long_row[0]
-                if target <= band_mass:
-                    l99 = self._sums.quantile_tokens(cum_b + target / (1.0 - p_c))
-                else:
-                    l99 = self._sums.quantile_tokens(self._sums.cum_mass(gb) + (target - band_mass))
-                long_calib = self._finish(long_row, self._n_long, l99)
-            out.append((short_calib, long_calib))
-        return tuple(out)
 
-    def _native(self, rows: npt.NDArray[np.float64], n_slots: int) -> _Moments:
+        short_target = PREFILL_QUANTILE_FRAC * short.mass
+        short_l99 = np.where(short_target <= native.mass, self._sums.quantile_columns(short_target), b_tokens)
+        band_mass = (1.0 - p_c) * band.mass
+        long_target = PREFILL_QUANTILE_FRAC * long.mass
+        in_band = long_target <= band_mass
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # Only read where in_band, which needs band mass, hence p_c < 1.
+            band_level = self._sums.cum_mass_columns(b_top) + long_target / (1.0 - p_c)
+        above_level = self._sums.cum_mass_columns(tops) + (long_target - band_mass)
+        level = np.where(in_band, band_level, above_level)
+        long_l99 = self._sums.quantile_columns(np.where(long.mass > 0.0, level, 0.0))
+        return (
+            self._finish(short, n_short, np.minimum(short_l99, b_tokens)),
+            self._finish(long, np.full(tops.size, self._n_long, dtype=np.int64), long_l99),
+        )
+
+    def _native(self, rows: npt.NDArray[np.float64], n_slots: npt.NDArray[np.int64] | int) -> _Moments:
         """Moments of requests served as they are, from range row sums of shape (9, K), at n_max = n_slots."""
         p = self._params
         k_n = p.h_s_per_slot / p.calib_ctx_tokens * n_slots
@@ -362,71 +423,103 @@ class ExactCalibrator:
             pre=(p.w_s + p.h_s_per_slot) * rows[_CHUNKS],
         )
 
-    def _compressed(self, b_tokens: int, tops: npt.NDArray[np.int64], n_slots: int) -> _Moments:
-        """Requests of original length B + 1 .. top compressed to B_short (Eq. 15), at n_max = n_slots, per top.
+    def _compressed(
+        self, b_tokens: npt.NDArray[np.int64], tops: npt.NDArray[np.int64], n_slots: npt.NDArray[np.int64]
+    ) -> _Moments:
+        """Requests of original length B + 1 .. top compressed to B_short (Eq. 15), per point.
 
         Such a request keeps l_out and its prompt becomes max(1, B - l_out), so while l_out < B it
         holds S = (ceil((B - l_out) / C_chunk) + l_out) (W + H (B / C_calib) n): on each run of
         lengths with the same chunk count j that needs only sum w, sum w l_out and sum w l_out^2.
-        l_out is non-decreasing in L, so the runs are found by bisection. Outputs of B or more
-        (possible only for gamma >= 1 / (1 - input_frac)) are summed length by length.
+        l_out is non-decreasing in L, so the runs are found by bisection. The runs of every B are
+        padded to the longest list with empty runs (which add exact zeros after the live ones), so
+        one pass serves all points. Outputs of B or more (possible only for
+        gamma >= 1 / (1 - input_frac)) are summed length by length.
         """
         p = self._params
         chunk = p.chunk_tokens
-        lo = b_tokens + 1
-        zeros = np.zeros(tops.size, dtype=np.float64)
-        mass, s1, s2, pre = zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy()
-        hi_max = int(tops.max())
-        if lo > hi_max:
-            return _Moments(mass=mass, s1=s1, s2=s2, pre=pre)
+        distinct, group = np.unique(b_tokens, return_inverse=True)
+        group_top = np.zeros(distinct.size, dtype=np.int64)
+        np.maximum.at(group_top, group, tops)
+        l_out = self._l_out
+        run_counts: list[list[int]] = []
+        tail_from: list[int] = []
+        for b, hi_max in zip(distinct.tolist(), group_top.tolist(), strict=True):
+            lo = b + 1
+            counts: list[int] = []
+            if lo <= hi_max:
+                out_lo, out_hi = int(l_out[lo]), int(l_out[hi_max])
+                if out_lo < b:
+                    j_hi = -(-(b - out_lo) // chunk)
+                    j_lo = -(-(b - min(out_hi, b - 1)) // chunk)
+                    counts = list(range(j_hi, j_lo - 2, -1))
+            run_counts.append(counts)
+            tail_from.append(lo)
+        runs = max(1, max(len(c) for c in run_counts) - 1)
+        # Padded runs are empty: they start at 1 and end at 0.
+        starts = np.ones((distinct.size, runs), dtype=np.int64)
+        ends = np.zeros((distinct.size, runs), dtype=np.int64)
+        chunks = np.zeros((distinct.size, runs), dtype=np.float64)
+        flat = [b - j * chunk for b, counts in zip(distinct.tolist(), run_counts, strict=True) for j in counts]
+        edges = np.searchsorted(l_out, np.asarray(flat, dtype=np.int64), side="left").tolist()
+        at = 0
+        for i, counts in enumerate(run_counts):
+            if counts:
+                # The run with j chunks starts at the first length whose output reaches B - j * C_chunk.
+                run_edges = edges[at : at + len(counts)]
+                starts[i, : len(counts) - 1] = np.maximum(tail_from[i], run_edges[:-1])
+                ends[i, : len(counts) - 1] = np.asarray(run_edges[1:]) - 1
+                chunks[i, : len(counts) - 1] = counts[:-1]
+            at += len(counts)
+        run_lo = starts[group].T  # shape (runs, K)
+        run_hi = np.minimum(tops[None, :], ends[group].T)
+        live = run_lo <= run_hi
+        grid_hi = np.where(live, run_hi, 0).ravel()
+        grid_lo = np.where(live, run_lo - 1, 0).ravel()
+        sums = (self._sums.prefix(grid_hi) - self._sums.prefix(grid_lo)).reshape(_ROWS, *live.shape)
+        j = chunks[group].T
+        m0, m1, m2 = sums[_MASS], sums[_OUT], sums[_OUT2]
         t_iter = p.w_s + p.h_s_per_slot * (b_tokens / p.calib_ctx_tokens) * n_slots
         prefill_s_per_chunk = p.w_s + p.h_s_per_slot
-        out_lo, out_hi = int(self._l_out[lo]), int(self._l_out[hi_max])
-        if out_lo < b_tokens:
-            j_hi = -(-(b_tokens - out_lo) // chunk)
-            j_lo = -(-(b_tokens - min(out_hi, b_tokens - 1)) // chunk)
-            # The run with j chunks starts at the first length whose output reaches B - j * C_chunk.
-            counts = np.arange(j_hi, j_lo - 2, -1, dtype=np.int64)
-            edges = np.searchsorted(self._l_out, b_tokens - counts * chunk, side="left")
-            run_lo = np.maximum(lo, edges[:-1])[:, None]  # shape (runs, 1)
-            run_hi = np.minimum(tops[None, :], edges[1:, None] - 1)  # shape (runs, K)
-            live = run_lo <= run_hi
-            grid_hi = np.where(live, run_hi, 0).ravel()
-            grid_lo = np.where(live, run_lo - 1, 0).ravel()
-            sums = (self._sums.prefix(grid_hi) - self._sums.prefix(grid_lo)).reshape(_ROWS, *live.shape)
-            j = counts[:-1, None].astype(np.float64)
-            m0, m1, m2 = sums[_MASS], sums[_OUT], sums[_OUT2]
-            mass += m0.sum(axis=0)
-            s1 += t_iter * (j * m0 + m1).sum(axis=0)
-            s2 += t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
-            pre += prefill_s_per_chunk * (j * m0).sum(axis=0)
-        tail_lo = max(lo, int(np.searchsorted(self._l_out, b_tokens, side="left")))
-        for i, hi in enumerate(tops.tolist()):
-            if tail_lo > hi:
-                continue
+        mass = m0.sum(axis=0)
+        s1 = t_iter * (j * m0 + m1).sum(axis=0)
+        s2 = t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
+        pre = prefill_s_per_chunk * (j * m0).sum(axis=0)
+        long_outputs = np.searchsorted(l_out, distinct, side="left")
+        tail_lo = np.maximum(np.asarray(tail_from, dtype=np.int64), long_outputs)[group]
+        for i in np.flatnonzero(tail_lo <= tops).tolist():
+            lo_i, hi_i = int(tail_lo[i]), int(tops[i])
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).
-            w = self._sums.weights_of(np.arange(tail_lo, hi + 1, dtype=np.int64))
-            held = 1.0 + self._l_out[tail_lo : hi + 1]
-            service = held * (p.w_s + p.h_s_per_slot * (held / p.calib_ctx_tokens) * n_slots)
+            w = self._sums.weights_of(np.arange(lo_i, hi_i + 1, dtype=np.int64))
+            held = 1.0 + l_out[lo_i : hi_i + 1]
+            service = held * (p.w_s + p.h_s_per_slot * (held / p.calib_ctx_tokens) * int(n_slots[i]))
             mass[i] += w.sum()
             s1[i] += (w * service).sum()
             s2[i] += (w * service * service).sum()
             pre[i] += prefill_s_per_chunk * w.sum()
         return _Moments(mass=mass, s1=s1, s2=s2, pre=pre)
 
-    def _finish(self, moments: tuple[float, float, float, float], n_slots: int, l99_tokens: int) -> PoolCalibration:
-        """The calibration from one pool's (mass, sum w S, sum w S^2, sum w prefill) and its P99 length."""
-        mass, s1, s2, pre = moments
-        e1 = s1 / mass
-        e2 = s2 / mass
-        l_in, _ = split_tokens(l99_tokens, self._input_frac)
+    def _finish(
+        self, moments: _Moments, n_slots: npt.NDArray[np.int64], l99_tokens: npt.NDArray[np.int64]
+    ) -> CalibrationColumns:
+        """The calibrations from each point's moments and P99 length; absent where the mass is 0."""
         p = self._params
+        present = moments.mass > 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e1 = moments.s1 / moments.mass
+            e2 = moments.s2 / moments.mass
+            cv2 = np.maximum(0.01, e2 / (e1 * e1) - 1.0)
+            mu = n_slots / e1
+            mean_prefill = moments.pre / moments.mass
+        l_in = np.maximum(1, np.floor(self._input_frac * l99_tokens))
         first_decode = p.w_s + p.h_s_per_slot * (l99_tokens / p.calib_ctx_tokens) * n_slots
-        return PoolCalibration(
+        overhead = np.ceil(l_in / p.chunk_tokens) * (p.w_s + p.h_s_per_slot) + first_decode
+        return CalibrationColumns(
+            present=present,
             n_slots=n_slots,
             mean_service_s=e1,
-            cv2=max(0.01, e2 / (e1 * e1) - 1.0),
-            mu_gpu_per_s=n_slots / e1,
-            mean_prefill_s=pre / mass,
-            ttft_overhead_s=prefill_s(l_in, p) + first_decode,
+            cv2=cv2,
+            mu_gpu_per_s=mu,
+            mean_prefill_s=mean_prefill,
+            ttft_overhead_s=overhead,
         )

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 from schemas.errors import InvalidInputError
@@ -95,3 +97,28 @@ def _surely_rare_wait(c_servers: int, offered_load_erlangs: float) -> bool:
     varrho = offered_load_erlangs / c_servers
     log_pmf = c_servers * math.log(offered_load_erlangs) - offered_load_erlangs - math.lgamma(c_servers + 1.0)
     return log_pmf + math.log(2.0 / (1.0 - varrho)) < math.log(0.1 * WAIT_TAIL_FRAC)
+
+
+def rare_wait_columns(
+    c_servers: npt.NDArray[np.float64],
+    arrival_rate_per_s: npt.NDArray[np.float64],
+    mu_slot_per_s: npt.NDArray[np.float64],
+) -> npt.NDArray[np.bool_]:
+    """Per column: the queue is stable and ``_surely_rare_wait`` holds, so ``p99_wait_s`` returns 0.
+
+    The bound of ``_surely_rare_wait`` evaluated with numpy's log and log-gamma over many pools at
+    once; its 10x margin makes the verdict independent of which library's rounding computed it.
+
+    Args:
+        c_servers: slots of each pool, n_gpus * n_max (integers held as floats).
+        arrival_rate_per_s: lambda_p of each pool, > 0.
+        mu_slot_per_s: service rate of one slot of each pool.
+    """
+    capacity_per_s = c_servers * mu_slot_per_s
+    offered = arrival_rate_per_s / mu_slot_per_s
+    stable = arrival_rate_per_s < capacity_per_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_pmf = c_servers * np.log(offered) - offered - special.gammaln(c_servers + 1.0)
+        bound = log_pmf + np.log(2.0 / (1.0 - offered / c_servers))
+    rare: npt.NDArray[np.bool_] = stable & (bound < math.log(0.1 * WAIT_TAIL_FRAC))
+    return rare

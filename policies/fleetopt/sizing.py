@@ -10,8 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies.fleetopt.calibration import PoolCalibration
-from policies.fleetopt.erlang import p99_wait_s
+import numpy as np
+import numpy.typing as npt
+
+from policies.fleetopt.calibration import CalibrationColumns, PoolCalibration
+from policies.fleetopt.erlang import p99_wait_s, rare_wait_columns
 from policies.fleetopt.params import FleetoptParams, PlannerMode
 
 #: Exact mode gives up past this many GPUs per pool (a wait budget no fleet can meet).
@@ -153,4 +156,88 @@ def _predict(
         p99_wait_s=wait,
         p99_ttft_s=ttft,
         slo_met=ttft <= params.t_slo_s,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SizingColumns:
+    """``PoolSizing`` of one pool kind for many sweep points, one column per point."""
+
+    n_gpus: npt.NDArray[np.int64]
+    arrival_rate_per_s: npt.NDArray[np.float64]
+    util_frac: npt.NDArray[np.float64]
+    p99_wait_s: npt.NDArray[np.float64]
+    p99_ttft_s: npt.NDArray[np.float64]
+    slo_met: npt.NDArray[np.bool_]
+
+    def at(self, index: int) -> PoolSizing:
+        """Column ``index`` as an object."""
+        return PoolSizing(
+            n_gpus=int(self.n_gpus[index]),
+            arrival_rate_per_s=float(self.arrival_rate_per_s[index]),
+            util_frac=float(self.util_frac[index]),
+            p99_wait_s=float(self.p99_wait_s[index]),
+            p99_ttft_s=float(self.p99_ttft_s[index]),
+            slo_met=bool(self.slo_met[index]),
+        )
+
+    def all(self) -> list[PoolSizing]:
+        """Every column as an object, with one array-to-list conversion per field."""
+        fields = zip(
+            self.n_gpus.tolist(),
+            self.arrival_rate_per_s.tolist(),
+            self.util_frac.tolist(),
+            self.p99_wait_s.tolist(),
+            self.p99_ttft_s.tolist(),
+            self.slo_met.tolist(),
+            strict=True,
+        )
+        return [
+            PoolSizing(n_gpus=n, arrival_rate_per_s=lam, util_frac=u, p99_wait_s=w, p99_ttft_s=t, slo_met=ok)
+            for n, lam, u, w, t, ok in fields
+        ]
+
+
+def size_pool_columns(
+    arrival_rate_per_s: npt.NDArray[np.float64], calib: CalibrationColumns, params: FleetoptParams
+) -> SizingColumns:
+    """Exact-mode ``size_pool`` of every column, a pool being empty where it has no calibration or a trickle.
+
+    The search of ``_search`` starts at n0 = max(ceil(a / rho_max), floor(a) + 1) and stops there
+    whenever W99(n0) fits the budget. With thousands of KV slots per pool that is nearly always so
+    because the Erlang-C probability is provably below 1 % (``erlang.rare_wait_columns``), making
+    W99(n0) = 0: those columns are sized in one numpy pass. Any other column goes through the
+    scalar ``size_pool``, so every column is exactly what ``size_pool`` returns for it.
+    """
+    lam = arrival_rate_per_s
+    sized = calib.present & (lam > params.min_pool_rate_per_s)
+    trickle = lam <= params.min_pool_rate_per_s
+    n_gpus = np.zeros(lam.size, dtype=np.int64)
+    util = np.zeros(lam.size, dtype=np.float64)
+    wait = np.where(trickle, 0.0, math.inf)
+    ttft = wait.copy()
+    slo_met = trickle.copy()
+    idx = np.flatnonzero(sized)
+    lam_s, mu_gpu, slots = lam[idx], calib.mu_gpu_per_s[idx], calib.n_slots[idx]
+    n_cap = np.ceil(lam_s / (mu_gpu * params.rho_max))
+    n0 = np.maximum(np.maximum(1.0, n_cap), np.floor(lam_s / mu_gpu) + 1.0)
+    fast = (n0 <= EXACT_SEARCH_LIMIT_GPUS) & rare_wait_columns(n0 * slots, lam_s, mu_gpu / slots)
+    n_fast = n0[fast].astype(np.int64)
+    at_fast = idx[fast]
+    n_gpus[at_fast] = n_fast
+    util[at_fast] = lam_s[fast] / (n_fast * mu_gpu[fast])
+    wait[at_fast] = 0.0
+    ttft[at_fast] = calib.ttft_overhead_s[at_fast]
+    slo_met[at_fast] = ttft[at_fast] <= params.t_slo_s
+    for i in idx[~fast].tolist():
+        pool = size_pool(float(lam[i]), calib.at(i), params)
+        n_gpus[i], util[i], wait[i], ttft[i], slo_met[i] = (
+            pool.n_gpus,
+            pool.util_frac,
+            pool.p99_wait_s,
+            pool.p99_ttft_s,
+            pool.slo_met,
+        )
+    return SizingColumns(
+        n_gpus=n_gpus, arrival_rate_per_s=lam, util_frac=util, p99_wait_s=wait, p99_ttft_s=ttft, slo_met=slo_met
     )
