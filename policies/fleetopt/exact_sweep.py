@@ -12,6 +12,7 @@ bit for bit; ``sweep.py`` turns columns into ``PlanPoint`` objects only when the
 from __future__ import annotations
 
 import dataclasses
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -71,6 +72,77 @@ def cdf_at_columns(cdf: LengthCdf, x_tokens: npt.NDArray[np.int64]) -> npt.NDArr
     return at
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RateFree:
+    """What a sweep computes before the arrival rate enters: the points, their shares and calibrations.
+
+    ``calibs`` holds the short pools' columns then the long pools'. The arrays are read-only: they
+    are shared by every sweep of the same CDF, p_c, input share and parameters.
+    """
+
+    b_short_tokens: npt.NDArray[np.int64]
+    gamma: npt.NDArray[np.float64]
+    gamma_b_tokens: npt.NDArray[np.int64]
+    alpha: npt.NDArray[np.float64]
+    beta: npt.NDArray[np.float64]
+    alpha_prime: npt.NDArray[np.float64]
+    calibs: CalibrationColumns
+
+
+@functools.lru_cache(maxsize=16)
+def _rate_free(
+    cdf: LengthCdf,
+    p_c: float,
+    input_frac: float,
+    params: FleetoptParams,
+    *,
+    b_short_tokens: tuple[int, ...],
+    homogeneous: bool,
+) -> _RateFree:
+    """Splits (Eqs. 1-2 and 14, as split_traffic) and calibrations of every point; none depends on lambda.
+
+    Memoised: successive snapshots that differ only in their arrival rate reuse them.
+    """
+    ctx = params.long_ctx_tokens
+    gammas = np.asarray(params.gammas, dtype=np.float64)
+    points = len(b_short_tokens) * gammas.size
+    count = points + 1 if homogeneous else points
+    b = np.full(count, ctx, dtype=np.int64)
+    b[:points] = np.repeat(np.asarray(b_short_tokens, dtype=np.int64), gammas.size)
+    gamma = np.ones(count, dtype=np.float64)
+    gamma[:points] = np.tile(gammas, len(b_short_tokens))
+    # floor(gamma * B), alpha = F(B), beta = F(gamma B) - F(B), alpha' = min(1, alpha + beta p_c).
+    gamma_b = (gamma * b).astype(np.int64)
+    at = cdf_at_columns(cdf, np.concatenate((b, gamma_b)))
+    alpha = at[:count]
+    beta = np.maximum(0.0, at[count:] - alpha)
+    alpha_prime = np.minimum(1.0, alpha + beta * p_c)
+    if homogeneous:
+        # The baseline sends everything to its one pool (seed 002 section 7.1), whatever F says.
+        alpha[-1], beta[-1], alpha_prime[-1] = 1.0, 0.0, 1.0
+    calibs = ExactCalibrator(cdf, params, input_frac=input_frac).pool_columns(b, gamma_b, p_c)
+    shared = (
+        b,
+        gamma,
+        gamma_b,
+        alpha,
+        beta,
+        alpha_prime,
+        *(getattr(calibs, f.name) for f in dataclasses.fields(calibs)),
+    )
+    for array in shared:
+        array.setflags(write=False)
+    return _RateFree(
+        b_short_tokens=b,
+        gamma=gamma,
+        gamma_b_tokens=gamma_b,
+        alpha=alpha,
+        beta=beta,
+        alpha_prime=alpha_prime,
+        calibs=calibs,
+    )
+
+
 def sweep_columns(
     inputs: FleetoptInputs, params: FleetoptParams, b_short_tokens: tuple[int, ...], *, homogeneous: bool
 ) -> SweepColumns:
@@ -82,44 +154,30 @@ def sweep_columns(
         b_short_tokens: the B values to sweep.
         homogeneous: append the single pool of C_max^(l) serving every request (seed 002 section 7.1).
     """
+    free = _rate_free(
+        inputs.cdf, inputs.p_c, inputs.input_frac, params, b_short_tokens=b_short_tokens, homogeneous=homogeneous
+    )
     lam = inputs.arrival_rate_per_s
-    gammas = np.asarray(params.gammas, dtype=np.float64)
-    b = np.repeat(np.asarray(b_short_tokens, dtype=np.int64), gammas.size)
-    gamma = np.tile(gammas, len(b_short_tokens))
-    # Eqs. 1-2 and 14 as split_traffic: floor(gamma * B), alpha = F(B), beta = F(gamma B) - F(B).
-    gamma_b = (gamma * b).astype(np.int64)
-    alpha = cdf_at_columns(inputs.cdf, b)
-    beta = np.maximum(0.0, cdf_at_columns(inputs.cdf, gamma_b) - alpha)
-    alpha_prime = np.minimum(1.0, alpha + beta * inputs.p_c)
-    short_rate = alpha_prime * lam
-    long_rate = (1.0 - alpha_prime) * lam
-    if homogeneous:
-        ctx = params.long_ctx_tokens
-        b, gamma_b = np.append(b, ctx), np.append(gamma_b, ctx)
-        gamma, alpha, beta, alpha_prime = (
-            np.append(gamma, 1.0),
-            np.append(alpha, 1.0),
-            np.append(beta, 0.0),
-            np.append(alpha_prime, 1.0),
-        )
-        short_rate, long_rate = np.append(short_rate, lam), np.append(long_rate, 0.0)
-    calibrator = ExactCalibrator(inputs.cdf, params, input_frac=inputs.input_frac)
-    short_calib, long_calib = calibrator.pool_columns(b, gamma_b, inputs.p_c)
-    # The long pool is dropped below the reference's cut-off rate: no calibration, no GPUs.
-    long_calib = dataclasses.replace(long_calib, present=long_calib.present & (long_rate > params.min_pool_rate_per_s))
-    short = size_pool_columns(short_rate, short_calib, params)
-    long = size_pool_columns(long_rate, long_calib, params)
+    count = free.b_short_tokens.size
+    short_rate = free.alpha_prime * lam
+    long_rate = (1.0 - free.alpha_prime) * lam
+    # Both pools in one set of columns, short then long; the long pool is dropped below the
+    # reference's cut-off rate: no calibration, no GPUs.
+    keep = np.concatenate((np.ones(count, dtype=np.bool_), long_rate > params.min_pool_rate_per_s))
+    calibs = dataclasses.replace(free.calibs, present=free.calibs.present & keep)
+    sized = size_pool_columns(np.concatenate((short_rate, long_rate)), calibs, params)
+    short, long = sized.columns(0, count), sized.columns(count, 2 * count)
     return SweepColumns(
-        b_short_tokens=b,
-        gamma=gamma,
-        gamma_b_tokens=gamma_b,
-        alpha=alpha,
-        beta=beta,
-        alpha_prime=alpha_prime,
+        b_short_tokens=free.b_short_tokens,
+        gamma=free.gamma,
+        gamma_b_tokens=free.gamma_b_tokens,
+        alpha=free.alpha,
+        beta=free.beta,
+        alpha_prime=free.alpha_prime,
         short_rate_per_s=short_rate,
         long_rate_per_s=long_rate,
-        short_calib=short_calib,
-        long_calib=long_calib,
+        short_calib=calibs.columns(0, count),
+        long_calib=calibs.columns(count, 2 * count),
         short=short,
         long=long,
         cost_usd_per_hr=short.n_gpus * params.short_cost_usd_per_hr + long.n_gpus * params.long_cost_usd_per_hr,

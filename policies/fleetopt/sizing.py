@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.fleetopt.calibration import CalibrationColumns, PoolCalibration
-from policies.fleetopt.erlang import p99_wait_s, rare_wait_columns
+from policies.fleetopt.erlang import ROUNDING_MARGIN_FRAC, p99_wait_columns, p99_wait_s, rare_wait_columns
 from policies.fleetopt.params import FleetoptParams, PlannerMode
 
 #: Exact mode gives up past this many GPUs per pool (a wait budget no fleet can meet).
@@ -181,6 +181,17 @@ class SizingColumns:
             slo_met=bool(self.slo_met[index]),
         )
 
+    def columns(self, start: int, stop: int) -> SizingColumns:
+        """Columns start..stop - 1 (views)."""
+        return SizingColumns(
+            n_gpus=self.n_gpus[start:stop],
+            arrival_rate_per_s=self.arrival_rate_per_s[start:stop],
+            util_frac=self.util_frac[start:stop],
+            p99_wait_s=self.p99_wait_s[start:stop],
+            p99_ttft_s=self.p99_ttft_s[start:stop],
+            slo_met=self.slo_met[start:stop],
+        )
+
     def all(self) -> list[PoolSizing]:
         """Every column as an object, with one array-to-list conversion per field."""
         fields = zip(
@@ -198,16 +209,80 @@ class SizingColumns:
         ]
 
 
+def _feasible_columns(
+    n_gpus: npt.NDArray[np.int64],
+    budget_s: npt.NDArray[np.float64],
+    arrival_rate_per_s: npt.NDArray[np.float64],
+    calib: CalibrationColumns,
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """``_wait_s(n) <= budget`` per column, and where numpy's rounding leaves that verdict in doubt."""
+    slots = calib.n_slots
+    wait, doubtful = p99_wait_columns(
+        (n_gpus * slots).astype(np.float64), arrival_rate_per_s, calib.mu_gpu_per_s / slots, calib.cv2
+    )
+    near = (wait > 0.0) & (np.abs(wait - budget_s) <= ROUNDING_MARGIN_FRAC * budget_s)
+    return wait <= budget_s, doubtful | near
+
+
+def _first_feasible_columns(
+    n_lo: npt.NDArray[np.int64],
+    budget_s: npt.NDArray[np.float64],
+    arrival_rate_per_s: npt.NDArray[np.float64],
+    calib: CalibrationColumns,
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    """``_first_feasible`` of every column in lockstep: the same probes (gallop from n_lo, then bisection).
+
+    Returns the GPU counts and the columns to size with the scalar search instead: those where a
+    probe's verdict was in doubt or the gallop passed ``EXACT_SEARCH_LIMIT_GPUS``. Every other
+    column saw the verdicts the scalar search sees, so it ends on the same count.
+    """
+
+    def probe(
+        at: npt.NDArray[np.intp], n: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        return _feasible_columns(n, budget_s[at], arrival_rate_per_s[at], calib.columns_at(at))
+
+    everyone = np.arange(n_lo.size)
+    ok, doubtful = probe(everyone, n_lo)
+    searching = ~ok & ~doubtful
+    bad, good, step = n_lo.copy(), n_lo.copy(), np.ones(n_lo.size, dtype=np.int64)
+    galloping = searching.copy()
+    while galloping.any():
+        at = np.flatnonzero(galloping)
+        trial = bad[at] + step[at]
+        past = trial > EXACT_SEARCH_LIMIT_GPUS
+        ok, doubt = probe(at, np.minimum(trial, EXACT_SEARCH_LIMIT_GPUS))
+        doubt |= past
+        doubtful[at] |= doubt
+        found, missed = ok & ~doubt, ~ok & ~doubt
+        good[at[found]] = trial[found]
+        bad[at[missed]] = trial[missed]
+        step[at[missed]] *= 2
+        galloping[at[~missed]] = False
+    bisecting = searching & ~doubtful & (good - bad > 1)
+    while bisecting.any():
+        at = np.flatnonzero(bisecting)
+        mid = (bad[at] + good[at]) // 2
+        ok, doubt = probe(at, mid)
+        doubtful[at] |= doubt
+        good[at[ok & ~doubt]] = mid[ok & ~doubt]
+        bad[at[~ok & ~doubt]] = mid[~ok & ~doubt]
+        bisecting = searching & ~doubtful & (good - bad > 1)
+    return good, doubtful
+
+
 def size_pool_columns(
     arrival_rate_per_s: npt.NDArray[np.float64], calib: CalibrationColumns, params: FleetoptParams
 ) -> SizingColumns:
     """Exact-mode ``size_pool`` of every column, a pool being empty where it has no calibration or a trickle.
 
-    The search of ``_search`` starts at n0 = max(ceil(a / rho_max), floor(a) + 1) and stops there
-    whenever W99(n0) fits the budget. With thousands of KV slots per pool that is nearly always so
-    because the Erlang-C probability is provably below 1 % (``erlang.rare_wait_columns``), making
-    W99(n0) = 0: those columns are sized in one numpy pass. Any other column goes through the
-    scalar ``size_pool``, so every column is exactly what ``size_pool`` returns for it.
+    The search of ``_search`` (from n0 = max(ceil(a / rho_max), floor(a) + 1), galloping then
+    bisecting) runs on all columns at once with W99 evaluated in numpy. With thousands of KV slots
+    per pool it mostly ends at n0 because the Erlang-C probability is provably below 1 %
+    (``erlang.rare_wait_columns``). W99 at the final count is 0 where that is certain and the
+    scalar ``p99_wait_s`` otherwise; a column whose verdict ``W99 <= budget`` numpy's rounding
+    could have flipped goes through the scalar ``size_pool``. So every column is exactly what
+    ``size_pool`` returns for it.
     """
     lam = arrival_rate_per_s
     sized = calib.present & (lam > params.min_pool_rate_per_s)
@@ -218,17 +293,32 @@ def size_pool_columns(
     ttft = wait.copy()
     slo_met = trickle.copy()
     idx = np.flatnonzero(sized)
-    lam_s, mu_gpu, slots = lam[idx], calib.mu_gpu_per_s[idx], calib.n_slots[idx]
+    pools = calib.columns_at(idx)
+    lam_s, mu_gpu = lam[idx], pools.mu_gpu_per_s
     n_cap = np.ceil(lam_s / (mu_gpu * params.rho_max))
     n0 = np.maximum(np.maximum(1.0, n_cap), np.floor(lam_s / mu_gpu) + 1.0)
-    fast = (n0 <= EXACT_SEARCH_LIMIT_GPUS) & rare_wait_columns(n0 * slots, lam_s, mu_gpu / slots)
-    n_fast = n0[fast].astype(np.int64)
-    at_fast = idx[fast]
-    n_gpus[at_fast] = n_fast
-    util[at_fast] = lam_s[fast] / (n_fast * mu_gpu[fast])
-    wait[at_fast] = 0.0
-    ttft[at_fast] = calib.ttft_overhead_s[at_fast]
-    slo_met[at_fast] = ttft[at_fast] <= params.t_slo_s
+    budget_s = np.maximum(0.0, params.t_slo_s - pools.ttft_overhead_s)
+    within = n0 <= EXACT_SEARCH_LIMIT_GPUS
+    n_found, doubtful = _first_feasible_columns(
+        np.minimum(n0, EXACT_SEARCH_LIMIT_GPUS).astype(np.int64), budget_s, lam_s, pools
+    )
+    fast = within & ~doubtful
+    at, n_fast = idx[fast], n_found[fast]
+    n_gpus[at] = n_fast
+    util[at] = lam_s[fast] / (n_fast * mu_gpu[fast])
+    zero = rare_wait_columns(
+        (n_fast * pools.n_slots[fast]).astype(np.float64), lam_s[fast], mu_gpu[fast] / pools.n_slots[fast]
+    )
+    wait[at] = 0.0
+    for i in at[~zero].tolist():
+        wait[i] = p99_wait_s(
+            int(n_gpus[i] * calib.n_slots[i]),
+            float(lam[i]),
+            float(calib.mu_gpu_per_s[i] / calib.n_slots[i]),
+            float(calib.cv2[i]),
+        )
+    ttft[at] = wait[at] + calib.ttft_overhead_s[at]
+    slo_met[at] = ttft[at] <= params.t_slo_s
     for i in idx[~fast].tolist():
         pool = size_pool(float(lam[i]), calib.at(i), params)
         n_gpus[i], util[i], wait[i], ttft[i], slo_met[i] = (

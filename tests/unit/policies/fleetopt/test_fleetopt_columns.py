@@ -15,9 +15,11 @@ import numpy as np
 import pytest
 
 from estimators import FLEETOPT_BREAKPOINTS_TOKENS
+from policies.fleetopt import erlang, sizing
 from policies.fleetopt.cdf import LengthCdf
 from policies.fleetopt.inputs import FleetoptInputs
 from policies.fleetopt.params import FleetoptParams
+from policies.fleetopt.sizing import size_pool
 from policies.fleetopt.sweep import cheapest, homogeneous_fleet, plan_fleet, sweep
 from tests.unit.policies.fleetopt.exact_reference import reference_homogeneous, reference_sweep
 
@@ -74,6 +76,18 @@ class TestVectorisedSweepEqualsPointByPoint:
         """gamma up to 4 with a 50/50 split: compressed outputs reach B, so prompts are cut to one token."""
         inputs = FleetoptInputs(arrival_rate_per_s=50.0, cdf=_random_cdf(5), p_c=0.9, input_frac=0.5)
         _assert_same(inputs, FleetoptParams(gammas=(1.0, 1.7, 2.5, 4.0)))
+
+    @pytest.mark.parametrize(("name", "p_c"), SHIPPED, ids=[s[0] for s in SHIPPED])
+    def test_pools_in_doubt_go_through_the_scalar_search(
+        self, name: str, p_c: float, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """With a margin of 100 % every pool with a queue is in doubt, so the scalar ``size_pool`` sizes it."""
+        monkeypatch.setattr(erlang, "ROUNDING_MARGIN_FRAC", 1.0)
+        monkeypatch.setattr(sizing, "ROUNDING_MARGIN_FRAC", 1.0)
+        scalar_calls = []
+        monkeypatch.setattr(sizing, "size_pool", lambda *a: scalar_calls.append(a) or size_pool(*a))
+        _assert_same(FleetoptInputs(arrival_rate_per_s=30.0, cdf=_shipped(name), p_c=p_c), FleetoptParams())
+        assert scalar_calls
 
     def test_explicit_b_candidates_with_a_boundary_past_the_cdf(self) -> None:
         cdf = LengthCdf(tokens=(512, 2048, 8192), frac=(0.5, 0.9, 1.0))
