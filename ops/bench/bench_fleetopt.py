@@ -18,6 +18,7 @@ Exact mode is timed in three regimes, each run a new snapshot as a live estimate
 built on first read; a decision needs only the best point and the baseline).
 
 Usage: python ops/bench/bench_fleetopt.py [--repeats 200] [--paper-repeats 2] [--out out/bench/bench_fleetopt.json]
+       [--planner-root=DIR]  (time DIR's planner instead, e.g. ``git archive a24b0fc | tar -x -C DIR``)
 """
 
 from __future__ import annotations
@@ -33,7 +34,9 @@ from pathlib import Path
 import numpy as np
 
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.insert(0, str(ROOT))
+# --planner-root times another checkout's planner (e.g. an earlier commit) in the same run.
+_PLANNER_ROOT = next((Path(a.split("=", 1)[1]) for a in sys.argv if a.startswith("--planner-root=")), ROOT)
+sys.path.insert(0, str(_PLANNER_ROOT.resolve()))
 
 from policies.fleetopt import FleetoptInputs, FleetoptParams, LengthCdf, PlannerMode, plan_fleet  # noqa: E402
 
@@ -72,6 +75,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "bench_fleetopt.json")
     parser.add_argument("--repeats", type=int, default=200, help="timed full sweeps per workload and exact regime")
     parser.add_argument("--paper-repeats", type=int, default=2, help="timed full sweeps in paper mode (slow)")
+    parser.add_argument(
+        "--planner-root", type=Path, default=ROOT, help="checkout whose policies/ to time (give as --planner-root=DIR)"
+    )
     args = parser.parse_args()
     load_before = os.getloadavg()
     print(
@@ -83,7 +89,8 @@ def main() -> int:
     )
     rows = []
     cases = [(PlannerMode.EXACT, regime, args.repeats) for regime in ("rate", "cdf", "input")]
-    cases.append((PlannerMode.PAPER, "paper", args.paper_repeats))
+    if args.paper_repeats > 0:
+        cases.append((PlannerMode.PAPER, "paper", args.paper_repeats))
     for mode, regime, repeats in cases:
         params = FleetoptParams(mode=mode)
         for name, p_c in WORKLOADS.items():
@@ -129,6 +136,7 @@ def main() -> int:
             {
                 "benchmark": "fleetopt_planner_full_sweep",
                 "command": "python ops/bench/bench_fleetopt.py " + " ".join(sys.argv[1:]),
+                "planner_root": str(args.planner_root),
                 "lambda_per_s": LAMBDA_PER_S,
                 "machine": {
                     "cpus": os.cpu_count(),

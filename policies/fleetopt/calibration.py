@@ -324,12 +324,12 @@ class CalibrationColumns:
     def at(self, index: int) -> PoolCalibration:
         """The calibration of column ``index`` as an object (read ``present`` first)."""
         return PoolCalibration(
-            n_slots=int(self.n_slots[index]),
-            mean_service_s=float(self.mean_service_s[index]),
-            cv2=float(self.cv2[index]),
-            mu_gpu_per_s=float(self.mu_gpu_per_s[index]),
-            mean_prefill_s=float(self.mean_prefill_s[index]),
-            ttft_overhead_s=float(self.ttft_overhead_s[index]),
+            n_slots=self.n_slots.item(index),
+            mean_service_s=self.mean_service_s.item(index),
+            cv2=self.cv2.item(index),
+            mu_gpu_per_s=self.mu_gpu_per_s.item(index),
+            mean_prefill_s=self.mean_prefill_s.item(index),
+            ttft_overhead_s=self.ttft_overhead_s.item(index),
         )
 
     def columns_at(self, index: npt.NDArray[np.intp]) -> CalibrationColumns:

@@ -104,13 +104,13 @@ def _rate_free(
     Memoised: successive snapshots that differ only in their arrival rate reuse them.
     """
     ctx = params.long_ctx_tokens
-    gammas = np.asarray(params.gammas, dtype=np.float64)
-    points = len(b_short_tokens) * gammas.size
+    grid = len(params.gammas)
+    points = len(b_short_tokens) * grid
     count = points + 1 if homogeneous else points
     b = np.full(count, ctx, dtype=np.int64)
-    b[:points] = np.repeat(np.asarray(b_short_tokens, dtype=np.int64), gammas.size)
+    b[:points] = np.repeat(np.asarray(b_short_tokens, dtype=np.int64), grid)
     gamma = np.ones(count, dtype=np.float64)
-    gamma[:points] = np.tile(gammas, len(b_short_tokens))
+    gamma[:points] = params.gammas * len(b_short_tokens)
     # floor(gamma * B), alpha = F(B), beta = F(gamma B) - F(B), alpha' = min(1, alpha + beta p_c).
     gamma_b = (gamma * b).astype(np.int64)
     at = cdf_at_columns(cdf, np.concatenate((b, gamma_b)))

@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.fleetopt.calibration import CalibrationColumns, PoolCalibration
-from policies.fleetopt.erlang import ROUNDING_MARGIN_FRAC, p99_wait_columns, p99_wait_s, rare_wait_columns
+from policies.fleetopt.erlang import ROUNDING_MARGIN_FRAC, p99_wait_columns, p99_wait_s
 from policies.fleetopt.params import FleetoptParams, PlannerMode
 
 #: Exact mode gives up past this many GPUs per pool (a wait budget no fleet can meet).
@@ -173,12 +173,12 @@ class SizingColumns:
     def at(self, index: int) -> PoolSizing:
         """Column ``index`` as an object."""
         return PoolSizing(
-            n_gpus=int(self.n_gpus[index]),
-            arrival_rate_per_s=float(self.arrival_rate_per_s[index]),
-            util_frac=float(self.util_frac[index]),
-            p99_wait_s=float(self.p99_wait_s[index]),
-            p99_ttft_s=float(self.p99_ttft_s[index]),
-            slo_met=bool(self.slo_met[index]),
+            n_gpus=self.n_gpus.item(index),
+            arrival_rate_per_s=self.arrival_rate_per_s.item(index),
+            util_frac=self.util_frac.item(index),
+            p99_wait_s=self.p99_wait_s.item(index),
+            p99_ttft_s=self.p99_ttft_s.item(index),
+            slo_met=self.slo_met.item(index),
         )
 
     def columns(self, start: int, stop: int) -> SizingColumns:
@@ -209,41 +209,40 @@ class SizingColumns:
         ]
 
 
-def _feasible_columns(
-    n_gpus: npt.NDArray[np.int64],
-    budget_s: npt.NDArray[np.float64],
-    arrival_rate_per_s: npt.NDArray[np.float64],
-    calib: CalibrationColumns,
-) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-    """``_wait_s(n) <= budget`` per column, and where numpy's rounding leaves that verdict in doubt."""
-    slots = calib.n_slots
-    wait, doubtful = p99_wait_columns(
-        (n_gpus * slots).astype(np.float64), arrival_rate_per_s, calib.mu_gpu_per_s / slots, calib.cv2
-    )
-    near = (wait > 0.0) & (np.abs(wait - budget_s) <= ROUNDING_MARGIN_FRAC * budget_s)
-    return wait <= budget_s, doubtful | near
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Queues:
+    """What ``_wait_s`` reads of each pool being sized, one column per pool."""
+
+    arrival_rate_per_s: npt.NDArray[np.float64]
+    n_slots: npt.NDArray[np.int64]
+    mu_slot_per_s: npt.NDArray[np.float64]
+    cv2: npt.NDArray[np.float64]
+    budget_s: npt.NDArray[np.float64]
+
+    def feasible(
+        self, at: npt.NDArray[np.intp] | slice, n_gpus: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """At n_gpus for pools ``at``: ``_wait_s(n) <= budget``, whether numpy's rounding leaves that in
+        doubt, and whether W99 is certainly 0."""
+        slots, budget = self.n_slots[at], self.budget_s[at]
+        wait, doubtful = p99_wait_columns(
+            (n_gpus * slots).astype(np.float64), self.arrival_rate_per_s[at], self.mu_slot_per_s[at], self.cv2[at]
+        )
+        near = (wait > 0.0) & (np.abs(wait - budget) <= ROUNDING_MARGIN_FRAC * budget)
+        return wait <= budget, doubtful | near, (wait == 0.0) & ~doubtful
 
 
 def _first_feasible_columns(
-    n_lo: npt.NDArray[np.int64],
-    budget_s: npt.NDArray[np.float64],
-    arrival_rate_per_s: npt.NDArray[np.float64],
-    calib: CalibrationColumns,
-) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_]]:
+    n_lo: npt.NDArray[np.int64], queues: _Queues
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
     """``_first_feasible`` of every column in lockstep: the same probes (gallop from n_lo, then bisection).
 
-    Returns the GPU counts and the columns to size with the scalar search instead: those where a
-    probe's verdict was in doubt or the gallop passed ``EXACT_SEARCH_LIMIT_GPUS``. Every other
-    column saw the verdicts the scalar search sees, so it ends on the same count.
+    Returns the GPU counts, whether W99 is certainly 0 there, and the columns to size with the
+    scalar search instead: those where a probe's verdict was in doubt or the gallop passed
+    ``EXACT_SEARCH_LIMIT_GPUS``. Every other column saw the verdicts the scalar search sees, so it
+    ends on the same count.
     """
-
-    def probe(
-        at: npt.NDArray[np.intp], n: npt.NDArray[np.int64]
-    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
-        return _feasible_columns(n, budget_s[at], arrival_rate_per_s[at], calib.columns_at(at))
-
-    everyone = np.arange(n_lo.size)
-    ok, doubtful = probe(everyone, n_lo)
+    ok, doubtful, zero = queues.feasible(slice(None), n_lo)
     searching = ~ok & ~doubtful
     bad, good, step = n_lo.copy(), n_lo.copy(), np.ones(n_lo.size, dtype=np.int64)
     galloping = searching.copy()
@@ -251,11 +250,12 @@ def _first_feasible_columns(
         at = np.flatnonzero(galloping)
         trial = bad[at] + step[at]
         past = trial > EXACT_SEARCH_LIMIT_GPUS
-        ok, doubt = probe(at, np.minimum(trial, EXACT_SEARCH_LIMIT_GPUS))
+        ok, doubt, zero_at = queues.feasible(at, np.minimum(trial, EXACT_SEARCH_LIMIT_GPUS))
         doubt |= past
         doubtful[at] |= doubt
         found, missed = ok & ~doubt, ~ok & ~doubt
         good[at[found]] = trial[found]
+        zero[at[found]] = zero_at[found]
         bad[at[missed]] = trial[missed]
         step[at[missed]] *= 2
         galloping[at[~missed]] = False
@@ -263,12 +263,14 @@ def _first_feasible_columns(
     while bisecting.any():
         at = np.flatnonzero(bisecting)
         mid = (bad[at] + good[at]) // 2
-        ok, doubt = probe(at, mid)
+        ok, doubt, zero_at = queues.feasible(at, mid)
         doubtful[at] |= doubt
-        good[at[ok & ~doubt]] = mid[ok & ~doubt]
-        bad[at[~ok & ~doubt]] = mid[~ok & ~doubt]
+        found, missed = ok & ~doubt, ~ok & ~doubt
+        good[at[found]] = mid[found]
+        zero[at[found]] = zero_at[found]
+        bad[at[missed]] = mid[missed]
         bisecting = searching & ~doubtful & (good - bad > 1)
-    return good, doubtful
+    return good, zero, doubtful
 
 
 def size_pool_columns(
@@ -293,31 +295,32 @@ def size_pool_columns(
     ttft = wait.copy()
     slo_met = trickle.copy()
     idx = np.flatnonzero(sized)
-    pools = calib.columns_at(idx)
-    lam_s, mu_gpu = lam[idx], pools.mu_gpu_per_s
+    lam_s, mu_gpu, slots = lam[idx], calib.mu_gpu_per_s[idx], calib.n_slots[idx]
     n_cap = np.ceil(lam_s / (mu_gpu * params.rho_max))
     n0 = np.maximum(np.maximum(1.0, n_cap), np.floor(lam_s / mu_gpu) + 1.0)
-    budget_s = np.maximum(0.0, params.t_slo_s - pools.ttft_overhead_s)
-    within = n0 <= EXACT_SEARCH_LIMIT_GPUS
-    n_found, doubtful = _first_feasible_columns(
-        np.minimum(n0, EXACT_SEARCH_LIMIT_GPUS).astype(np.int64), budget_s, lam_s, pools
+    overhead_s = calib.ttft_overhead_s[idx]
+    queues = _Queues(
+        arrival_rate_per_s=lam_s,
+        n_slots=slots,
+        mu_slot_per_s=mu_gpu / slots,
+        cv2=calib.cv2[idx],
+        budget_s=np.maximum(0.0, params.t_slo_s - overhead_s),
     )
+    within = n0 <= EXACT_SEARCH_LIMIT_GPUS
+    n_found, zero, doubtful = _first_feasible_columns(np.minimum(n0, EXACT_SEARCH_LIMIT_GPUS).astype(np.int64), queues)
     fast = within & ~doubtful
     at, n_fast = idx[fast], n_found[fast]
     n_gpus[at] = n_fast
     util[at] = lam_s[fast] / (n_fast * mu_gpu[fast])
-    zero = rare_wait_columns(
-        (n_fast * pools.n_slots[fast]).astype(np.float64), lam_s[fast], mu_gpu[fast] / pools.n_slots[fast]
-    )
     wait[at] = 0.0
-    for i in at[~zero].tolist():
+    for i in at[~zero[fast]].tolist():
         wait[i] = p99_wait_s(
             int(n_gpus[i] * calib.n_slots[i]),
             float(lam[i]),
             float(calib.mu_gpu_per_s[i] / calib.n_slots[i]),
             float(calib.cv2[i]),
         )
-    ttft[at] = wait[at] + calib.ttft_overhead_s[at]
+    ttft[at] = wait[at] + overhead_s[fast]
     slo_met[at] = ttft[at] <= params.t_slo_s
     for i in idx[~fast].tolist():
         pool = size_pool(float(lam[i]), calib.at(i), params)

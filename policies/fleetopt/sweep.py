@@ -209,30 +209,30 @@ def _paper_point(
 
 def _column_point(columns: SweepColumns, index: int, params: FleetoptParams, *, homogeneous: bool) -> PlanPoint:
     """Column ``index`` of an exact sweep as a ``PlanPoint``."""
-    b = int(columns.b_short_tokens[index])
+    b = columns.b_short_tokens.item(index)
     split = RoutingSplit(
         b_short_tokens=b,
-        gamma=float(columns.gamma[index]),
-        gamma_b_tokens=int(columns.gamma_b_tokens[index]),
-        alpha=float(columns.alpha[index]),
-        beta=float(columns.beta[index]),
-        alpha_prime=float(columns.alpha_prime[index]),
-        short_rate_per_s=float(columns.short_rate_per_s[index]),
-        long_rate_per_s=float(columns.long_rate_per_s[index]),
+        gamma=columns.gamma.item(index),
+        gamma_b_tokens=columns.gamma_b_tokens.item(index),
+        alpha=columns.alpha.item(index),
+        beta=columns.beta.item(index),
+        alpha_prime=columns.alpha_prime.item(index),
+        short_rate_per_s=columns.short_rate_per_s.item(index),
+        long_rate_per_s=columns.long_rate_per_s.item(index),
     )
     short_calib, long_calib = columns.short_calib, columns.long_calib
     return PlanPoint(
         split=split,
         short_ctx_tokens=b,
-        short_slots=int(short_calib.n_slots[index]),
+        short_slots=short_calib.n_slots.item(index),
         long_ctx_tokens=params.long_ctx_tokens,
-        long_slots=int(long_calib.n_slots[index]),
+        long_slots=long_calib.n_slots.item(index),
         short_calib=short_calib.at(index) if short_calib.present[index] else None,
         long_calib=long_calib.at(index) if long_calib.present[index] else None,
         short=columns.short.at(index),
         long=columns.long.at(index),
-        cost_usd_per_hr=float(columns.cost_usd_per_hr[index]),
-        slo_met=bool(columns.slo_met[index]),
+        cost_usd_per_hr=columns.cost_usd_per_hr.item(index),
+        slo_met=columns.slo_met.item(index),
         homogeneous=homogeneous,
     )
 
