@@ -175,10 +175,12 @@ class _LengthLaw:
 
     Attributes:
         running: shape (9, top + 1); column x holds the rows summed over L = 1..x (column 0 is 0).
+        run_rows: the rows ``_RUN_ROWS`` of ``running``, contiguous (gathered on every sweep).
         l_out: shape (top + 1,), l_out of each length (index 0 as for L = 1); non-decreasing.
     """
 
     running: npt.NDArray[np.float64]
+    run_rows: npt.NDArray[np.float64]
     l_out: npt.NDArray[np.int64]
 
 
@@ -209,18 +211,10 @@ def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _Lengt
     rows[_OUT2] = out * out
     rows[:, 0] = 0.0
     running = np.cumsum(rows, axis=1)
-    running.setflags(write=False)
-    l_out.setflags(write=False)
-    return _LengthLaw(running=running, l_out=l_out)
-
-
-def _take_rows(
-    table: npt.NDArray[np.float64], rows: npt.NDArray[np.intp], columns: npt.NDArray[np.int64]
-) -> npt.NDArray[np.float64]:
-    """table[rows][:, columns] by one flat take (a contiguous table), without copying whole rows."""
-    flat = (rows[:, None] * table.shape[1] + columns[None, :]).ravel()
-    taken: npt.NDArray[np.float64] = table.ravel().take(flat).reshape(rows.size, columns.size)
-    return taken
+    run_rows = np.ascontiguousarray(running[_RUN_ROWS])
+    for array in (running, run_rows, l_out):
+        array.setflags(write=False)
+    return _LengthLaw(running=running, run_rows=run_rows, l_out=l_out)
 
 
 class _WeightedSums:
@@ -242,8 +236,10 @@ class _WeightedSums:
         per_bucket = (at_edges[:, 1:] - at_edges[:, :-1]) * self._weights
         buckets = self._weights.size
         self._at_edges = at_edges
+        self._at_edges_runs = np.ascontiguousarray(at_edges[_RUN_ROWS])
         self._below = np.zeros((_ROWS, buckets + 1), dtype=np.float64)
         np.cumsum(per_bucket, axis=1, out=self._below[:, 1:])
+        self._below_runs = np.ascontiguousarray(self._below[_RUN_ROWS])
         self._above = np.zeros((_ROWS, buckets + 1), dtype=np.float64)
         np.cumsum(per_bucket[:, ::-1], axis=1, out=self._above[:, -2::-1])
 
@@ -255,11 +251,11 @@ class _WeightedSums:
         rows: npt.NDArray[np.float64] = self._below.take(k, axis=1) + self._weights[k] * part
         return rows
 
-    def prefix_rows(self, x_tokens: npt.NDArray[np.int64], rows: npt.NDArray[np.intp]) -> npt.NDArray[np.float64]:
-        """``prefix`` restricted to ``rows`` (the same values, gathering only those rows); shape (len(rows), len(x))."""
+    def prefix_runs(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """``prefix`` of the rows ``_RUN_ROWS`` only (the same values); shape (3, len(x))."""
         k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
-        part = _take_rows(self._law.running, rows, x_tokens) - _take_rows(self._at_edges, rows, k)
-        sums: npt.NDArray[np.float64] = _take_rows(self._below, rows, k) + self._weights[k] * part
+        part = self._law.run_rows.take(x_tokens, axis=1) - self._at_edges_runs.take(k, axis=1)
+        sums: npt.NDArray[np.float64] = self._below_runs.take(k, axis=1) + self._weights[k] * part
         return sums
 
     def suffix(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
@@ -485,43 +481,34 @@ class ExactCalibrator:
         group_top = np.zeros(distinct.size, dtype=np.int64)
         np.maximum.at(group_top, group, tops)
         l_out = self._l_out
-        run_counts: list[list[int]] = []
-        tail_from: list[int] = []
-        for b, hi_max in zip(distinct.tolist(), group_top.tolist(), strict=True):
-            lo = b + 1
-            counts: list[int] = []
-            if lo <= hi_max:
-                out_lo, out_hi = int(l_out[lo]), int(l_out[hi_max])
-                if out_lo < b:
-                    j_hi = -(-(b - out_lo) // chunk)
-                    j_lo = -(-(b - min(out_hi, b - 1)) // chunk)
-                    counts = list(range(j_hi, j_lo - 2, -1))
-            run_counts.append(counts)
-            tail_from.append(lo)
-        runs = max(1, max(len(c) for c in run_counts) - 1)
-        flat = [b - j * chunk for b, counts in zip(distinct.tolist(), run_counts, strict=True) for j in counts]
-        edges = np.searchsorted(l_out, np.asarray(flat, dtype=np.int64), side="left").tolist()
-        # Padded runs are empty: they start at 1 and end at 0, with 0 chunks.
-        starts: list[list[int]] = []
-        ends: list[list[int]] = []
-        chunks: list[list[int]] = []
-        at = 0
-        for lo, counts in zip(tail_from, run_counts, strict=True):
-            # The run with j chunks starts at the first length whose output reaches B - j * C_chunk.
-            run_edges = edges[at : at + len(counts)]
-            pad = runs - max(0, len(counts) - 1)
-            starts.append([max(lo, e) for e in run_edges[:-1]] + [1] * pad)
-            ends.append([e - 1 for e in run_edges[1:]] + [0] * pad)
-            chunks.append(counts[:-1] + [0] * pad)
-            at += len(counts)
-        run_lo = np.asarray(starts, dtype=np.int64)[group].T  # shape (runs, K)
-        run_hi = np.minimum(tops[None, :], np.asarray(ends, dtype=np.int64)[group].T)
-        live = run_lo <= run_hi
-        grid = np.concatenate((np.where(live, run_hi, 0).ravel(), np.where(live, run_lo - 1, 0).ravel()))
-        at_grid = self._sums.prefix_rows(grid, _RUN_ROWS)
-        sums = (at_grid[:, : live.size] - at_grid[:, live.size :]).reshape(len(_RUN_ROWS), *live.shape)
+        lo = distinct + 1
+        out_lo = l_out[np.minimum(lo, self._top)]
+        out_hi = l_out[group_top]
+        has_runs = (lo <= group_top) & (out_lo < distinct)
+        # Chunk counts j run from j_hi down to j_lo - 1; the run with j chunks starts at the first
+        # length whose output reaches B - j * C_chunk and ends where the run with j - 1 starts.
+        j_hi = -(-(distinct - out_lo) // chunk)
+        j_lo = -(-(distinct - np.minimum(out_hi, distinct - 1)) // chunk)
+        n_edges = np.where(has_runs, j_hi - j_lo + 2, 0)
+        runs = max(1, int(n_edges.max()) - 1)
+        step = np.arange(runs + 1)
+        counts = j_hi[:, None] - step
+        edges = np.searchsorted(l_out, distinct[:, None] - counts * chunk, side="left")
+        # Runs past a B's own list are padded as empty (start 1, end 0, no chunks).
+        real = step[None, :runs] < (n_edges - 1)[:, None]
+        starts = np.where(real, np.maximum(lo[:, None], edges[:, :-1]), 1)
+        ends = np.where(real, edges[:, 1:] - 1, 0)
+        chunks = np.where(real, counts[:, :-1], 0)
+        run_lo = starts[group].T  # shape (runs, K)
+        run_hi = np.minimum(tops[None, :], ends[group].T)
+        # Range sums over the live (run, point) pairs; an empty run sums to exactly 0.
+        live = np.flatnonzero(run_lo <= run_hi)
+        ends_at = self._sums.prefix_runs(np.concatenate((run_hi.ravel()[live], run_lo.ravel()[live] - 1)))
+        sums = np.zeros((len(_RUN_ROWS), run_lo.size), dtype=np.float64)
+        sums[:, live] = ends_at[:, : live.size] - ends_at[:, live.size :]
+        sums = sums.reshape(len(_RUN_ROWS), *run_lo.shape)
         m0, m1, m2 = sums[0], sums[1], sums[2]
-        j = np.asarray(chunks, dtype=np.float64)[group].T
+        j = chunks[group].T.astype(np.float64)
         t_iter = p.w_s + p.h_s_per_slot * (b_tokens / p.calib_ctx_tokens) * n_slots
         prefill_s_per_chunk = p.w_s + p.h_s_per_slot
         mass = m0.sum(axis=0)
@@ -529,7 +516,7 @@ class ExactCalibrator:
         s2 = t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
         pre = prefill_s_per_chunk * (j * m0).sum(axis=0)
         long_outputs = np.searchsorted(l_out, distinct, side="left")
-        tail_lo = np.maximum(np.asarray(tail_from, dtype=np.int64), long_outputs)[group]
+        tail_lo = np.maximum(lo, long_outputs)[group]
         for i in np.flatnonzero(tail_lo <= tops).tolist():
             lo_i, hi_i = int(tail_lo[i]), int(tops[i])
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).
