@@ -22,6 +22,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import overload
 
+import numpy as np
+
 from policies.fleetopt.calibration import (
     EMPTY_POOL_CALIBRATION,
     PoolCalibration,
@@ -84,6 +86,13 @@ class FleetPlan:
     points: Sequence[PlanPoint]
     mode: PlannerMode
 
+    def cheapest_at(self, b_tokens: int) -> PlanPoint | None:
+        """The cheapest point at B_short = b_tokens as ``cheapest`` picks it; None when B was not swept."""
+        if isinstance(self.points, PlanPoints):
+            return self.points.cheapest_at(b_tokens)
+        at_b = tuple(p for p in self.points if p.short_ctx_tokens == b_tokens)
+        return cheapest(at_b) if at_b else None
+
     @property
     def savings_frac(self) -> float:
         """GPU savings of ``best`` against ``homogeneous`` (Table 3), >= 0 by construction."""
@@ -121,6 +130,17 @@ class PlanPoints(Sequence[PlanPoint]):
 
     def __iter__(self) -> Iterator[PlanPoint]:
         return iter(self._all())
+
+    def cheapest_at(self, b_tokens: int) -> PlanPoint | None:
+        """``cheapest`` of the points with B_short = b_tokens, building only that one; None when B was not swept."""
+        columns = self._columns
+        at_b = np.flatnonzero(columns.b_short_tokens[: self._count] == b_tokens)
+        if not at_b.size:
+            return None
+        feasible = at_b[columns.slo_met[at_b]]
+        among = feasible if feasible.size else at_b
+        best = int(among[np.argmin(columns.cost_usd_per_hr[among])])
+        return _column_point(columns, best, self._params, homogeneous=False)
 
     def _all(self) -> tuple[PlanPoint, ...]:
         if self._points is None:

@@ -18,7 +18,7 @@ from estimators import FLEETOPT_BREAKPOINTS_TOKENS
 from policies.fleetopt import erlang, sizing
 from policies.fleetopt.cdf import LengthCdf
 from policies.fleetopt.inputs import FleetoptInputs
-from policies.fleetopt.params import FleetoptParams
+from policies.fleetopt.params import FleetoptParams, PlannerMode
 from policies.fleetopt.sizing import size_pool
 from policies.fleetopt.sweep import cheapest, homogeneous_fleet, plan_fleet, sweep
 from tests.unit.policies.fleetopt.exact_reference import reference_homogeneous, reference_sweep
@@ -51,6 +51,9 @@ def _assert_same(inputs: FleetoptInputs, params: FleetoptParams) -> None:
     assert plan.homogeneous == homo
     assert plan.best == cheapest((*points, homo))
     assert sweep(inputs, params) == points
+    for b in {p.short_ctx_tokens for p in points}:
+        assert plan.cheapest_at(b) == cheapest(tuple(p for p in points if p.short_ctx_tokens == b))
+    assert plan.cheapest_at(params.long_ctx_tokens) is None
     assert homogeneous_fleet(inputs, params) == homo
 
 
@@ -93,3 +96,10 @@ class TestVectorisedSweepEqualsPointByPoint:
         cdf = LengthCdf(tokens=(512, 2048, 8192), frac=(0.5, 0.9, 1.0))
         inputs = FleetoptInputs(arrival_rate_per_s=200.0, cdf=cdf, p_c=0.5)
         _assert_same(inputs, FleetoptParams(b_short_candidates_tokens=(300, 512, 5000, 9000, 20000)))
+
+
+def test_paper_mode_plans_answer_cheapest_at_from_their_points() -> None:
+    params = FleetoptParams(mode=PlannerMode.PAPER, b_short_candidates_tokens=(2048, 4096))
+    plan = plan_fleet(FleetoptInputs(arrival_rate_per_s=1000.0, cdf=_shipped("azure")), params)
+    assert plan.cheapest_at(4096) == cheapest(tuple(p for p in plan.points if p.short_ctx_tokens == 4096))
+    assert plan.cheapest_at(1024) is None
