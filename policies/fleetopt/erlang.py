@@ -124,45 +124,53 @@ def rare_wait_columns(
     return rare
 
 
-#: Relative distance to WAIT_TAIL_FRAC within which numpy's rounding of C could differ in verdict
-#: from ``erlang_c``'s; callers treat such columns with the scalar functions.
+#: Relative margin within which numpy's evaluation of Eqs. 5-6 is not trusted to reach the verdict
+#: of the scalar ``erlang_c`` / ``p99_wait_s``; numpy's log, exp and the incomplete gamma function
+#: agree with them to about 1e-12, so the margin is wide, and callers treat such pools with the scalars.
 ROUNDING_MARGIN_FRAC = 1e-8
 
 
-def p99_wait_columns(
+def wait_within_columns(
     c_servers: npt.NDArray[np.float64],
     arrival_rate_per_s: npt.NDArray[np.float64],
     mu_slot_per_s: npt.NDArray[np.float64],
     cv2: npt.NDArray[np.float64],
-) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
-    """``p99_wait_s`` of many pools at once (Eqs. 5-6 in numpy), and where it may disagree with it.
+    budget_s: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Per pool: ``p99_wait_s(...) <= budget_s``, whether rounding leaves that in doubt, and W99 certainly 0.
 
-    Zeros and infinities are those of ``p99_wait_s`` exactly; a positive wait equals it up to
-    rounding (numpy's log and exp are not the math module's). The second array flags pools whose
-    C lies within ``ROUNDING_MARGIN_FRAC`` of WAIT_TAIL_FRAC, where even zero against positive is
-    a matter of rounding.
+    Eqs. 5-6 in numpy over many pools at once. A verdict is in doubt where C lies within
+    ``ROUNDING_MARGIN_FRAC`` of WAIT_TAIL_FRAC (zero against positive) or W99 within that margin of
+    the budget, counting the absolute error an error in ln(C / 0.01) carries into W99. Elsewhere
+    the verdicts are those of ``p99_wait_s``.
 
     Args:
         c_servers: slots of each pool, n_gpus * n_max (integers held as floats).
         arrival_rate_per_s: lambda_p of each pool, > 0.
         mu_slot_per_s: service rate of one slot of each pool.
         cv2: Cs^2 of each pool.
+        budget_s: the wait each pool may have, >= 0.
     """
     capacity_per_s = c_servers * mu_slot_per_s
     stable = arrival_rate_per_s < capacity_per_s
-    rare = rare_wait_columns(c_servers, arrival_rate_per_s, mu_slot_per_s)
-    waits = np.where(stable, 0.0, math.inf)
-    doubtful = np.zeros(waits.size, dtype=np.bool_)
+    zero = rare_wait_columns(c_servers, arrival_rate_per_s, mu_slot_per_s)
+    within = zero.copy()
+    doubtful = np.zeros(zero.size, dtype=np.bool_)
     # The incomplete gamma function is the costly part: evaluate it only where the bound did not settle C.
-    at = np.flatnonzero(stable & ~rare)
+    at = np.flatnonzero(stable & ~zero)
     if at.size:
-        c, lam, mu = c_servers[at], arrival_rate_per_s[at], mu_slot_per_s[at]
+        c, lam, mu, budget = c_servers[at], arrival_rate_per_s[at], mu_slot_per_s[at], budget_s[at]
         offered = lam / mu
         log_pmf = c * np.log(offered) - offered - special.gammaln(c + 1.0)
         erlang_b = np.exp(log_pmf - np.log(special.gammaincc(c + 1.0, offered)))
         prob_wait = erlang_b / (1.0 - offered / c * (1.0 - erlang_b))
+        waits_at_all = prob_wait <= WAIT_TAIL_FRAC
+        s_per_log = (1.0 + cv2[at]) / (2.0 * (c * mu - lam))
         with np.errstate(divide="ignore"):
-            wait = np.log(prob_wait / WAIT_TAIL_FRAC) * (1.0 + cv2[at]) / (2.0 * (c * mu - lam))
-        waits[at] = np.where(prob_wait <= WAIT_TAIL_FRAC, 0.0, wait)
-        doubtful[at] = np.abs(prob_wait - WAIT_TAIL_FRAC) <= ROUNDING_MARGIN_FRAC * WAIT_TAIL_FRAC
-    return waits, doubtful
+            wait = np.log(prob_wait / WAIT_TAIL_FRAC) * s_per_log
+        zero[at] = waits_at_all
+        within[at] = waits_at_all | (wait <= budget)
+        near_tail = np.abs(prob_wait - WAIT_TAIL_FRAC) <= ROUNDING_MARGIN_FRAC * WAIT_TAIL_FRAC
+        near_budget = ~waits_at_all & (np.abs(wait - budget) <= ROUNDING_MARGIN_FRAC * (budget + s_per_log))
+        doubtful[at] = near_tail | near_budget
+    return within, doubtful, zero & ~doubtful

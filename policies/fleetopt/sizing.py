@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.fleetopt.calibration import CalibrationColumns, PoolCalibration
-from policies.fleetopt.erlang import ROUNDING_MARGIN_FRAC, p99_wait_columns, p99_wait_s
+from policies.fleetopt.erlang import p99_wait_s, wait_within_columns
 from policies.fleetopt.params import FleetoptParams, PlannerMode
 
 #: Exact mode gives up past this many GPUs per pool (a wait budget no fleet can meet).
@@ -224,12 +224,14 @@ class _Queues:
     ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
         """At n_gpus for pools ``at``: ``_wait_s(n) <= budget``, whether numpy's rounding leaves that in
         doubt, and whether W99 is certainly 0."""
-        slots, budget = self.n_slots[at], self.budget_s[at]
-        wait, doubtful = p99_wait_columns(
-            (n_gpus * slots).astype(np.float64), self.arrival_rate_per_s[at], self.mu_slot_per_s[at], self.cv2[at]
+        slots = self.n_slots[at]
+        return wait_within_columns(
+            (n_gpus * slots).astype(np.float64),
+            self.arrival_rate_per_s[at],
+            self.mu_slot_per_s[at],
+            self.cv2[at],
+            self.budget_s[at],
         )
-        near = (wait > 0.0) & (np.abs(wait - budget) <= ROUNDING_MARGIN_FRAC * budget)
-        return wait <= budget, doubtful | near, (wait == 0.0) & ~doubtful
 
 
 def _first_feasible_columns(

@@ -86,7 +86,6 @@ class TestVectorisedSweepEqualsPointByPoint:
     ) -> None:
         """With a margin of 100 % every pool with a queue is in doubt, so the scalar ``size_pool`` sizes it."""
         monkeypatch.setattr(erlang, "ROUNDING_MARGIN_FRAC", 1.0)
-        monkeypatch.setattr(sizing, "ROUNDING_MARGIN_FRAC", 1.0)
         scalar_calls = []
         monkeypatch.setattr(sizing, "size_pool", lambda *a: scalar_calls.append(a) or size_pool(*a))
         _assert_same(FleetoptInputs(arrival_rate_per_s=30.0, cdf=_shipped(name), p_c=p_c), FleetoptParams())
