@@ -200,7 +200,6 @@ def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _Lengt
     m = chunks + l_out
     out = l_out.astype(np.float64)
     rows = np.empty((_ROWS, top_tokens + 1), dtype=np.float64)
-    rows[_MASS] = 1.0
     rows[_M] = m
     rows[_LM] = m * total
     rows[_M2] = m * m
@@ -210,7 +209,10 @@ def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _Lengt
     rows[_OUT] = out
     rows[_OUT2] = out * out
     rows[:, 0] = 0.0
-    running = np.cumsum(rows, axis=1)
+    running = np.empty_like(rows)
+    # The mass row counts lengths: its running sum is x itself (exact in floats), no pass needed.
+    running[_MASS] = np.arange(top_tokens + 1, dtype=np.float64)
+    np.cumsum(rows[_MASS + 1 :], axis=1, out=running[_MASS + 1 :])
     run_rows = np.ascontiguousarray(running[_RUN_ROWS])
     for array in (running, run_rows, l_out):
         array.setflags(write=False)
