@@ -169,7 +169,7 @@ _ROWS = 9
 _RUN_ROWS = np.asarray((_MASS, _OUT, _OUT2), dtype=np.intp)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class _LengthLaw:
     """Unweighted running sums of the per-length service terms, independent of the CDF.
 
@@ -177,6 +177,9 @@ class _LengthLaw:
         running: shape (9, top + 1); column x holds the rows summed over L = 1..x (column 0 is 0).
         run_rows: the rows ``_RUN_ROWS`` of ``running``, contiguous (gathered on every sweep).
         l_out: shape (top + 1,), l_out of each length (index 0 as for L = 1); non-decreasing.
+
+    Compared and hashed by identity: ``_length_law`` memoises one table per input share, and
+    ``_run_layout`` memoises on it.
     """
 
     running: npt.NDArray[np.float64]
@@ -384,6 +387,75 @@ def slots_per_gpu_columns(ctx_tokens: npt.NDArray[np.int64], params: FleetoptPar
     return slots
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RunLayout:
+    """Where the compressed requests of each point lie, by chunk count; nothing here depends on the CDF.
+
+    Attributes:
+        chunks: shape (runs, K), the chunk count j of each run of each point (0 on padding).
+        live: flat indices into (runs, K) of the runs holding at least one length.
+        ends: the live runs' last lengths, then their first lengths minus 1 (prefix-sum arguments).
+        tails: (point, first, last length) of the lengths whose output reaches B, summed one by one.
+    """
+
+    chunks: npt.NDArray[np.float64]
+    live: npt.NDArray[np.intp]
+    ends: npt.NDArray[np.int64]
+    tails: tuple[tuple[int, int, int], ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _run_layout(law: _LengthLaw, chunk_tokens: int, b_bytes: bytes, tops_bytes: bytes) -> _RunLayout:
+    """The runs of lengths B + 1 .. top with the same chunk count after compression, for every point.
+
+    A compressed request keeps l_out and gets ceil((B - l_out) / C_chunk) prompt chunks; l_out is
+    non-decreasing in L, so the run with j chunks starts at the first length whose output reaches
+    B - j * C_chunk and ends where the run with j - 1 starts (bisection on ``law.l_out``). The runs of
+    every B are padded to the longest list with empty ones, so one array pass serves all points; an
+    empty run adds an exact 0 after the live ones, so each point's sums are those of its own runs.
+    Depends on the input share (through ``law``), C_chunk and the points only: memoised, so
+    successive snapshots of a sweep reuse it.
+    """
+    b_tokens = np.frombuffer(b_bytes, dtype=np.int64)
+    tops = np.frombuffer(tops_bytes, dtype=np.int64)
+    l_out = law.l_out
+    distinct = np.asarray(sorted(set(b_tokens.tolist())), dtype=np.int64)
+    group = np.searchsorted(distinct, b_tokens)
+    group_top = np.zeros(distinct.size, dtype=np.int64)
+    np.maximum.at(group_top, group, tops)
+    lo = distinct + 1
+    out_lo = l_out[np.minimum(lo, l_out.size - 1)]
+    out_hi = l_out[group_top]
+    has_runs = (lo <= group_top) & (out_lo < distinct)
+    # Chunk counts run from j_hi down to j_lo - 1.
+    j_hi = -(-(distinct - out_lo) // chunk_tokens)
+    j_lo = -(-(distinct - np.minimum(out_hi, distinct - 1)) // chunk_tokens)
+    n_edges = np.where(has_runs, j_hi - j_lo + 2, 0)
+    runs = max(1, int(n_edges.max()) - 1)
+    step = np.arange(runs + 1)
+    counts = j_hi[:, None] - step
+    edges = np.searchsorted(l_out, distinct[:, None] - counts * chunk_tokens, side="left")
+    # Runs past a B's own list are padded as empty (start 1, end 0, no chunks).
+    real = step[None, :runs] < (n_edges - 1)[:, None]
+    starts = np.where(real, np.maximum(lo[:, None], edges[:, :-1]), 1)
+    ends = np.where(real, edges[:, 1:] - 1, 0)
+    chunks = np.where(real, counts[:, :-1], 0)
+    run_lo = starts[group].T  # shape (runs, K)
+    run_hi = np.minimum(tops[None, :], ends[group].T)
+    live = np.flatnonzero(run_lo <= run_hi)
+    tail_lo = np.maximum(lo, np.searchsorted(l_out, distinct, side="left"))[group]
+    tails = tuple((i, int(tail_lo[i]), int(tops[i])) for i in np.flatnonzero(tail_lo <= tops).tolist())
+    layout = _RunLayout(
+        chunks=chunks[group].T.astype(np.float64),
+        live=live,
+        ends=np.concatenate((run_hi.ravel()[live], run_lo.ravel()[live] - 1)),
+        tails=tails,
+    )
+    for array in (layout.chunks, layout.live, layout.ends):
+        array.setflags(write=False)
+    return layout
+
+
 class ExactCalibrator:
     """Closed-form pool calibrations of one CDF for every (B_short, gamma) of a sweep at once.
 
@@ -400,6 +472,7 @@ class ExactCalibrator:
         self._input_frac = input_frac
         self._top = cdf.max_tokens
         law = _length_law(input_frac, params.chunk_tokens, cdf.max_tokens)
+        self._law = law
         self._l_out = law.l_out
         self._sums = _WeightedSums(cdf, law)
         self._n_long = slots_per_gpu(params.long_ctx_tokens, params)
@@ -470,57 +543,27 @@ class ExactCalibrator:
 
         Such a request keeps l_out and its prompt becomes max(1, B - l_out), so while l_out < B it
         holds S = (ceil((B - l_out) / C_chunk) + l_out) (W + H (B / C_calib) n): on each run of
-        lengths with the same chunk count j that needs only sum w, sum w l_out and sum w l_out^2.
-        l_out is non-decreasing in L, so the runs are found by bisection. The runs of every B are
-        padded to the longest list with empty runs (which add exact zeros after the live ones), so
-        one pass serves all points. Outputs of B or more (possible only for
-        gamma >= 1 / (1 - input_frac)) are summed length by length.
+        lengths with the same chunk count j that needs only sum w, sum w l_out and sum w l_out^2
+        (where the runs lie does not depend on the CDF: ``_run_layout``). Outputs of B or more
+        (possible only for gamma >= 1 / (1 - input_frac)) are summed length by length.
         """
         p = self._params
-        chunk = p.chunk_tokens
-        distinct = np.asarray(sorted(set(b_tokens.tolist())), dtype=np.int64)
-        group = np.searchsorted(distinct, b_tokens)
-        group_top = np.zeros(distinct.size, dtype=np.int64)
-        np.maximum.at(group_top, group, tops)
-        l_out = self._l_out
-        lo = distinct + 1
-        out_lo = l_out[np.minimum(lo, self._top)]
-        out_hi = l_out[group_top]
-        has_runs = (lo <= group_top) & (out_lo < distinct)
-        # Chunk counts j run from j_hi down to j_lo - 1; the run with j chunks starts at the first
-        # length whose output reaches B - j * C_chunk and ends where the run with j - 1 starts.
-        j_hi = -(-(distinct - out_lo) // chunk)
-        j_lo = -(-(distinct - np.minimum(out_hi, distinct - 1)) // chunk)
-        n_edges = np.where(has_runs, j_hi - j_lo + 2, 0)
-        runs = max(1, int(n_edges.max()) - 1)
-        step = np.arange(runs + 1)
-        counts = j_hi[:, None] - step
-        edges = np.searchsorted(l_out, distinct[:, None] - counts * chunk, side="left")
-        # Runs past a B's own list are padded as empty (start 1, end 0, no chunks).
-        real = step[None, :runs] < (n_edges - 1)[:, None]
-        starts = np.where(real, np.maximum(lo[:, None], edges[:, :-1]), 1)
-        ends = np.where(real, edges[:, 1:] - 1, 0)
-        chunks = np.where(real, counts[:, :-1], 0)
-        run_lo = starts[group].T  # shape (runs, K)
-        run_hi = np.minimum(tops[None, :], ends[group].T)
+        layout = _run_layout(self._law, p.chunk_tokens, b_tokens.tobytes(), tops.tobytes())
         # Range sums over the live (run, point) pairs; an empty run sums to exactly 0.
-        live = np.flatnonzero(run_lo <= run_hi)
-        ends_at = self._sums.prefix_runs(np.concatenate((run_hi.ravel()[live], run_lo.ravel()[live] - 1)))
-        sums = np.zeros((len(_RUN_ROWS), run_lo.size), dtype=np.float64)
+        ends_at = self._sums.prefix_runs(layout.ends)
+        live = layout.live
+        sums = np.zeros((len(_RUN_ROWS), layout.chunks.size), dtype=np.float64)
         sums[:, live] = ends_at[:, : live.size] - ends_at[:, live.size :]
-        sums = sums.reshape(len(_RUN_ROWS), *run_lo.shape)
-        m0, m1, m2 = sums[0], sums[1], sums[2]
-        j = chunks[group].T.astype(np.float64)
+        m0, m1, m2 = sums.reshape(len(_RUN_ROWS), *layout.chunks.shape)
+        j = layout.chunks
         t_iter = p.w_s + p.h_s_per_slot * (b_tokens / p.calib_ctx_tokens) * n_slots
         prefill_s_per_chunk = p.w_s + p.h_s_per_slot
         mass = m0.sum(axis=0)
         s1 = t_iter * (j * m0 + m1).sum(axis=0)
         s2 = t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
         pre = prefill_s_per_chunk * (j * m0).sum(axis=0)
-        long_outputs = np.searchsorted(l_out, distinct, side="left")
-        tail_lo = np.maximum(lo, long_outputs)[group]
-        for i in np.flatnonzero(tail_lo <= tops).tolist():
-            lo_i, hi_i = int(tail_lo[i]), int(tops[i])
+        l_out = self._l_out
+        for i, lo_i, hi_i in layout.tails:
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).
             w = self._sums.weights_of(np.arange(lo_i, hi_i + 1, dtype=np.int64))
             held = 1.0 + l_out[lo_i : hi_i + 1]
