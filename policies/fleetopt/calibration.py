@@ -204,13 +204,13 @@ def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _Lengt
     out = l_out.astype(np.float64)
     rows = np.empty((_ROWS, top_tokens + 1), dtype=np.float64)
     rows[_M] = m
-    rows[_LM] = m * total
-    rows[_M2] = m * m
-    rows[_LM2] = rows[_LM] * m
-    rows[_L2M2] = rows[_LM2] * total
+    np.multiply(m, total, out=rows[_LM])
+    np.multiply(m, m, out=rows[_M2])
+    np.multiply(rows[_LM], m, out=rows[_LM2])
+    np.multiply(rows[_LM2], total, out=rows[_L2M2])
     rows[_CHUNKS] = chunks
     rows[_OUT] = out
-    rows[_OUT2] = out * out
+    np.multiply(out, out, out=rows[_OUT2])
     rows[:, 0] = 0.0
     running = np.empty_like(rows)
     # The mass row counts lengths: its running sum is x itself (exact in floats), no pass needed.
