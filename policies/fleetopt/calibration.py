@@ -396,12 +396,14 @@ class _RunLayout:
         live: flat indices into (runs, K) of the runs holding at least one length.
         ends: the live runs' last lengths, then their first lengths minus 1 (prefix-sum arguments).
         tails: (point, first, last length) of the lengths whose output reaches B, summed one by one.
+        alone: (point, runs) of the points that are their B's only point and have 3 runs or more.
     """
 
     chunks: npt.NDArray[np.float64]
     live: npt.NDArray[np.intp]
     ends: npt.NDArray[np.int64]
     tails: tuple[tuple[int, int, int], ...]
+    alone: tuple[tuple[int, int], ...]
 
 
 @functools.lru_cache(maxsize=16)
@@ -445,11 +447,15 @@ def _run_layout(law: _LengthLaw, chunk_tokens: int, b_bytes: bytes, tops_bytes: 
     live = np.flatnonzero(run_lo <= run_hi)
     tail_lo = np.maximum(lo, np.searchsorted(l_out, distinct, side="left"))[group]
     tails = tuple((i, int(tail_lo[i]), int(tops[i])) for i in np.flatnonzero(tail_lo <= tops).tolist())
+    own_runs = np.maximum(n_edges - 1, 0)[group]
+    alone_points = np.flatnonzero((np.bincount(group)[group] == 1) & (own_runs >= 3))
+    alone = tuple((i, int(own_runs[i])) for i in alone_points.tolist())
     layout = _RunLayout(
         chunks=chunks[group].T.astype(np.float64),
         live=live,
         ends=np.concatenate((run_hi.ravel()[live], run_lo.ravel()[live] - 1)),
         tails=tails,
+        alone=alone,
     )
     for array in (layout.chunks, layout.live, layout.ends):
         array.setflags(write=False)
@@ -562,6 +568,14 @@ class ExactCalibrator:
         s1 = t_iter * (j * m0 + m1).sum(axis=0)
         s2 = t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
         pre = prefill_s_per_chunk * (j * m0).sum(axis=0)
+        for i, runs in layout.alone:
+            # A B swept with one gamma only: per B, numpy sums its runs as one vector (first run, then a
+            # pairwise sum of the rest), not run by run; that order is kept so the floats are the same.
+            a0, a1, a2, ji = m0[:runs, i], m1[:runs, i], m2[:runs, i], j[:runs, i]
+            mass[i] = a0.sum()
+            s1[i] = t_iter[i] * (ji * a0 + a1).sum()
+            s2[i] = t_iter[i] * t_iter[i] * (ji * ji * a0 + 2.0 * ji * a1 + a2).sum()
+            pre[i] = prefill_s_per_chunk * (ji * a0).sum()
         l_out = self._l_out
         for i, lo_i, hi_i in layout.tails:
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).

@@ -75,6 +75,13 @@ class TestVectorisedSweepEqualsPointByPoint:
         params = FleetoptParams(t_slo_s=float(rng.uniform(0.05, 1.0)), rho_max=float(rng.uniform(0.5, 0.95)))
         _assert_same(inputs, params)
 
+    @pytest.mark.parametrize(("name", "p_c"), SHIPPED, ids=[s[0] for s in SHIPPED])
+    @pytest.mark.parametrize("gamma", [1.56, 2.0])
+    def test_a_one_gamma_grid(self, name: str, p_c: float, gamma: float) -> None:
+        """With one gamma per B the point-by-point code summed each B's runs as one vector, in numpy's order."""
+        inputs = FleetoptInputs(arrival_rate_per_s=9.0, cdf=_shipped(name), p_c=p_c, input_frac=0.55)
+        _assert_same(inputs, FleetoptParams(gammas=(gamma,), t_slo_s=0.4))
+
     def test_wide_bands_where_outputs_outgrow_the_boundary(self) -> None:
         """gamma up to 4 with a 50/50 split: compressed outputs reach B, so prompts are cut to one token."""
         inputs = FleetoptInputs(arrival_rate_per_s=50.0, cdf=_random_cdf(5), p_c=0.9, input_frac=0.5)
