@@ -333,18 +333,6 @@ class CalibrationColumns:
             ttft_overhead_s=self.ttft_overhead_s.item(index),
         )
 
-    def columns_at(self, index: npt.NDArray[np.intp]) -> CalibrationColumns:
-        """The columns listed in ``index`` (copies)."""
-        return CalibrationColumns(
-            present=self.present[index],
-            n_slots=self.n_slots[index],
-            mean_service_s=self.mean_service_s[index],
-            cv2=self.cv2[index],
-            mu_gpu_per_s=self.mu_gpu_per_s[index],
-            mean_prefill_s=self.mean_prefill_s[index],
-            ttft_overhead_s=self.ttft_overhead_s[index],
-        )
-
     def columns(self, start: int, stop: int) -> CalibrationColumns:
         """Columns start..stop - 1 (views)."""
         return CalibrationColumns(
