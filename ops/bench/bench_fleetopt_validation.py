@@ -187,6 +187,7 @@ def _mean_std(values: list[float]) -> tuple[float, float]:
 def engine_check(args: argparse.Namespace) -> list[dict[str, object]]:
     """Plan the PR fleet at ``--engine-lambda`` and run each pool as engines over the seeds."""
     rows: list[dict[str, object]] = []
+    simulated: dict[tuple[str, int, int, int, int, float], list[EnginePoolResult]] = {}
     print(
         f"\nengine check: PR fleet (gamma = 1) at lambda = {args.engine_lambda:g} req/s, "
         f"{args.engine_duration_s:.0f} s ({args.engine_warmup_s:.0f} s warm-up), token budget "
@@ -208,22 +209,26 @@ def engine_check(args: argparse.Namespace) -> list[dict[str, object]]:
             ):
                 if sizing.n_gpus == 0:
                     continue
-                results = [
-                    simulate_engine_pool(
-                        name,
-                        params,
-                        n_gpus=sizing.n_gpus,
-                        slots=slots,
-                        ctx_tokens=ctx,
-                        lo_tokens=lo,
-                        rate_per_s=sizing.arrival_rate_per_s,
-                        duration_s=args.engine_duration_s,
-                        warmup_s=args.engine_warmup_s,
-                        token_budget_tokens=args.token_budget,
-                        seed=seed,
-                    )
-                    for seed in range(1, args.engine_seeds + 1)
-                ]
+                # Both modes often plan the same long pool: simulate each distinct pool once.
+                key = (name, sizing.n_gpus, slots, ctx, lo, sizing.arrival_rate_per_s)
+                if key not in simulated:
+                    simulated[key] = [
+                        simulate_engine_pool(
+                            name,
+                            params,
+                            n_gpus=sizing.n_gpus,
+                            slots=slots,
+                            ctx_tokens=ctx,
+                            lo_tokens=lo,
+                            rate_per_s=sizing.arrival_rate_per_s,
+                            duration_s=args.engine_duration_s,
+                            warmup_s=args.engine_warmup_s,
+                            token_budget_tokens=args.token_budget,
+                            seed=seed,
+                        )
+                        for seed in range(1, args.engine_seeds + 1)
+                    ]
+                results = simulated[key]
                 util, util_std = _mean_std([r.util_frac for r in results])
                 ttft, ttft_std = _mean_std([r.p99_ttft_s for r in results])
                 kv = statistics.fmean(r.kv_use_frac for r in results)

@@ -24,7 +24,6 @@ under-sizes the short pool by up to 2x.
 
 from __future__ import annotations
 
-import bisect
 import functools
 import math
 import random
@@ -166,18 +165,25 @@ class _Moments:
 # S^2 = W^2 m^2 + 2 n W k L m^2 + n^2 k^2 L^2 m^2: six sums that do not depend on n serve every pool.
 _MASS, _M, _LM, _M2, _LM2, _L2M2, _CHUNKS, _OUT, _OUT2 = range(9)
 _ROWS = 9
+#: The rows a run of compressed requests needs: sum w, sum w l_out, sum w l_out^2.
+_RUN_ROWS = np.asarray((_MASS, _OUT, _OUT2), dtype=np.intp)
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
+@dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class _LengthLaw:
     """Unweighted running sums of the per-length service terms, independent of the CDF.
 
     Attributes:
         running: shape (9, top + 1); column x holds the rows summed over L = 1..x (column 0 is 0).
+        run_rows: the rows ``_RUN_ROWS`` of ``running``, contiguous (gathered on every sweep).
         l_out: shape (top + 1,), l_out of each length (index 0 as for L = 1); non-decreasing.
+
+    Compared and hashed by identity: ``_length_law`` memoises one table per input share, and
+    ``_run_layout`` memoises on it.
     """
 
     running: npt.NDArray[np.float64]
+    run_rows: npt.NDArray[np.float64]
     l_out: npt.NDArray[np.int64]
 
 
@@ -197,20 +203,23 @@ def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _Lengt
     m = chunks + l_out
     out = l_out.astype(np.float64)
     rows = np.empty((_ROWS, top_tokens + 1), dtype=np.float64)
-    rows[_MASS] = 1.0
     rows[_M] = m
-    rows[_LM] = m * total
-    rows[_M2] = m * m
-    rows[_LM2] = rows[_LM] * m
-    rows[_L2M2] = rows[_LM2] * total
+    np.multiply(m, total, out=rows[_LM])
+    np.multiply(m, m, out=rows[_M2])
+    np.multiply(rows[_LM], m, out=rows[_LM2])
+    np.multiply(rows[_LM2], total, out=rows[_L2M2])
     rows[_CHUNKS] = chunks
     rows[_OUT] = out
-    rows[_OUT2] = out * out
+    np.multiply(out, out, out=rows[_OUT2])
     rows[:, 0] = 0.0
-    running = np.cumsum(rows, axis=1)
-    running.setflags(write=False)
-    l_out.setflags(write=False)
-    return _LengthLaw(running=running, l_out=l_out)
+    running = np.empty_like(rows)
+    # The mass row counts lengths: its running sum is x itself (exact in floats), no pass needed.
+    running[_MASS] = np.arange(top_tokens + 1, dtype=np.float64)
+    np.cumsum(rows[_MASS + 1 :], axis=1, out=running[_MASS + 1 :])
+    run_rows = np.ascontiguousarray(running[_RUN_ROWS])
+    for array in (running, run_rows, l_out):
+        array.setflags(write=False)
+    return _LengthLaw(running=running, run_rows=run_rows, l_out=l_out)
 
 
 class _WeightedSums:
@@ -225,72 +234,230 @@ class _WeightedSums:
 
     def __init__(self, cdf: LengthCdf, law: _LengthLaw) -> None:
         self._law = law
-        self.edges = (0, *cdf.tokens)
-        self.fracs = (0.0, *cdf.frac)
-        self.weights = tuple(
-            (f - f_prev) / (t - t_prev)
-            for t_prev, t, f_prev, f in zip(self.edges, self.edges[1:], self.fracs, self.fracs[1:], strict=False)
-        )
-        at_edges = law.running[:, list(self.edges)]
-        per_bucket = (at_edges[:, 1:] - at_edges[:, :-1]) * np.asarray(self.weights)
-        buckets = len(self.weights)
+        self._edges = np.asarray((0, *cdf.tokens), dtype=np.int64)
+        self._fracs = np.asarray((0.0, *cdf.frac), dtype=np.float64)
+        self._weights = np.diff(self._fracs) / np.diff(self._edges)
+        at_edges = law.running.take(self._edges, axis=1)
+        per_bucket = (at_edges[:, 1:] - at_edges[:, :-1]) * self._weights
+        buckets = self._weights.size
         self._at_edges = at_edges
-        self._edges = np.asarray(self.edges, dtype=np.int64)
-        self._weights = np.asarray(self.weights, dtype=np.float64)
+        self._at_edges_runs = np.ascontiguousarray(at_edges[_RUN_ROWS])
         self._below = np.zeros((_ROWS, buckets + 1), dtype=np.float64)
         np.cumsum(per_bucket, axis=1, out=self._below[:, 1:])
+        self._below_runs = np.ascontiguousarray(self._below[_RUN_ROWS])
         self._above = np.zeros((_ROWS, buckets + 1), dtype=np.float64)
         np.cumsum(per_bucket[:, ::-1], axis=1, out=self._above[:, -2::-1])
 
     def prefix(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """Rows summed over L = 1..x for each x in 0..top; shape (9, len(x))."""
         k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
-        part = self._law.running[:, x_tokens] - self._at_edges[:, k]
-        rows: npt.NDArray[np.float64] = self._below[:, k] + self._weights[k] * part
+        # take() gathers columns several times faster than fancy indexing; the values are the same.
+        part = self._law.running.take(x_tokens, axis=1) - self._at_edges.take(k, axis=1)
+        rows: npt.NDArray[np.float64] = self._below.take(k, axis=1) + self._weights[k] * part
         return rows
+
+    def prefix_runs(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """``prefix`` of the rows ``_RUN_ROWS`` only (the same values); shape (3, len(x))."""
+        k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
+        part = self._law.run_rows.take(x_tokens, axis=1) - self._at_edges_runs.take(k, axis=1)
+        sums: npt.NDArray[np.float64] = self._below_runs.take(k, axis=1) + self._weights[k] * part
+        return sums
 
     def suffix(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """Rows summed over L = x..top for each x in 1..top + 1; shape (9, len(x))."""
         k = np.minimum(np.searchsorted(self._edges, x_tokens, side="left") - 1, self._weights.size - 1)
-        part = self._at_edges[:, k + 1] - self._law.running[:, x_tokens - 1]
-        rows: npt.NDArray[np.float64] = self._above[:, k + 1] + self._weights[k] * part
+        part = self._at_edges.take(k + 1, axis=1) - self._law.running.take(x_tokens - 1, axis=1)
+        rows: npt.NDArray[np.float64] = self._above.take(k + 1, axis=1) + self._weights[k] * part
         return rows
 
-    def cum_mass(self, x_tokens: int) -> float:
-        """F(x) for an integer 0 <= x <= top, from the bucket weights."""
-        if x_tokens <= 0:
-            return 0.0
-        k = bisect.bisect_left(self.edges, x_tokens) - 1
-        return self.fracs[k] + self.weights[k] * (x_tokens - self.edges[k])
+    def cum_mass_columns(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+        """F(x) for integers 0 <= x <= top, from the bucket weights (exactly F(0) = 0)."""
+        k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
+        mass: npt.NDArray[np.float64] = self._fracs[k] + self._weights[k] * (x_tokens - self._edges[k])
+        return mass
 
-    def quantile_tokens(self, target_mass: float) -> int:
-        """Smallest integer L in 1..top with F(L) >= target_mass as ``cum_mass`` evaluates it (top when none)."""
-        k = min(bisect.bisect_left(self.fracs, target_mass), len(self.fracs) - 1)
-        if k == 0:
-            return 1
-        lo_tokens, hi_tokens, weight = self.edges[k - 1], self.edges[k], self.weights[k - 1]
+    def quantile_columns(self, target_mass: npt.NDArray[np.float64]) -> npt.NDArray[np.int64]:
+        """Smallest integer L in 1..top with F(L) >= each target, as ``cum_mass_columns`` rounds it (top when none)."""
+        k = np.minimum(np.searchsorted(self._fracs, target_mass, side="left"), self._fracs.size - 1)
+        below = np.maximum(k - 1, 0)
+        lo_tokens, hi_tokens = self._edges[below], self._edges[k]
+        weight, base = self._weights[below], self._fracs[below]
         # F is linear inside the bucket (weight > 0 there since F rises past the target): solve,
         # then step to the first length whose rounded F reaches the target.
-        guess = lo_tokens + math.ceil((target_mass - self.fracs[k - 1]) / weight) if weight > 0.0 else hi_tokens
-        guess = min(max(guess, lo_tokens + 1), hi_tokens)
-        while guess > lo_tokens + 1 and self.cum_mass(guess - 1) >= target_mass:
-            guess -= 1
-        while guess < hi_tokens and self.cum_mass(guess) < target_mass:
-            guess += 1
-        return guess
+        with np.errstate(divide="ignore", invalid="ignore"):
+            solved = lo_tokens + np.ceil((target_mass - base) / weight)
+        guess = np.where(weight > 0.0, solved, hi_tokens)
+        guess = np.minimum(np.maximum(guess, lo_tokens + 1), hi_tokens).astype(np.int64)
+        while True:
+            down = (guess > lo_tokens + 1) & (base + weight * (guess - 1 - lo_tokens) >= target_mass)
+            if not down.any():
+                break
+            guess -= down
+        while True:
+            up = (guess < hi_tokens) & (base + weight * (guess - lo_tokens) < target_mass)
+            if not up.any():
+                break
+            guess += up
+        tokens: npt.NDArray[np.int64] = np.where(k == 0, 1, guess)
+        return tokens
 
     def weights_of(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
         """Probability of each length in ``lengths`` (all within 1..top)."""
         return self._weights[np.searchsorted(self._edges, lengths, side="left") - 1]
 
 
-class ExactCalibrator:
-    """Closed-form pool calibrations of one CDF for every (B_short, gamma) of a sweep.
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CalibrationColumns:
+    """Calibrations of one pool kind (short or long) for many sweep points, one column per point.
 
-    Each calibration is a handful of range sums over the CDF's buckets (``_WeightedSums``),
-    evaluated for all gammas of one B at once, so a whole sweep costs O(buckets) set-up plus
-    O(log max_tokens) per point, whatever B, gamma and n_max are; the per-length tables behind
-    it depend only on the input share and are memoised.
+    The fields are those of ``PoolCalibration``; ``present`` is False where the pool receives no
+    mass (``PoolCalibration`` None), and the other fields are meaningless there.
+    """
+
+    present: npt.NDArray[np.bool_]
+    n_slots: npt.NDArray[np.int64]
+    mean_service_s: npt.NDArray[np.float64]
+    cv2: npt.NDArray[np.float64]
+    mu_gpu_per_s: npt.NDArray[np.float64]
+    mean_prefill_s: npt.NDArray[np.float64]
+    ttft_overhead_s: npt.NDArray[np.float64]
+
+    def at(self, index: int) -> PoolCalibration:
+        """The calibration of column ``index`` as an object (read ``present`` first)."""
+        return PoolCalibration(
+            n_slots=self.n_slots.item(index),
+            mean_service_s=self.mean_service_s.item(index),
+            cv2=self.cv2.item(index),
+            mu_gpu_per_s=self.mu_gpu_per_s.item(index),
+            mean_prefill_s=self.mean_prefill_s.item(index),
+            ttft_overhead_s=self.ttft_overhead_s.item(index),
+        )
+
+    def columns(self, start: int, stop: int) -> CalibrationColumns:
+        """Columns start..stop - 1 (views)."""
+        return CalibrationColumns(
+            present=self.present[start:stop],
+            n_slots=self.n_slots[start:stop],
+            mean_service_s=self.mean_service_s[start:stop],
+            cv2=self.cv2[start:stop],
+            mu_gpu_per_s=self.mu_gpu_per_s[start:stop],
+            mean_prefill_s=self.mean_prefill_s[start:stop],
+            ttft_overhead_s=self.ttft_overhead_s[start:stop],
+        )
+
+    def all(self) -> list[PoolCalibration | None]:
+        """Every column as an object (``at`` for each, with one array-to-list conversion per field)."""
+        fields = zip(
+            self.present.tolist(),
+            self.n_slots.tolist(),
+            self.mean_service_s.tolist(),
+            self.cv2.tolist(),
+            self.mu_gpu_per_s.tolist(),
+            self.mean_prefill_s.tolist(),
+            self.ttft_overhead_s.tolist(),
+            strict=True,
+        )
+        return [
+            PoolCalibration(
+                n_slots=n, mean_service_s=e1, cv2=cv2, mu_gpu_per_s=mu, mean_prefill_s=pre, ttft_overhead_s=over
+            )
+            if present
+            else None
+            for present, n, e1, cv2, mu, pre, over in fields
+        ]
+
+
+def slots_per_gpu_columns(ctx_tokens: npt.NDArray[np.int64], params: FleetoptParams) -> npt.NDArray[np.int64]:
+    """``slots_per_gpu`` of each context window, in integer arithmetic as the scalar form."""
+    by_compute = params.calib_slots * params.calib_ctx_tokens // ctx_tokens
+    by_memory = params.kv_blocks // -(-ctx_tokens // params.kv_block_tokens)
+    slots: npt.NDArray[np.int64] = np.maximum(1, np.minimum(by_compute, by_memory))
+    return slots
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _RunLayout:
+    """Where the compressed requests of each point lie, by chunk count; nothing here depends on the CDF.
+
+    Attributes:
+        chunks: shape (runs, K), the chunk count j of each run of each point (0 on padding).
+        live: flat indices into (runs, K) of the runs holding at least one length.
+        ends: the live runs' last lengths, then their first lengths minus 1 (prefix-sum arguments).
+        tails: (point, first, last length) of the lengths whose output reaches B, summed one by one.
+        alone: (point, runs) of the points that are their B's only point and have 3 runs or more.
+    """
+
+    chunks: npt.NDArray[np.float64]
+    live: npt.NDArray[np.intp]
+    ends: npt.NDArray[np.int64]
+    tails: tuple[tuple[int, int, int], ...]
+    alone: tuple[tuple[int, int], ...]
+
+
+@functools.lru_cache(maxsize=16)
+def _run_layout(law: _LengthLaw, chunk_tokens: int, b_bytes: bytes, tops_bytes: bytes) -> _RunLayout:
+    """The runs of lengths B + 1 .. top with the same chunk count after compression, for every point.
+
+    A compressed request keeps l_out and gets ceil((B - l_out) / C_chunk) prompt chunks; l_out is
+    non-decreasing in L, so the run with j chunks starts at the first length whose output reaches
+    B - j * C_chunk and ends where the run with j - 1 starts (bisection on ``law.l_out``). The runs of
+    every B are padded to the longest list with empty ones, so one array pass serves all points; an
+    empty run adds an exact 0 after the live ones, so each point's sums are those of its own runs.
+    Depends on the input share (through ``law``), C_chunk and the points only: memoised, so
+    successive snapshots of a sweep reuse it.
+    """
+    b_tokens = np.frombuffer(b_bytes, dtype=np.int64)
+    tops = np.frombuffer(tops_bytes, dtype=np.int64)
+    l_out = law.l_out
+    distinct = np.asarray(sorted(set(b_tokens.tolist())), dtype=np.int64)
+    group = np.searchsorted(distinct, b_tokens)
+    group_top = np.zeros(distinct.size, dtype=np.int64)
+    np.maximum.at(group_top, group, tops)
+    lo = distinct + 1
+    out_lo = l_out[np.minimum(lo, l_out.size - 1)]
+    out_hi = l_out[group_top]
+    has_runs = (lo <= group_top) & (out_lo < distinct)
+    # Chunk counts run from j_hi down to j_lo - 1.
+    j_hi = -(-(distinct - out_lo) // chunk_tokens)
+    j_lo = -(-(distinct - np.minimum(out_hi, distinct - 1)) // chunk_tokens)
+    n_edges = np.where(has_runs, j_hi - j_lo + 2, 0)
+    runs = max(1, int(n_edges.max()) - 1)
+    step = np.arange(runs + 1)
+    counts = j_hi[:, None] - step
+    edges = np.searchsorted(l_out, distinct[:, None] - counts * chunk_tokens, side="left")
+    # Runs past a B's own list are padded as empty (start 1, end 0, no chunks).
+    real = step[None, :runs] < (n_edges - 1)[:, None]
+    starts = np.where(real, np.maximum(lo[:, None], edges[:, :-1]), 1)
+    ends = np.where(real, edges[:, 1:] - 1, 0)
+    chunks = np.where(real, counts[:, :-1], 0)
+    run_lo = starts[group].T  # shape (runs, K)
+    run_hi = np.minimum(tops[None, :], ends[group].T)
+    live = np.flatnonzero(run_lo <= run_hi)
+    tail_lo = np.maximum(lo, np.searchsorted(l_out, distinct, side="left"))[group]
+    tails = tuple((i, int(tail_lo[i]), int(tops[i])) for i in np.flatnonzero(tail_lo <= tops).tolist())
+    own_runs = np.maximum(n_edges - 1, 0)[group]
+    alone_points = np.flatnonzero((np.bincount(group)[group] == 1) & (own_runs >= 3))
+    alone = tuple((i, int(own_runs[i])) for i in alone_points.tolist())
+    layout = _RunLayout(
+        chunks=chunks[group].T.astype(np.float64),
+        live=live,
+        ends=np.concatenate((run_hi.ravel()[live], run_lo.ravel()[live] - 1)),
+        tails=tails,
+        alone=alone,
+    )
+    for array in (layout.chunks, layout.live, layout.ends):
+        array.setflags(write=False)
+    return layout
+
+
+class ExactCalibrator:
+    """Closed-form pool calibrations of one CDF for every (B_short, gamma) of a sweep at once.
+
+    Each calibration is a handful of range sums over the CDF's buckets (``_WeightedSums``). All
+    points of a sweep are columns of the same numpy expressions, so a whole sweep costs a fixed
+    number of array passes of width (points) after a set-up that depends only on the CDF; the
+    per-length tables behind it depend only on the input share and are memoised. Every column is
+    computed by the same float operations, in the same order, as a point calibrated on its own.
     """
 
     def __init__(self, cdf: LengthCdf, params: FleetoptParams, *, input_frac: float) -> None:
@@ -299,59 +466,60 @@ class ExactCalibrator:
         self._input_frac = input_frac
         self._top = cdf.max_tokens
         law = _length_law(input_frac, params.chunk_tokens, cdf.max_tokens)
+        self._law = law
         self._l_out = law.l_out
         self._sums = _WeightedSums(cdf, law)
         self._n_long = slots_per_gpu(params.long_ctx_tokens, params)
 
-    def pools(
-        self, b_tokens: int, gamma_b_tokens: tuple[int, ...], p_c: float
-    ) -> tuple[tuple[PoolCalibration | None, PoolCalibration | None], ...]:
-        """(short, long) calibrations for one B_short and each band top gamma*B, None for an empty pool.
+    def pool_columns(
+        self, b_tokens: npt.NDArray[np.int64], gamma_b_tokens: npt.NDArray[np.int64], p_c: float
+    ) -> CalibrationColumns:
+        """Short-pool then long-pool calibrations of each point (B_short, gamma*B): 2 K columns for K points.
 
         The short pool holds native L <= B plus compressed borderline requests (weight p_c); the
         long pool L > gamma*B plus borderline requests left uncompressed (weight 1 - p_c).
         Compressed requests are counted at L = B for the P99 prefill, an upper bound within one token.
 
         Args:
-            b_tokens: B_short, the short pool's context window.
-            gamma_b_tokens: floor(gamma * B) per gamma, each >= B.
+            b_tokens: B_short of each point, the short pool's context window.
+            gamma_b_tokens: floor(gamma * B) of each point, each >= its B.
             p_c: effective compressibility of the borderline band.
         """
         top = self._top
-        tops = np.minimum(np.asarray(gamma_b_tokens, dtype=np.int64), top)
-        n_short = slots_per_gpu(b_tokens, self._params)
-        native_row = self._sums.prefix(np.asarray([min(b_tokens, top)], dtype=np.int64))
-        native = self._native(native_row, n_short)
+        b_top = np.minimum(b_tokens, top)
+        tops = np.minimum(gamma_b_tokens, top)
+        n_short = slots_per_gpu_columns(b_tokens, self._params)
+        native = self._native(self._sums.prefix(b_top), n_short)
         short = native.plus(self._compressed(b_tokens, tops, n_short), p_c)
-        # Suffix sums at B + 1 and at each gamma*B + 1: the band is their difference, the rest lies above.
-        ends = self._sums.suffix(np.concatenate(([min(b_tokens, top) + 1], tops + 1)))
-        band = self._native(ends[:, :1] - ends[:, 1:], self._n_long)
-        above = self._native(ends[:, 1:], self._n_long)
+        # Suffix sums at B + 1 and at gamma*B + 1: the band is their difference, the rest lies above.
+        ends = self._sums.suffix(np.concatenate((b_top + 1, tops + 1)))
+        at_b, at_top = ends[:, : b_top.size], ends[:, b_top.size :]
+        band = self._native(at_b - at_top, self._n_long)
+        above = self._native(at_top, self._n_long)
         long = above.plus(band, 1.0 - p_c)
-        cum_b = self._sums.cum_mass(min(b_tokens, top))
-        native_mass = float(native.mass[0])
-        band_masses = ((1.0 - p_c) * band.mass).tolist()
-        short_rows = zip(short.mass.tolist(), short.s1.tolist(), short.s2.tolist(), short.pre.tolist(), strict=True)
-        long_rows = zip(long.mass.tolist(), long.s1.tolist(), long.s2.tolist(), long.pre.tolist(), strict=True)
-        out: list[tuple[PoolCalibration | None, PoolCalibration | None]] = []
-        for gb, band_mass, short_row, long_row in zip(tops.tolist(), band_masses, short_rows, long_rows, strict=True):
-            short_calib = None
-            if short_row[0] > 0.0:
-                target = PREFILL_QUANTILE_FRAC * short_row[0]
-                l99 = self._sums.quantile_tokens(target) if target <= native_mass else b_tokens
-                short_calib = self._finish(short_row, n_short, min(l99, b_tokens))
-            long_calib = None
-            if long_row[0] > 0.0:
-                target = PREFILL_QUANTILE_FRAC * long_row[0]
-                if target <= band_mass:
-                    l99 = self._sums.quantile_tokens(cum_b + target / (1.0 - p_c))
-                else:
-                    l99 = self._sums.quantile_tokens(self._sums.cum_mass(gb) + (target - band_mass))
-                long_calib = self._finish(long_row, self._n_long, l99)
-            out.append((short_calib, long_calib))
-        return tuple(out)
 
-    def _native(self, rows: npt.NDArray[np.float64], n_slots: int) -> _Moments:
+        count = b_tokens.size
+        cum = self._sums.cum_mass_columns(np.concatenate((b_top, tops)))
+        short_target = PREFILL_QUANTILE_FRAC * short.mass
+        band_mass = (1.0 - p_c) * band.mass
+        long_target = PREFILL_QUANTILE_FRAC * long.mass
+        in_band = long_target <= band_mass
+        with np.errstate(divide="ignore", invalid="ignore"):
+            # Only read where in_band, which needs band mass, hence p_c < 1.
+            band_level = cum[:count] + long_target / (1.0 - p_c)
+        level = np.where(in_band, band_level, cum[count:] + (long_target - band_mass))
+        l99 = self._sums.quantile_columns(np.concatenate((short_target, np.where(long.mass > 0.0, level, 0.0))))
+        short_l99 = np.minimum(np.where(short_target <= native.mass, l99[:count], b_tokens), b_tokens)
+        both = _Moments(
+            mass=np.concatenate((short.mass, long.mass)),
+            s1=np.concatenate((short.s1, long.s1)),
+            s2=np.concatenate((short.s2, long.s2)),
+            pre=np.concatenate((short.pre, long.pre)),
+        )
+        n_slots = np.concatenate((n_short, np.full(count, self._n_long, dtype=np.int64)))
+        return self._finish(both, n_slots, np.concatenate((short_l99, l99[count:])))
+
+    def _native(self, rows: npt.NDArray[np.float64], n_slots: npt.NDArray[np.int64] | int) -> _Moments:
         """Moments of requests served as they are, from range row sums of shape (9, K), at n_max = n_slots."""
         p = self._params
         k_n = p.h_s_per_slot / p.calib_ctx_tokens * n_slots
@@ -362,71 +530,73 @@ class ExactCalibrator:
             pre=(p.w_s + p.h_s_per_slot) * rows[_CHUNKS],
         )
 
-    def _compressed(self, b_tokens: int, tops: npt.NDArray[np.int64], n_slots: int) -> _Moments:
-        """Requests of original length B + 1 .. top compressed to B_short (Eq. 15), at n_max = n_slots, per top.
+    def _compressed(
+        self, b_tokens: npt.NDArray[np.int64], tops: npt.NDArray[np.int64], n_slots: npt.NDArray[np.int64]
+    ) -> _Moments:
+        """Requests of original length B + 1 .. top compressed to B_short (Eq. 15), per point.
 
         Such a request keeps l_out and its prompt becomes max(1, B - l_out), so while l_out < B it
         holds S = (ceil((B - l_out) / C_chunk) + l_out) (W + H (B / C_calib) n): on each run of
-        lengths with the same chunk count j that needs only sum w, sum w l_out and sum w l_out^2.
-        l_out is non-decreasing in L, so the runs are found by bisection. Outputs of B or more
+        lengths with the same chunk count j that needs only sum w, sum w l_out and sum w l_out^2
+        (where the runs lie does not depend on the CDF: ``_run_layout``). Outputs of B or more
         (possible only for gamma >= 1 / (1 - input_frac)) are summed length by length.
         """
         p = self._params
-        chunk = p.chunk_tokens
-        lo = b_tokens + 1
-        zeros = np.zeros(tops.size, dtype=np.float64)
-        mass, s1, s2, pre = zeros.copy(), zeros.copy(), zeros.copy(), zeros.copy()
-        hi_max = int(tops.max())
-        if lo > hi_max:
-            return _Moments(mass=mass, s1=s1, s2=s2, pre=pre)
+        layout = _run_layout(self._law, p.chunk_tokens, b_tokens.tobytes(), tops.tobytes())
+        # Range sums over the live (run, point) pairs; an empty run sums to exactly 0.
+        ends_at = self._sums.prefix_runs(layout.ends)
+        live = layout.live
+        sums = np.zeros((len(_RUN_ROWS), layout.chunks.size), dtype=np.float64)
+        sums[:, live] = ends_at[:, : live.size] - ends_at[:, live.size :]
+        m0, m1, m2 = sums.reshape(len(_RUN_ROWS), *layout.chunks.shape)
+        j = layout.chunks
         t_iter = p.w_s + p.h_s_per_slot * (b_tokens / p.calib_ctx_tokens) * n_slots
         prefill_s_per_chunk = p.w_s + p.h_s_per_slot
-        out_lo, out_hi = int(self._l_out[lo]), int(self._l_out[hi_max])
-        if out_lo < b_tokens:
-            j_hi = -(-(b_tokens - out_lo) // chunk)
-            j_lo = -(-(b_tokens - min(out_hi, b_tokens - 1)) // chunk)
-            # The run with j chunks starts at the first length whose output reaches B - j * C_chunk.
-            counts = np.arange(j_hi, j_lo - 2, -1, dtype=np.int64)
-            edges = np.searchsorted(self._l_out, b_tokens - counts * chunk, side="left")
-            run_lo = np.maximum(lo, edges[:-1])[:, None]  # shape (runs, 1)
-            run_hi = np.minimum(tops[None, :], edges[1:, None] - 1)  # shape (runs, K)
-            live = run_lo <= run_hi
-            grid_hi = np.where(live, run_hi, 0).ravel()
-            grid_lo = np.where(live, run_lo - 1, 0).ravel()
-            sums = (self._sums.prefix(grid_hi) - self._sums.prefix(grid_lo)).reshape(_ROWS, *live.shape)
-            j = counts[:-1, None].astype(np.float64)
-            m0, m1, m2 = sums[_MASS], sums[_OUT], sums[_OUT2]
-            mass += m0.sum(axis=0)
-            s1 += t_iter * (j * m0 + m1).sum(axis=0)
-            s2 += t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
-            pre += prefill_s_per_chunk * (j * m0).sum(axis=0)
-        tail_lo = max(lo, int(np.searchsorted(self._l_out, b_tokens, side="left")))
-        for i, hi in enumerate(tops.tolist()):
-            if tail_lo > hi:
-                continue
+        mass = m0.sum(axis=0)
+        s1 = t_iter * (j * m0 + m1).sum(axis=0)
+        s2 = t_iter * t_iter * (j * j * m0 + 2.0 * j * m1 + m2).sum(axis=0)
+        pre = prefill_s_per_chunk * (j * m0).sum(axis=0)
+        for i, runs in layout.alone:
+            # A B swept with one gamma only: per B, numpy sums its runs as one vector (first run, then a
+            # pairwise sum of the rest), not run by run; that order is kept so the floats are the same.
+            a0, a1, a2, ji = m0[:runs, i], m1[:runs, i], m2[:runs, i], j[:runs, i]
+            mass[i] = a0.sum()
+            s1[i] = t_iter[i] * (ji * a0 + a1).sum()
+            s2[i] = t_iter[i] * t_iter[i] * (ji * ji * a0 + 2.0 * ji * a1 + a2).sum()
+            pre[i] = prefill_s_per_chunk * (ji * a0).sum()
+        l_out = self._l_out
+        for i, lo_i, hi_i in layout.tails:
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).
-            w = self._sums.weights_of(np.arange(tail_lo, hi + 1, dtype=np.int64))
-            held = 1.0 + self._l_out[tail_lo : hi + 1]
-            service = held * (p.w_s + p.h_s_per_slot * (held / p.calib_ctx_tokens) * n_slots)
+            w = self._sums.weights_of(np.arange(lo_i, hi_i + 1, dtype=np.int64))
+            held = 1.0 + l_out[lo_i : hi_i + 1]
+            service = held * (p.w_s + p.h_s_per_slot * (held / p.calib_ctx_tokens) * int(n_slots[i]))
             mass[i] += w.sum()
             s1[i] += (w * service).sum()
             s2[i] += (w * service * service).sum()
             pre[i] += prefill_s_per_chunk * w.sum()
         return _Moments(mass=mass, s1=s1, s2=s2, pre=pre)
 
-    def _finish(self, moments: tuple[float, float, float, float], n_slots: int, l99_tokens: int) -> PoolCalibration:
-        """The calibration from one pool's (mass, sum w S, sum w S^2, sum w prefill) and its P99 length."""
-        mass, s1, s2, pre = moments
-        e1 = s1 / mass
-        e2 = s2 / mass
-        l_in, _ = split_tokens(l99_tokens, self._input_frac)
+    def _finish(
+        self, moments: _Moments, n_slots: npt.NDArray[np.int64], l99_tokens: npt.NDArray[np.int64]
+    ) -> CalibrationColumns:
+        """The calibrations from each point's moments and P99 length; absent where the mass is 0."""
         p = self._params
+        present = moments.mass > 0.0
+        with np.errstate(divide="ignore", invalid="ignore"):
+            e1 = moments.s1 / moments.mass
+            e2 = moments.s2 / moments.mass
+            cv2 = np.maximum(0.01, e2 / (e1 * e1) - 1.0)
+            mu = n_slots / e1
+            mean_prefill = moments.pre / moments.mass
+        l_in = np.maximum(1, np.floor(self._input_frac * l99_tokens))
         first_decode = p.w_s + p.h_s_per_slot * (l99_tokens / p.calib_ctx_tokens) * n_slots
-        return PoolCalibration(
+        overhead = np.ceil(l_in / p.chunk_tokens) * (p.w_s + p.h_s_per_slot) + first_decode
+        return CalibrationColumns(
+            present=present,
             n_slots=n_slots,
             mean_service_s=e1,
-            cv2=max(0.01, e2 / (e1 * e1) - 1.0),
-            mu_gpu_per_s=n_slots / e1,
-            mean_prefill_s=pre / mass,
-            ttft_overhead_s=prefill_s(l_in, p) + first_decode,
+            cv2=cv2,
+            mu_gpu_per_s=mu,
+            mean_prefill_s=mean_prefill,
+            ttft_overhead_s=overhead,
         )

@@ -42,8 +42,7 @@ def _point_at(b_tokens: int, plan: FleetPlan, inputs: FleetoptInputs, params: Fl
     """The cheapest point at a held B_short (the homogeneous fleet when B_short is the long window)."""
     if b_tokens == plan.homogeneous.short_ctx_tokens:
         return plan.homogeneous
-    points = tuple(p for p in plan.points if p.short_ctx_tokens == b_tokens)
-    return cheapest(points or sweep(inputs, params, b_short_tokens=(b_tokens,)))
+    return plan.cheapest_at(b_tokens) or cheapest(sweep(inputs, params, b_short_tokens=(b_tokens,)))
 
 
 def _hold_state(hold: PoolHold) -> FleetoptPoolHold:

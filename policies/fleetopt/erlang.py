@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+import numpy.typing as npt
 from scipy import special
 
 from schemas.errors import InvalidInputError
@@ -95,3 +97,80 @@ def _surely_rare_wait(c_servers: int, offered_load_erlangs: float) -> bool:
     varrho = offered_load_erlangs / c_servers
     log_pmf = c_servers * math.log(offered_load_erlangs) - offered_load_erlangs - math.lgamma(c_servers + 1.0)
     return log_pmf + math.log(2.0 / (1.0 - varrho)) < math.log(0.1 * WAIT_TAIL_FRAC)
+
+
+def rare_wait_columns(
+    c_servers: npt.NDArray[np.float64],
+    arrival_rate_per_s: npt.NDArray[np.float64],
+    mu_slot_per_s: npt.NDArray[np.float64],
+) -> npt.NDArray[np.bool_]:
+    """Per column: the queue is stable and ``_surely_rare_wait`` holds, so ``p99_wait_s`` returns 0.
+
+    The bound of ``_surely_rare_wait`` evaluated with numpy's log and log-gamma over many pools at
+    once; its 10x margin makes the verdict independent of which library's rounding computed it.
+
+    Args:
+        c_servers: slots of each pool, n_gpus * n_max (integers held as floats).
+        arrival_rate_per_s: lambda_p of each pool, > 0.
+        mu_slot_per_s: service rate of one slot of each pool.
+    """
+    capacity_per_s = c_servers * mu_slot_per_s
+    offered = arrival_rate_per_s / mu_slot_per_s
+    stable = arrival_rate_per_s < capacity_per_s
+    with np.errstate(divide="ignore", invalid="ignore"):
+        log_pmf = c_servers * np.log(offered) - offered - special.gammaln(c_servers + 1.0)
+        bound = log_pmf + np.log(2.0 / (1.0 - offered / c_servers))
+    rare: npt.NDArray[np.bool_] = stable & (bound < math.log(0.1 * WAIT_TAIL_FRAC))
+    return rare
+
+
+#: Relative margin within which numpy's evaluation of Eqs. 5-6 is not trusted to reach the verdict
+#: of the scalar ``erlang_c`` / ``p99_wait_s``; numpy's log, exp and the incomplete gamma function
+#: agree with them to about 1e-12, so the margin is wide, and callers treat such pools with the scalars.
+ROUNDING_MARGIN_FRAC = 1e-8
+
+
+def wait_within_columns(
+    c_servers: npt.NDArray[np.float64],
+    arrival_rate_per_s: npt.NDArray[np.float64],
+    mu_slot_per_s: npt.NDArray[np.float64],
+    cv2: npt.NDArray[np.float64],
+    budget_s: npt.NDArray[np.float64],
+) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """Per pool: ``p99_wait_s(...) <= budget_s``, whether rounding leaves that in doubt, and W99 certainly 0.
+
+    Eqs. 5-6 in numpy over many pools at once. A verdict is in doubt where C lies within
+    ``ROUNDING_MARGIN_FRAC`` of WAIT_TAIL_FRAC (zero against positive) or W99 within that margin of
+    the budget, counting the absolute error an error in ln(C / 0.01) carries into W99. Elsewhere
+    the verdicts are those of ``p99_wait_s``.
+
+    Args:
+        c_servers: slots of each pool, n_gpus * n_max (integers held as floats).
+        arrival_rate_per_s: lambda_p of each pool, > 0.
+        mu_slot_per_s: service rate of one slot of each pool.
+        cv2: Cs^2 of each pool.
+        budget_s: the wait each pool may have, >= 0.
+    """
+    capacity_per_s = c_servers * mu_slot_per_s
+    stable = arrival_rate_per_s < capacity_per_s
+    zero = rare_wait_columns(c_servers, arrival_rate_per_s, mu_slot_per_s)
+    within = zero.copy()
+    doubtful = np.zeros(zero.size, dtype=np.bool_)
+    # The incomplete gamma function is the costly part: evaluate it only where the bound did not settle C.
+    at = np.flatnonzero(stable & ~zero)
+    if at.size:
+        c, lam, mu, budget = c_servers[at], arrival_rate_per_s[at], mu_slot_per_s[at], budget_s[at]
+        offered = lam / mu
+        log_pmf = c * np.log(offered) - offered - special.gammaln(c + 1.0)
+        erlang_b = np.exp(log_pmf - np.log(special.gammaincc(c + 1.0, offered)))
+        prob_wait = erlang_b / (1.0 - offered / c * (1.0 - erlang_b))
+        waits_at_all = prob_wait <= WAIT_TAIL_FRAC
+        s_per_log = (1.0 + cv2[at]) / (2.0 * (c * mu - lam))
+        with np.errstate(divide="ignore"):
+            wait = np.log(prob_wait / WAIT_TAIL_FRAC) * s_per_log
+        zero[at] = waits_at_all
+        within[at] = waits_at_all | (wait <= budget)
+        near_tail = np.abs(prob_wait - WAIT_TAIL_FRAC) <= ROUNDING_MARGIN_FRAC * WAIT_TAIL_FRAC
+        near_budget = ~waits_at_all & (np.abs(wait - budget) <= ROUNDING_MARGIN_FRAC * (budget + s_per_log))
+        doubtful[at] = near_tail | near_budget
+    return within, doubtful, zero & ~doubtful

@@ -10,8 +10,11 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from policies.fleetopt.calibration import PoolCalibration
-from policies.fleetopt.erlang import p99_wait_s
+import numpy as np
+import numpy.typing as npt
+
+from policies.fleetopt.calibration import CalibrationColumns, PoolCalibration
+from policies.fleetopt.erlang import p99_wait_s, wait_within_columns
 from policies.fleetopt.params import FleetoptParams, PlannerMode
 
 #: Exact mode gives up past this many GPUs per pool (a wait budget no fleet can meet).
@@ -153,4 +156,183 @@ def _predict(
         p99_wait_s=wait,
         p99_ttft_s=ttft,
         slo_met=ttft <= params.t_slo_s,
+    )
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SizingColumns:
+    """``PoolSizing`` of one pool kind for many sweep points, one column per point."""
+
+    n_gpus: npt.NDArray[np.int64]
+    arrival_rate_per_s: npt.NDArray[np.float64]
+    util_frac: npt.NDArray[np.float64]
+    p99_wait_s: npt.NDArray[np.float64]
+    p99_ttft_s: npt.NDArray[np.float64]
+    slo_met: npt.NDArray[np.bool_]
+
+    def at(self, index: int) -> PoolSizing:
+        """Column ``index`` as an object."""
+        return PoolSizing(
+            n_gpus=self.n_gpus.item(index),
+            arrival_rate_per_s=self.arrival_rate_per_s.item(index),
+            util_frac=self.util_frac.item(index),
+            p99_wait_s=self.p99_wait_s.item(index),
+            p99_ttft_s=self.p99_ttft_s.item(index),
+            slo_met=self.slo_met.item(index),
+        )
+
+    def columns(self, start: int, stop: int) -> SizingColumns:
+        """Columns start..stop - 1 (views)."""
+        return SizingColumns(
+            n_gpus=self.n_gpus[start:stop],
+            arrival_rate_per_s=self.arrival_rate_per_s[start:stop],
+            util_frac=self.util_frac[start:stop],
+            p99_wait_s=self.p99_wait_s[start:stop],
+            p99_ttft_s=self.p99_ttft_s[start:stop],
+            slo_met=self.slo_met[start:stop],
+        )
+
+    def all(self) -> list[PoolSizing]:
+        """Every column as an object, with one array-to-list conversion per field."""
+        fields = zip(
+            self.n_gpus.tolist(),
+            self.arrival_rate_per_s.tolist(),
+            self.util_frac.tolist(),
+            self.p99_wait_s.tolist(),
+            self.p99_ttft_s.tolist(),
+            self.slo_met.tolist(),
+            strict=True,
+        )
+        return [
+            PoolSizing(n_gpus=n, arrival_rate_per_s=lam, util_frac=u, p99_wait_s=w, p99_ttft_s=t, slo_met=ok)
+            for n, lam, u, w, t, ok in fields
+        ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Queues:
+    """What ``_wait_s`` reads of each pool being sized, one column per pool."""
+
+    arrival_rate_per_s: npt.NDArray[np.float64]
+    n_slots: npt.NDArray[np.int64]
+    mu_slot_per_s: npt.NDArray[np.float64]
+    cv2: npt.NDArray[np.float64]
+    budget_s: npt.NDArray[np.float64]
+
+    def feasible(
+        self, at: npt.NDArray[np.intp] | slice, n_gpus: npt.NDArray[np.int64]
+    ) -> tuple[npt.NDArray[np.bool_], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+        """At n_gpus for pools ``at``: ``_wait_s(n) <= budget``, whether numpy's rounding leaves that in
+        doubt, and whether W99 is certainly 0."""
+        slots = self.n_slots[at]
+        return wait_within_columns(
+            (n_gpus * slots).astype(np.float64),
+            self.arrival_rate_per_s[at],
+            self.mu_slot_per_s[at],
+            self.cv2[at],
+            self.budget_s[at],
+        )
+
+
+def _first_feasible_columns(
+    n_lo: npt.NDArray[np.int64], queues: _Queues
+) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.bool_], npt.NDArray[np.bool_]]:
+    """``_first_feasible`` of every column in lockstep: the same probes (gallop from n_lo, then bisection).
+
+    Returns the GPU counts, whether W99 is certainly 0 there, and the columns to size with the
+    scalar search instead: those where a probe's verdict was in doubt or the gallop passed
+    ``EXACT_SEARCH_LIMIT_GPUS``. Every other column saw the verdicts the scalar search sees, so it
+    ends on the same count.
+    """
+    ok, doubtful, zero = queues.feasible(slice(None), n_lo)
+    searching = ~ok & ~doubtful
+    bad, good, step = n_lo.copy(), n_lo.copy(), np.ones(n_lo.size, dtype=np.int64)
+    galloping = searching.copy()
+    while galloping.any():
+        at = np.flatnonzero(galloping)
+        trial = bad[at] + step[at]
+        past = trial > EXACT_SEARCH_LIMIT_GPUS
+        ok, doubt, zero_at = queues.feasible(at, np.minimum(trial, EXACT_SEARCH_LIMIT_GPUS))
+        doubt |= past
+        doubtful[at] |= doubt
+        found, missed = ok & ~doubt, ~ok & ~doubt
+        good[at[found]] = trial[found]
+        zero[at[found]] = zero_at[found]
+        bad[at[missed]] = trial[missed]
+        step[at[missed]] *= 2
+        galloping[at[~missed]] = False
+    bisecting = searching & ~doubtful & (good - bad > 1)
+    while bisecting.any():
+        at = np.flatnonzero(bisecting)
+        mid = (bad[at] + good[at]) // 2
+        ok, doubt, zero_at = queues.feasible(at, mid)
+        doubtful[at] |= doubt
+        found, missed = ok & ~doubt, ~ok & ~doubt
+        good[at[found]] = mid[found]
+        zero[at[found]] = zero_at[found]
+        bad[at[missed]] = mid[missed]
+        bisecting = searching & ~doubtful & (good - bad > 1)
+    return good, zero, doubtful
+
+
+def size_pool_columns(
+    arrival_rate_per_s: npt.NDArray[np.float64], calib: CalibrationColumns, params: FleetoptParams
+) -> SizingColumns:
+    """Exact-mode ``size_pool`` of every column, a pool being empty where it has no calibration or a trickle.
+
+    The search of ``_search`` (from n0 = max(ceil(a / rho_max), floor(a) + 1), galloping then
+    bisecting) runs on all columns at once with W99 evaluated in numpy. With thousands of KV slots
+    per pool it mostly ends at n0 because the Erlang-C probability is provably below 1 %
+    (``erlang.rare_wait_columns``). W99 at the final count is 0 where that is certain and the
+    scalar ``p99_wait_s`` otherwise; a column whose verdict ``W99 <= budget`` numpy's rounding
+    could have flipped goes through the scalar ``size_pool``. So every column is exactly what
+    ``size_pool`` returns for it.
+    """
+    lam = arrival_rate_per_s
+    sized = calib.present & (lam > params.min_pool_rate_per_s)
+    trickle = lam <= params.min_pool_rate_per_s
+    n_gpus = np.zeros(lam.size, dtype=np.int64)
+    util = np.zeros(lam.size, dtype=np.float64)
+    wait = np.where(trickle, 0.0, math.inf)
+    ttft = wait.copy()
+    slo_met = trickle.copy()
+    idx = np.flatnonzero(sized)
+    lam_s, mu_gpu, slots = lam[idx], calib.mu_gpu_per_s[idx], calib.n_slots[idx]
+    n_cap = np.ceil(lam_s / (mu_gpu * params.rho_max))
+    n0 = np.maximum(np.maximum(1.0, n_cap), np.floor(lam_s / mu_gpu) + 1.0)
+    overhead_s = calib.ttft_overhead_s[idx]
+    queues = _Queues(
+        arrival_rate_per_s=lam_s,
+        n_slots=slots,
+        mu_slot_per_s=mu_gpu / slots,
+        cv2=calib.cv2[idx],
+        budget_s=np.maximum(0.0, params.t_slo_s - overhead_s),
+    )
+    within = n0 <= EXACT_SEARCH_LIMIT_GPUS
+    n_found, zero, doubtful = _first_feasible_columns(np.minimum(n0, EXACT_SEARCH_LIMIT_GPUS).astype(np.int64), queues)
+    fast = within & ~doubtful
+    at, n_fast = idx[fast], n_found[fast]
+    n_gpus[at] = n_fast
+    util[at] = lam_s[fast] / (n_fast * mu_gpu[fast])
+    wait[at] = 0.0
+    for i in at[~zero[fast]].tolist():
+        wait[i] = p99_wait_s(
+            int(n_gpus[i] * calib.n_slots[i]),
+            float(lam[i]),
+            float(calib.mu_gpu_per_s[i] / calib.n_slots[i]),
+            float(calib.cv2[i]),
+        )
+    ttft[at] = wait[at] + overhead_s[fast]
+    slo_met[at] = ttft[at] <= params.t_slo_s
+    for i in idx[~fast].tolist():
+        pool = size_pool(float(lam[i]), calib.at(i), params)
+        n_gpus[i], util[i], wait[i], ttft[i], slo_met[i] = (
+            pool.n_gpus,
+            pool.util_frac,
+            pool.p99_wait_s,
+            pool.p99_ttft_s,
+            pool.slo_met,
+        )
+    return SizingColumns(
+        n_gpus=n_gpus, arrival_rate_per_s=lam, util_frac=util, p99_wait_s=wait, p99_ttft_s=ttft, slo_met=slo_met
     )
