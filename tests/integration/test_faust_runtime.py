@@ -61,22 +61,18 @@ def _values_since(bootstrap: str, topic: str, start: Marks) -> list[bytes]:
     return [value for partition in sorted(values) for value in values[partition]]
 
 
-def _runs_of_snapshots(bootstrap: str, deployment: str, start: Marks) -> list[dict[str, list[object]]]:
-    """The deployment's snapshots since ``start``, by scope in produce order, split into runs.
+def _snapshots_by_version(bootstrap: str, deployment: str, start: Marks) -> dict[tuple[str, int], list[object]]:
+    """The deployment's snapshots since ``start``, by (scope, version), in the order read.
 
-    Each run folds from empty state, so a scope's versions restart at 1 where a run begins.
+    Each run folds from empty state, so every run takes each (scope, version) once; fleet
+    contributions sit in their own partition, so runs are told apart by version, not by position.
     """
-    runs: list[dict[str, list[object]]] = []
+    found: dict[tuple[str, int], list[object]] = {}
     for value in _values_since(bootstrap, ESTIMATES_TOPIC, start):
         snapshot = json.loads(value)
-        if snapshot["deployment"] != deployment:
-            continue
-        scope = snapshot["scope"]
-        run = sum(1 for r in runs if scope in r) - (snapshot["version"] != 1)
-        if run == len(runs):
-            runs.append({})
-        runs[run].setdefault(scope, []).append(snapshot)
-    return runs
+        if snapshot["deployment"] == deployment:
+            found.setdefault((snapshot["scope"], snapshot["version"]), []).append(snapshot)
+    return found
 
 
 def _dead_letters_by_source(bootstrap: str, deployment: str, start: Marks) -> dict[tuple[int, int], list[object]]:
@@ -140,8 +136,10 @@ def test_both_runtimes_fold_the_same_records_to_identical_redis_state_snapshots_
     assert store.applied_offsets("stream") == kafka_offsets
 
     def snapshots_twice_alike() -> bool:
-        runs = _runs_of_snapshots(stack.kafka_bootstrap, deployment, before[ESTIMATES_TOPIC])
-        return len(runs) == 2 and sorted(runs[0]) == engines and runs[0] == runs[1]
+        found = _snapshots_by_version(stack.kafka_bootstrap, deployment, before[ESTIMATES_TOPIC])
+        return sorted({scope for scope, _ in found}) == engines and all(
+            len(pair) == 2 and pair[0] == pair[1] for pair in found.values()
+        )
 
     wait_until(snapshots_twice_alike, 30.0, "both runtimes' snapshots, identical, on gov.estimates")
 
