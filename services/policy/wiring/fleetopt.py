@@ -4,6 +4,12 @@ The fleet snapshot (services/stream/fleet.py) carries the fleet-wide windowed ar
 p95 of per-minute rates, the total-length CDF merged from every engine's slot contributions, and
 the input share of the tokens. The planner sizes for the p95 per-minute rate, so that one busy
 minute in the window does not under-provision the fleet (spec seed-002 section 5.2).
+
+The input share is rounded to ``INPUT_FRAC_DECIMALS`` decimals. A windowed share moves in its third decimal
+from slot to slot, and every new value makes the planner rebuild its per-length table (about 3 ms
+of a 4 ms sweep, ops/bench/bench_fleetopt.py); on a one-percent grid consecutive slots mostly
+reuse it. One percent is well inside the estimate's own noise over a window of a few hundred
+requests, and the reference planner fixes the share at 0.8 (spec seed-002 section 1.4).
 """
 
 from __future__ import annotations
@@ -19,6 +25,7 @@ from services.triggers import EverySeconds
 FLEET_SLOT_S = 60.0  # seed-002 section 5.4: replan about every minute, on 1-min slots
 MIN_FINISHED = 50
 INPUT_FRAC_RANGE = (0.5, 0.99)
+INPUT_FRAC_DECIMALS = 2
 
 
 def fleetopt_inputs(snapshot: EstimateSnapshot) -> FleetoptInputs | None:
@@ -33,7 +40,7 @@ def fleetopt_inputs(snapshot: EstimateSnapshot) -> FleetoptInputs | None:
     tokens = tuple(p.length_tokens for p in points)
     frac = tuple(p.cdf_frac for p in points)
     lo, hi = INPUT_FRAC_RANGE
-    share = 0.8 if s.input_frac is None else min(hi, max(lo, s.input_frac))
+    share = 0.8 if s.input_frac is None else min(hi, max(lo, round(s.input_frac, INPUT_FRAC_DECIMALS)))
     return FleetoptInputs(
         arrival_rate_per_s=rate_per_min / 60.0, cdf=LengthCdf(tokens=tokens, frac=frac), input_frac=share
     )

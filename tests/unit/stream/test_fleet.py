@@ -152,3 +152,10 @@ class TestFleetAggregatorContract:
         aggregator.add(idle_b)
         closed = [s for i in (1, 2, 3) for s in aggregator.add(_contribution("a", i, 1, [100]))]
         assert [s.trigger for s in closed] == [f"fleetopt:fleet slot {i}" for i in (1, 2, 3)]
+
+    def test_the_input_share_is_read_on_a_one_percent_grid(self) -> None:
+        plane = replay_offline(synthetic_stream(engines=2, requests=4000, seed=3), default_registry())
+        fleet = [s for s in plane.snapshots if s.scope == "fleet" and fleet_summary(s).finished >= 50]
+        shares = [inputs.input_frac for s in fleet if (inputs := fleetopt_inputs(s)) is not None]
+        assert shares
+        assert all(share == round(share, 2) for share in shares)
