@@ -1,14 +1,23 @@
-"""Replay at full speed loses nothing: a publisher that waits for room delivers every event of the file."""
+"""Replay at full speed loses nothing: a publisher that waits for room delivers every event of the file.
+
+The second test replays a 100k-event file through ``governor replay --max-speed`` and counts, per
+partition, what reached the broker against where each event's key hashes (the producer's murmur2).
+"""
 
 from __future__ import annotations
 
 import collections
+import json
+from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
+from kafka import KafkaConsumer, TopicPartition
+from kafka.partitioner.default import murmur2
 
 from schemas.events import parse_event
 from schemas.names import TELEMETRY_TOPIC
+from services.cli.main import main
+from services.replay.files import write_events
 from services.replay.replay import replay_events
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
@@ -38,3 +47,35 @@ def test_a_max_speed_replay_through_a_small_queue_delivers_every_event_of_every_
             received[parse_event(message.value).engine_id] += 1
     consumer.close()
     assert received == collections.Counter(event.engine_id for event in events)
+
+
+def test_governor_replay_at_max_speed_delivers_a_100k_event_file_partition_by_partition(
+    stack: StackState, deployment: str, tmp_path: Path
+) -> None:
+    events = synthetic_stream(engines=6, requests=34_000, deployment="recorded-elsewhere", seed=13)
+    assert len(events) >= 100_000
+    path = tmp_path / "big.jsonl.gz"
+    write_events(path, events)
+    argv = [
+        "replay",
+        str(path),
+        "--max-speed",
+        "--as-deployment",
+        deployment,
+        "--kafka-bootstrap",
+        stack.kafka_bootstrap,
+    ]
+    assert main(argv) == 0
+    consumer = KafkaConsumer(bootstrap_servers=stack.kafka_bootstrap, consumer_timeout_ms=5000)
+    partitions = sorted(consumer.partitions_for_topic(TELEMETRY_TOPIC) or [])
+    consumer.assign([TopicPartition(TELEMETRY_TOPIC, p) for p in partitions])
+    consumer.seek_to_beginning()
+    received: collections.Counter[int] = collections.Counter()
+    for message in consumer:
+        if message.value is not None and json.loads(message.value).get("deployment") == deployment:
+            received[message.partition] += 1
+    consumer.close()
+    expected = collections.Counter(
+        (murmur2(event.engine_id.encode()) & 0x7FFFFFFF) % len(partitions) for event in events
+    )
+    assert received == expected
