@@ -11,7 +11,8 @@ minus folded above zero) and the folded count did not move; for each one the soa
 ``/healthz`` answered meanwhile. Figures only, never asserted (tests/integration/test_progress.py
 holds the short, asserted version):
 
-    PYTHONPATH=. python ops/bench/bench_soak.py [--seconds 180] [--rate 3000] [--out out/bench/soak.json]
+    PYTHONPATH=. python ops/bench/bench_soak.py [--seconds 180] [--rate 3000] [--linger-ms 5]
+        [--out out/bench/soak.json]
 """
 
 from __future__ import annotations
@@ -102,9 +103,9 @@ def _rss_mib(pid: int | None) -> float | None:
 class _Publisher(threading.Thread):
     """Publish ``events`` in passes at ``rate`` events/s for ``seconds``; ``sent`` counts acknowledged sends."""
 
-    def __init__(self, bootstrap: str, events: list[Event], rate: float, seconds: float) -> None:
+    def __init__(self, bootstrap: str, events: list[Event], rate: float, seconds: float, linger_ms: int) -> None:
         super().__init__(daemon=True)
-        self._producer = kafka_producer(bootstrap, PLAINTEXT, linger_ms=5, acks=1)
+        self._producer = kafka_producer(bootstrap, PLAINTEXT, linger_ms=linger_ms, acks=1)
         self._events = events
         self._rate = rate
         self._seconds = seconds
@@ -153,6 +154,9 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=180.0, help="how long to publish")
     parser.add_argument("--rate", type=float, default=3000.0, help="publish rate, events/s")
     parser.add_argument("--catch-up-s", type=float, default=60.0, help="longest wait for the processor afterwards")
+    parser.add_argument(
+        "--linger-ms", type=int, default=5, help="the producer's linger (the engine SDK publisher's default: 5 ms)"
+    )
     parser.add_argument("--stall-s", type=float, default=10.0, help="a stall is at least this long")
     parser.add_argument("--out", type=Path, default=Path("out/bench/soak.json"))
     args = parser.parse_args()
@@ -168,7 +172,7 @@ def main() -> int:
             f"telemetry: {len(events)} events per pass; publishing {args.rate:,.0f} events/s for {args.seconds:.0f} s"
         )
         time.sleep(8.0)  # both members join their groups
-        publisher = _Publisher(state.kafka_bootstrap, events, args.rate, args.seconds)
+        publisher = _Publisher(state.kafka_bootstrap, events, args.rate, args.seconds, args.linger_ms)
         started = time.monotonic()
         publisher.start()
         while True:
@@ -207,6 +211,7 @@ def main() -> int:
     last = samples[-1]
     report = {
         "rate_events_per_s": args.rate,
+        "linger_ms": args.linger_ms,
         "seconds": args.seconds,
         "published": last["published"],
         "folded": last["folded"],
