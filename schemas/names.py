@@ -62,3 +62,13 @@ def ack_key(deployment: str, kind: str, engine_id: str) -> str:
 def offsets_key(deployment: str, consumer: str) -> str:
     """Hash of applied Kafka offsets per ``topic:partition``: ``gov:{deployment}:offsets:{consumer}``."""
     return f"gov:{deployment}:offsets:{consumer}"
+
+
+def log_ids_key(deployment: str, consumer: str) -> str:
+    """Hash of the topic id of the log each applied offset refers to, per ``topic:partition``.
+
+    ``gov:{deployment}:log-ids:{consumer}``: a partition whose topic id changed (the topic was
+    recreated, or a broker without durable storage restarted) is a new log, and its applied offset
+    means nothing there (docs/operations.md, "Log resets").
+    """
+    return f"gov:{deployment}:log-ids:{consumer}"

@@ -1,8 +1,20 @@
 """Health and Prometheus metrics over HTTP for the long-running services.
 
-``/healthz`` answers 200 with a JSON body while the service's loop has made progress recently, 503
-otherwise; ``/metrics`` serves the service's own Prometheus registry. The server runs in a daemon
-thread; the owner starts it and shuts it down.
+``/healthz`` and ``/readyz`` answer 200 with a JSON body while the service makes progress, 503
+otherwise. Progress means two things, both required:
+
+- the service's loop turns (``progressed``: every poll, empty or not); a loop stuck for
+  ``stale_after_s`` is unhealthy;
+- records are folded while there are records to fold: the lag is measured on every poll
+  (``lag_measured``), and when the assigned partitions have lag and nothing was folded
+  (``folded``) for ``stall_after_s`` (``GOVERNOR_STALL_AFTER_S``), the service is stalled. A loop
+  that polls and gets nothing while the log grows (a broker whose fetches stopped returning
+  records) is a stall, not health.
+
+``/readyz`` answers as ``/healthz`` does and adds whether the service holds partitions; both
+bodies give the lag, the seconds since the last fold and the log resets seen (services/log_reset.py).
+``/metrics`` serves the service's own Prometheus registry. The server runs in a daemon thread; the
+owner starts it and shuts it down.
 
 Every series carries ``deployment`` and ``service`` labels (a Prometheus scraping several
 deployments' services tells them apart without relabelling), and the per-policy series add
@@ -136,13 +148,45 @@ class ServiceMetrics:
             (*labels, "engine"),
             registry=registry,
         )
+        self._log_resets = Counter(
+            "governor_log_resets",
+            "partitions found on a new log (broker restarted without storage, topic recreated) and rebuilt",
+            (*labels, "topic", "partition", "reason"),
+            registry=registry,
+        )
         self._computed_at: dict[tuple[str, str], float] = {}
         self._foreign_seen: set[str] = set()
         self.last_progress = time.monotonic()
+        self.last_folded = self.last_progress
+        self.current_lag = 0
+        self.assigned = 0
+        self.log_resets = 0
 
     def progressed(self) -> None:
         """Record that the service's loop completed an iteration."""
         self.last_progress = time.monotonic()
+
+    def folded(self) -> None:
+        """Record that the service folded (or decided from) at least one record just now."""
+        self.last_folded = time.monotonic()
+
+    def lag_measured(self, lag: int, assigned: int) -> None:
+        """Record the lag over the ``assigned`` partitions, measured at this poll; also a loop turn."""
+        self.current_lag = lag
+        self.assigned = assigned
+        self.lag.set(lag)
+        self.progressed()
+
+    def stalled_for(self) -> float:
+        """Seconds since the last fold while records wait (lag above zero); 0.0 when nothing waits."""
+        if self.current_lag <= 0:
+            return 0.0
+        return time.monotonic() - self.last_folded
+
+    def log_reset(self, topic: str, partition: int, reason: str) -> None:
+        """Count one partition found on a new log."""
+        self.log_resets += 1
+        self._log_resets.labels(self.deployment, self.service, topic, str(partition), reason).inc()
 
     def foreign(self, foreign_deployment: str) -> None:
         """Count one event of ``foreign_deployment`` (the first few deployments by name, then ``other``)."""
@@ -199,7 +243,9 @@ class HealthServer:
         metrics: ServiceMetrics,
         port: int,
         host: str = "127.0.0.1",
+        *,
         stale_after_s: float = 30.0,
+        stall_after_s: float = 30.0,
         details: Callable[[], dict[str, object]] | None = None,
     ) -> None:
         """Bind the server (it serves once started).
@@ -209,6 +255,7 @@ class HealthServer:
         """
         self._metrics = metrics
         self._stale_after_s = stale_after_s
+        self._stall_after_s = stall_after_s
         self._details = details or dict
         handler = self._handler()
         try:
@@ -229,6 +276,31 @@ class HealthServer:
         self._server.shutdown()
         self._server.server_close()
 
+    def status(self, *, ready: bool) -> tuple[bool, dict[str, object]]:
+        """Whether the service is healthy (or, ``ready``, also holds partitions), and the body that says why."""
+        metrics = self._metrics
+        age = time.monotonic() - metrics.last_progress
+        stalled = metrics.stalled_for()
+        problems = []
+        if age > self._stale_after_s:
+            problems.append(f"loop made no progress for {age:.0f} s")
+        if stalled > self._stall_after_s:
+            problems.append(f"nothing folded for {stalled:.0f} s while {metrics.current_lag} records wait")
+        if ready and metrics.assigned == 0:
+            problems.append("no partitions assigned")
+        body: dict[str, object] = {
+            "service": metrics.service,
+            "healthy": not problems,
+            "problems": problems,
+            "seconds_since_progress": round(age, 3),
+            "seconds_since_fold": round(time.monotonic() - metrics.last_folded, 3),
+            "lag": metrics.current_lag,
+            "assigned_partitions": metrics.assigned,
+            "log_resets": metrics.log_resets,
+            **self._details(),
+        }
+        return not problems, body
+
     def _handler(self) -> type[BaseHTTPRequestHandler]:
         outer = self
 
@@ -236,15 +308,8 @@ class HealthServer:
             def do_GET(self) -> None:
                 if self.path == "/metrics":
                     self._send(200, CONTENT_TYPE_LATEST, generate_latest(outer._metrics.registry))
-                elif self.path == "/healthz":
-                    age = time.monotonic() - outer._metrics.last_progress
-                    healthy = age <= outer._stale_after_s
-                    body = {
-                        "service": outer._metrics.service,
-                        "healthy": healthy,
-                        "seconds_since_progress": round(age, 3),
-                        **outer._details(),
-                    }
+                elif self.path in ("/healthz", "/readyz"):
+                    healthy, body = outer.status(ready=self.path == "/readyz")
                     self._send(200 if healthy else 503, "application/json", json.dumps(body).encode())
                 else:
                     self._send(404, "text/plain", b"not found\n")

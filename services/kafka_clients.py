@@ -8,6 +8,8 @@ broker: a short rebalance timeout, because on Tansu a kafka-python member joins 
 holds a fetch for the whole wait and the default long poll (500 ms) showed up whole in the
 event-to-decision latency. docker-compose.yml sets the Apache Kafka clients' defaults instead.
 Producers ask for a leader ack and no idempotence (the control plane's own dedup makes it unnecessary).
+Group members refresh metadata every ``METADATA_MAX_AGE_MS``, so a topic's new id (a recreated topic,
+or an in-memory broker restarted) is seen within seconds (services/log_reset.py).
 
 The clients are built by services/kafka_factory.py, which adds the deployment's security settings.
 """
@@ -23,6 +25,8 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from services.backends import kafka_answers
 from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
+
+METADATA_MAX_AGE_MS = 10_000
 
 
 def group_consumer(
@@ -45,6 +49,7 @@ def group_consumer(
         session_timeout_ms=timeouts.session_timeout_ms,
         heartbeat_interval_ms=timeouts.heartbeat_interval_ms,
         fetch_max_wait_ms=timeouts.fetch_max_wait_ms,
+        metadata_max_age_ms=METADATA_MAX_AGE_MS,
     )
 
 
@@ -77,13 +82,34 @@ class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
 
 
 def consumer_lag(consumer: KafkaConsumer) -> int:
-    """Records between the consumer's positions and the ends of its assigned partitions (0 when unknown)."""
+    """Records between the consumer's positions and the ends of its assigned partitions (0 when unknown).
+
+    Both are local to the client (no broker round trip): the high watermark is the one the last
+    fetch response carried, so it is cheap enough to measure on every poll.
+    """
     lag = 0
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
         if high is not None:
             lag += max(0, high - consumer.position(tp))
     return lag
+
+
+class KafkaLogView:
+    """A kafka-python consumer as services/log_reset.py reads it: high watermarks and topic ids."""
+
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self._consumer = consumer
+
+    def highwater(self, partition: tuple[str, int]) -> int | None:
+        """The partition's end offset as the last fetch response gave it."""
+        high: int | None = self._consumer.highwater(TopicPartition(*partition))
+        return high
+
+    def topic_id(self, topic: str) -> str | None:
+        """The topic's id in the client's metadata (kafka-python has no public accessor: its cluster's)."""
+        topic_id = self._consumer._cluster.topic_id(topic)
+        return None if topic_id is None else str(topic_id)
 
 
 def reader(

@@ -272,6 +272,12 @@ class Settings(SecuritySettings):
     )
     metrics_port: int = Field(default=0, ge=0, le=65535, description="Prometheus/health port; 0 picks a free one")
     metrics_host: str = Field(default="127.0.0.1", min_length=1, description="address the health/metrics server binds")
+    stall_after_s: float = Field(
+        default=30.0,
+        gt=0.0,
+        description="a service whose assigned partitions have lag and that folded nothing for this long fails "
+        "/healthz and /readyz, seconds",
+    )
     backend_wait_s: float = Field(
         default=60.0, ge=0.0, description="how long a service waits at start for Kafka and Redis to answer, seconds"
     )

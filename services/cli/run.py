@@ -43,6 +43,7 @@ FLAGS = [
     "log_level",
     "fleet_slot_s",
     "backend_wait_s",
+    "stall_after_s",
 ]
 
 
@@ -107,7 +108,9 @@ def _service_settings(args: argparse.Namespace) -> Settings:
 
 def _serve(name: str, service: _Service, metrics: ServiceMetrics, settings: Settings, idle_exit_s: float | None) -> int:
     try:
-        health = HealthServer(metrics, settings.metrics_port, settings.metrics_host)
+        health = HealthServer(
+            metrics, settings.metrics_port, settings.metrics_host, stall_after_s=settings.stall_after_s
+        )
     except ConfigError:
         service.close()
         raise

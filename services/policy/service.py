@@ -15,6 +15,12 @@ Policy configuration records (``PolicyConfigRecord``, appended to the same topic
 order: the live one replaces the params and scopes every following snapshot is decided with, a
 named one starts (or stops) a shadow policy (services/policy/shadow.py). The applied records are
 committed with the offsets, so a restarted service decides with the configuration it had.
+
+Every poll measures the lag (health: lag with nothing decided is a stall) and checks the partition
+against the log its applied offset came from (services/log_reset.py). On a new log (the broker
+restarted without storage, the topic was recreated) the partition is read again from its
+beginning and the fleet aggregators start empty; the applied configuration, the shadows and every
+policy document are kept (docs/operations.md, "Log resets").
 """
 
 from __future__ import annotations
@@ -27,6 +33,7 @@ from typing import Annotated
 
 import structlog
 from kafka import TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 from pydantic import Field, TypeAdapter, ValidationError
 
 from schemas.errors import GovernorError, InvalidInputError
@@ -35,8 +42,9 @@ from schemas.records import DecisionRecord, EstimateSnapshot, PolicyConfigRecord
 from schemas.signing import PolicyKeyring
 from services.headline import parse_document
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, consumer_lag, group_consumer, record_producer
+from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer
 from services.kafka_factory import PLAINTEXT
+from services.log_reset import LogReset, LogWatch
 from services.policy.config import PolicySet, config_policy_set
 from services.policy.decisions import DecisionMaker
 from services.policy.pins import PinBoard
@@ -106,6 +114,8 @@ class PolicyService:
             bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts, security=security
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
+        self._log_view = KafkaLogView(self._consumer)
+        self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
         self._stopped = False
 
@@ -128,6 +138,7 @@ class PolicyService:
             applied = self._applied.get(f"{tp.topic}:{tp.partition}")
             if applied is not None:
                 self._consumer.seek(tp, applied + 1)
+        self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
         log.info(
             "partitions_assigned",
             partitions=sorted(tp.partition for tp in partitions),
@@ -150,9 +161,11 @@ class PolicyService:
         idle_since = self._clock()
         while not self._stopped:
             batch = self._consumer.poll(timeout_ms=100)
-            records = [record for part in batch.values() for record in part]
+            records = self._on_current_logs([record for part in batch.values() for record in part])
             if self._metrics is not None:
-                self._metrics.progressed()
+                self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
+                if records:
+                    self._metrics.folded()
             if not records:
                 if not self._consumer.assignment():
                     idle_since = self._clock()
@@ -175,6 +188,28 @@ class PolicyService:
             if self._metrics is not None:
                 self._metrics.lag.set(consumer_lag(self._consumer))
         return self.counters
+
+    def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""
+        next_offsets: dict[tuple[str, int], int] = {}
+        for tp in self._consumer.assignment():
+            applied = self._applied.get(f"{tp.topic}:{tp.partition}")
+            if applied is not None:
+                next_offsets[(tp.topic, tp.partition)] = applied + 1
+        resets = self._log_watch.check(self._log_view, next_offsets)
+        for reset in resets:
+            self._rebuild(reset)
+        rebuilt = {(reset.topic, reset.partition) for reset in resets}
+        return [record for record in records if (record.topic, record.partition) not in rebuilt]
+
+    def _rebuild(self, reset: LogReset) -> None:
+        """Forget the partition's applied offset and the fleet aggregators; read it from its beginning."""
+        self._applied.pop(reset.field, None)
+        dropped = self._decider.fleet_scopes()
+        self._decider.aggregators.clear()
+        self._store.reset_partition(CONSUMER_NAME, reset.field, reset.topic_id, {}, dropped)
+        self._consumer.seek_to_beginning(TopicPartition(reset.topic, reset.partition))
+        log.warning("partition_rebuilding", topic=reset.topic, partition=reset.partition, aggregators_reset=dropped)
 
     def _states(self) -> dict[str, str]:
         """What a commit stores with the offsets: aggregators, applied configs, shadows' documents."""

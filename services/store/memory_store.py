@@ -13,6 +13,7 @@ class MemoryStore:
 
     def __init__(self, history_cap: int = HISTORY_CAP) -> None:
         self.offsets: dict[str, dict[str, int]] = {}
+        self.log_id_map: dict[str, dict[str, str]] = {}
         self.states: dict[str, str] = {}
         self.summaries: dict[str, str] = {}
         self.policies: dict[tuple[str, str], str] = {}
@@ -54,6 +55,30 @@ class MemoryStore:
             else:
                 self.expiries.pop(name, None)
         return True
+
+    def log_ids(self, consumer: str) -> dict[str, str]:
+        """Return the recorded topic ids of ``consumer``'s partitions."""
+        return dict(self.log_id_map.get(consumer, {}))
+
+    def record_log_ids(self, consumer: str, log_ids: Mapping[str, str]) -> None:
+        """Record topic ids."""
+        self.log_id_map.setdefault(consumer, {}).update(log_ids)
+
+    def reset_partition(
+        self, consumer: str, partition: str, topic_id: str | None, states: Mapping[str, str], dropped: list[str]
+    ) -> None:
+        """Forget the partition's applied offset, record its topic id, write and drop states."""
+        self.offsets.get(consumer, {}).pop(partition, None)
+        if topic_id is not None:
+            self.log_id_map.setdefault(consumer, {})[partition] = topic_id
+        self.states.update(states)
+        for scope in dropped:
+            self.states.pop(scope, None)
+
+    def estimate_scopes(self, name: str) -> list[str]:
+        """Return the scopes with a summary-like estimate ``name`` (keys ``gov:{dep}:est:{scope}:{name}``)."""
+        suffix = f":{name}"
+        return sorted(key.split(":est:", 1)[1].removesuffix(suffix) for key in self.summaries if key.endswith(suffix))
 
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON."""

@@ -43,6 +43,25 @@ class Store(Protocol):
         """
         ...
 
+    def log_ids(self, consumer: str) -> dict[str, str]:
+        """Return ``"topic:partition" -> topic id`` of the logs ``consumer``'s applied offsets refer to."""
+        ...
+
+    def record_log_ids(self, consumer: str, log_ids: Mapping[str, str]) -> None:
+        """Record the topic id of partitions' logs (first seen, or after a reset)."""
+        ...
+
+    def reset_partition(
+        self, consumer: str, partition: str, topic_id: str | None, states: Mapping[str, str], dropped: list[str]
+    ) -> None:
+        """Start ``partition`` over on a new log, atomically: forget its applied offset, record its topic id,
+        write the reset ``states`` (by scope) and delete the states of the ``dropped`` scopes."""
+        ...
+
+    def estimate_scopes(self, name: str) -> list[str]:
+        """Return every scope that has an estimate called ``name`` (``summary``: every engine folded)."""
+        ...
+
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON of (kind, scope), or None."""
         ...

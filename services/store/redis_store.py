@@ -14,7 +14,15 @@ from importlib import resources
 import redis
 
 from schemas.errors import BackendUnavailableError, ConfigError
-from schemas.names import ack_key, estimate_key, offsets_key, policy_channel, policy_history_key, policy_key
+from schemas.names import (
+    ack_key,
+    estimate_key,
+    log_ids_key,
+    offsets_key,
+    policy_channel,
+    policy_history_key,
+    policy_key,
+)
 from services.settings import RedisSecurity
 from services.store.memory_store import HISTORY_CAP
 
@@ -130,6 +138,39 @@ class RedisStore:
         args.extend(ttls)
         result = self._call("commit", self._commit, keys=keys, args=args)
         return bool(result)
+
+    def log_ids(self, consumer: str) -> dict[str, str]:
+        """Return ``"topic:partition" -> topic id`` from ``gov:{dep}:log-ids:{consumer}``."""
+        raw = self._call("HGETALL", self._client.hgetall, log_ids_key(self._deployment, consumer))
+        assert isinstance(raw, dict)
+        return {k.decode(): v.decode() for k, v in raw.items()}
+
+    def record_log_ids(self, consumer: str, log_ids: Mapping[str, str]) -> None:
+        """Record topic ids of partitions' logs."""
+        if log_ids:
+            self._call("HSET", self._client.hset, log_ids_key(self._deployment, consumer), mapping=dict(log_ids))
+
+    def reset_partition(
+        self, consumer: str, partition: str, topic_id: str | None, states: Mapping[str, str], dropped: list[str]
+    ) -> None:
+        """Forget the partition's applied offset, record its topic id, write and drop states, in one MULTI/EXEC."""
+        pipe = self._client.pipeline(transaction=True)
+        pipe.hdel(offsets_key(self._deployment, consumer), partition)
+        if topic_id is not None:
+            pipe.hset(log_ids_key(self._deployment, consumer), partition, topic_id)
+        for scope, state in states.items():
+            pipe.set(estimate_key(self._deployment, scope, STATE_NAME), state)
+        for scope in dropped:
+            pipe.delete(estimate_key(self._deployment, scope, STATE_NAME))
+        self._call("MULTI/EXEC", pipe.execute)
+
+    def estimate_scopes(self, name: str) -> list[str]:
+        """Return the scopes with an estimate ``name`` (a SCAN of ``gov:{dep}:est:*:{name}``)."""
+        prefix = estimate_key(self._deployment, "", "")[:-1]
+        pattern = estimate_key(self._deployment, "*", name)
+        keys = self._call("SCAN", lambda: list(self._client.scan_iter(match=pattern, count=1000)))
+        assert isinstance(keys, list)
+        return sorted(key.decode()[len(prefix) : -len(name) - 1] for key in keys)
 
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON of (kind, scope), or None."""

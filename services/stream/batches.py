@@ -228,6 +228,28 @@ class TelemetryBatches:
             del self._engine_partition[engine]
         log.info("partitions_revoked", partitions=sorted(_partition_of(tp)[1] for tp in revoked), engines=len(engines))
 
+    def next_offsets(self) -> dict[Partition, int]:
+        """The next offset to fold of each assigned partition that has folded or applied one."""
+        folded = self._folded
+        return {tp: folded[tp_field(*tp)] + 1 for tp in self._consumer.assigned() if tp_field(*tp) in folded}
+
+    def forget_partition(self, partition: Partition) -> dict[str, int]:
+        """Drop what was folded from ``partition`` and not committed, and its engines (a log reset).
+
+        Returns:
+            The snapshot version each dropped engine had reached in memory.
+        """
+        field_name = tp_field(*partition)
+        for offsets in (self._applied, self._folded, self._pending_offsets):
+            offsets.pop(field_name, None)
+        engines = sorted(e for e, tp in self._engine_partition.items() if tp == field_name)
+        versions = {e: self._folder.engines[e].snapshot_version for e in engines if self._folder.has(e)}
+        self._folder.drop(engines)
+        for engine in engines:
+            del self._engine_partition[engine]
+            self._pending_engines.discard(engine)
+        return versions
+
     def idle(self) -> None:
         """Called by the consumer loop when a poll brought nothing: release what is held, commit, report progress.
 

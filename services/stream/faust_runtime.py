@@ -12,6 +12,12 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
 - revocation commits to Redis after faust has drained the agent (faust acks a taken batch only
   after the agent's loop body returns), then forgets the revoked partitions' engines;
 - a timer commits when no batch came for a tick, reports progress and ends an ``idle_exit_s`` run;
+  every tick it also measures the lag (health: lag with nothing folded is a stall) and checks each
+  assigned partition's log end against its applied offset (services/log_reset.py; aiokafka gives
+  no topic ids). A partition on a new log is reset in Redis (services/stream/log_rebuild.py) and
+  the worker stops with ``LogResetRestartError``, for the same reason a fenced worker does: faust
+  keeps events buffered past a seek, so the restart from Redis is what reads the new log from its
+  beginning;
 - its consumer group is ``governor-stream-faust-{deployment}``, not the kafka runtime's: a group
   keeps its assignment protocol (Tansu refused faust's join to a group the kafka-python members had
   used, InconsistentGroupProtocol). Switching runtimes is stop one, start the other: both resume
@@ -53,10 +59,12 @@ from schemas.errors import GovernorError
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
 from services.kafka_clients import record_producer
+from services.log_reset import LogWatch
 from services.settings import DEFAULT_LIFECYCLE, LOCAL_BROKER_TIMEOUTS, EngineLifecycle, KafkaClientTimeouts
 from services.store.protocol import Store
-from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
+from services.stream.log_rebuild import rebuild_partition
 from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
@@ -67,6 +75,10 @@ QUIET_LOGGERS = ("faust", "mode", "aiokafka")  # their INFO lines narrate every 
 
 class FencedWorkerError(GovernorError):
     """A newer owner of a partition committed past this worker; restart it to resume from Redis."""
+
+
+class LogResetRestartError(GovernorError):
+    """A partition was found on a new log and reset in Redis; restart the worker to read it from its beginning."""
 
 
 class _ShortPollConsumerThread(AIOKafkaConsumerThread):
@@ -142,6 +154,12 @@ class _FaustConsumerView:
     def rewind(self, positions: dict[Partition, int]) -> None:
         self._on_fenced()
 
+    def topic_id(self, topic: str) -> str | None:
+        return None
+
+    def partitions(self, topic: str) -> int:
+        return self._app.consumer.topic_partitions(topic) or 0
+
 
 class FaustStreamProcessor:
     """One faust worker of the stream-processor consumer group of a deployment."""
@@ -182,18 +200,23 @@ class FaustStreamProcessor:
             autodiscover=False,
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
+        self._view = _FaustConsumerView(self._app, self._fenced)
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,
             registry=registry,
             producer=self._producer,
-            consumer=_FaustConsumerView(self._app, self._fenced),
+            consumer=self._view,
             clock=clock,
             metrics=metrics,
             commit_interval_s=commit_interval_s,
             limits=limits,
             lifecycle=lifecycle,
         )
+        self._store = store
+        self._metrics = metrics
+        self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
+        self._log_reset = False
         self._app.resume_positions = self._resume_positions
         self._app.fetch_max_wait_ms = kafka_timeouts.fetch_max_wait_ms
         self._app.on_partitions_revoked.connect(self._on_revoked)
@@ -237,6 +260,9 @@ class FaustStreamProcessor:
         if self._fenced_worker:
             msg = "a newer owner of a partition committed past this stream worker; restart it to resume from Redis"
             raise FencedWorkerError(msg)
+        if self._log_reset:
+            msg = "a partition was found on a new log and reset in Redis; restart the stream worker to read it"
+            raise LogResetRestartError(msg)
         return self.counters
 
     async def _serve(self) -> None:
@@ -257,10 +283,13 @@ class FaustStreamProcessor:
             self._last_records_at = self._clock()
             self._had_batch = True
             self._batches.process([event.message for event in events])
+            if self._metrics is not None:
+                self._metrics.folded()
 
     async def _tick(self) -> None:
         if self._stopping or self._fenced_worker:
             return
+        self._watch_logs()
         if self._had_batch:
             self._had_batch = False
             return
@@ -268,6 +297,22 @@ class FaustStreamProcessor:
         if not self._app.consumer.assignment():
             self._last_records_at = self._clock()
         elif self._idle_exit_s is not None and self._clock() - self._last_records_at > self._idle_exit_s:
+            self._stop_requested.set()
+
+    def _watch_logs(self) -> None:
+        """Measure the lag; reset every partition found on a new log and stop the worker for a restart."""
+        next_offsets = self._batches.next_offsets()
+        if self._metrics is not None:
+            lag = 0
+            for partition, next_offset in next_offsets.items():
+                high = self._view.highwater(partition)
+                lag += max(0, high - next_offset) if high is not None else 0
+            self._metrics.lag_measured(lag, len(self._view.assigned()))
+        resets = self._log_watch.check(self._view, next_offsets)
+        for reset in resets:
+            rebuild_partition(self._batches, self._store, reset, self._view.partitions(reset.topic))
+        if resets:
+            self._log_reset = True
             self._stop_requested.set()
 
     def _resume_positions(self, assigned: set[TP]) -> dict[TP, int]:

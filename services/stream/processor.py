@@ -5,6 +5,11 @@ handling (services/stream/batches.py: parse, dead-letter, fold, snapshots, offse
 metrics); an empty poll commits what is folded. Partition assignment seeks each partition to its
 applied offset + 1 (kept in Redis) and revocation commits and forgets the revoked partitions'
 engines. The faust-streaming runtime (services/stream/faust_runtime.py) feeds the same batch handling.
+
+Every poll also measures the lag (for /healthz: lag with nothing folded is a stall) and checks each
+assigned partition against the log its applied offset came from (services/log_reset.py); a
+partition found on a new log is rebuilt from that log's beginning (services/stream/log_rebuild.py),
+and its records of that poll are dropped, since they are read again.
 """
 
 from __future__ import annotations
@@ -13,11 +18,13 @@ import time
 from collections.abc import Callable, Iterable
 
 from kafka import KafkaConsumer, TopicPartition
+from kafka.consumer.fetcher import ConsumerRecord
 
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
-from services.kafka_clients import Rebalance, group_consumer, record_producer
+from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer
 from services.kafka_factory import PLAINTEXT
+from services.log_reset import LogWatch
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,
@@ -26,8 +33,9 @@ from services.settings import (
     KafkaSecurity,
 )
 from services.store.protocol import Store
-from services.stream.batches import Partition, StreamCounters, TelemetryBatches
+from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
+from services.stream.log_rebuild import rebuild_partition
 from services.triggers import TriggerSpec
 
 
@@ -90,6 +98,10 @@ class StreamProcessor:
             limits=limits,
             lifecycle=lifecycle,
         )
+        self._store = store
+        self._metrics = metrics
+        self._log_view = KafkaLogView(self._consumer)
+        self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
 
@@ -99,10 +111,11 @@ class StreamProcessor:
         return self._batches.counters
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
-        """Seek every newly assigned partition to its applied offset + 1."""
+        """Seek every newly assigned partition to its applied offset + 1; record its log's topic id."""
         positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in partitions)
         for (topic, partition), offset in positions.items():
             self._consumer.seek(TopicPartition(topic, partition), offset)
+        self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Commit, then forget the engines of revoked partitions."""
@@ -123,7 +136,8 @@ class StreamProcessor:
         idle_since = self._clock()
         while not self._stopped:
             batch = self._consumer.poll(timeout_ms=200)
-            records = [record for part in batch.values() for record in part]
+            records = self._on_current_logs([record for part in batch.values() for record in part])
+            self._measure()
             if not records:
                 self._batches.idle()
                 if not self._consumer.assignment():
@@ -133,4 +147,21 @@ class StreamProcessor:
                 continue
             idle_since = self._clock()
             self._batches.process(records)
+            if self._metrics is not None:
+                self._metrics.folded()
         return self.counters
+
+    def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+        """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""
+        resets = self._log_watch.check(self._log_view, self._batches.next_offsets())
+        for reset in resets:
+            partitions = len(self._consumer.partitions_for_topic(reset.topic) or ())
+            rebuild_partition(self._batches, self._store, reset, partitions)
+            self._consumer.seek_to_beginning(TopicPartition(reset.topic, reset.partition))
+        rebuilt = {(reset.topic, reset.partition) for reset in resets}
+        return [record for record in records if (record.topic, record.partition) not in rebuilt]
+
+    def _measure(self) -> None:
+        """Export the lag at this poll (with the time of the last fold, health tells a stall from an idle log)."""
+        if self._metrics is not None:
+            self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))

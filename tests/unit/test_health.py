@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import json
 import socket
+import urllib.error
+import urllib.request
 
 import pytest
 
@@ -64,3 +67,86 @@ class TestHealthServer:
             port = busy.getsockname()[1]
             with pytest.raises(ConfigError, match=f"metrics port 127.0.0.1:{port} is already in use"):
                 HealthServer(ServiceMetrics("stream", "prod"), port)
+
+
+class TestProgress:
+    """Health means progress: records waiting with nothing folded is a stall, an idle log is not."""
+
+    def _server(self, metrics: ServiceMetrics) -> HealthServer:
+        server = HealthServer(metrics, 0, stall_after_s=5.0)
+        server.start()
+        return server
+
+    def test_lag_with_nothing_folded_past_the_stall_time_fails_health_and_readiness(self) -> None:
+        metrics = ServiceMetrics("stream", "prod")
+        server = self._server(metrics)
+        try:
+            metrics.lag_measured(1200, assigned=4)
+            metrics.last_folded -= 6.0
+            healthy, body = server.status(ready=False)
+            ready, _ = server.status(ready=True)
+            assert (healthy, ready) == (False, False)
+            assert body["lag"] == 1200
+            assert body["problems"] == ["nothing folded for 6 s while 1200 records wait"]
+        finally:
+            server.close()
+
+    def test_an_idle_log_without_lag_is_healthy_however_long_since_the_last_fold(self) -> None:
+        metrics = ServiceMetrics("stream", "prod")
+        server = self._server(metrics)
+        try:
+            metrics.lag_measured(0, assigned=4)
+            metrics.last_folded -= 600.0
+            assert server.status(ready=True)[0]
+        finally:
+            server.close()
+
+    def test_a_fold_clears_the_stall(self) -> None:
+        metrics = ServiceMetrics("stream", "prod")
+        server = self._server(metrics)
+        try:
+            metrics.lag_measured(50, assigned=1)
+            metrics.last_folded -= 60.0
+            metrics.folded()
+            assert server.status(ready=False)[0]
+        finally:
+            server.close()
+
+    def test_readiness_needs_assigned_partitions(self) -> None:
+        metrics = ServiceMetrics("policy", "prod")
+        server = self._server(metrics)
+        try:
+            metrics.lag_measured(0, assigned=0)
+            assert server.status(ready=False)[0]
+            assert not server.status(ready=True)[0]
+        finally:
+            server.close()
+
+    def test_the_endpoints_answer_503_with_the_reason_on_a_stall(self) -> None:
+        metrics = ServiceMetrics("stream", "prod")
+        server = self._server(metrics)
+        try:
+            metrics.lag_measured(10, assigned=2)
+            metrics.last_folded -= 30.0
+            for path in ("/healthz", "/readyz"):
+                with pytest.raises(urllib.error.HTTPError) as raised:
+                    urllib.request.urlopen(f"http://127.0.0.1:{server.port}{path}", timeout=5.0)
+                assert raised.value.code == 503
+                body = json.loads(raised.value.read())
+                raised.value.close()
+                assert body["healthy"] is False
+                assert body["lag"] == 10
+        finally:
+            server.close()
+
+    def test_a_log_reset_is_counted_by_topic_partition_and_reason(self) -> None:
+        metrics = ServiceMetrics("stream", "prod")
+        metrics.log_reset("gov.telemetry", 2, "topic_id_changed")
+        labels = {
+            "deployment": "prod",
+            "service": "stream",
+            "topic": "gov.telemetry",
+            "partition": "2",
+            "reason": "topic_id_changed",
+        }
+        assert metrics.registry.get_sample_value("governor_log_resets_total", labels) == 1.0

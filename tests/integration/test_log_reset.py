@@ -1,0 +1,115 @@
+"""A broker that restarts without its log (the embedded broker's memory storage) mid-stream.
+
+Before the restart both services have applied offsets in Redis that are ahead of the new, empty
+log. The rule (services/log_reset.py, docs/operations.md "Log resets"): each service says so,
+counts it, and rebuilds the partition from the new log's beginning, so every event published after
+the restart is folded and the policies keep deciding; none is skipped silently.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from schemas.events import Event
+from services.health import ServiceMetrics
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.processes import free_port
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+from tests.integration.processes import applied_total, wait_until
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+
+def _publish(bootstrap: str, events: list[Event]) -> None:
+    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1)
+    for event in events:
+        publisher.publish(event)
+    assert publisher.flush(60.0)
+    stats = publisher.stats()
+    publisher.close()
+    assert stats.dropped == 0
+
+
+@contextmanager
+def _running(service: StreamProcessor | PolicyService) -> Iterator[None]:
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        service.stop()
+        thread.join(timeout=30)
+        service.close()
+
+
+def _resets(metrics: ServiceMetrics) -> float:
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        if family.name == "governor_log_resets"
+        for sample in family.samples
+        if sample.name == "governor_log_resets_total"
+    )
+
+
+def test_broker_restart_without_its_log_is_reported_and_every_new_event_is_folded(
+    stack: StackState, stack_dir: Path, deployment: str
+) -> None:
+    redis_url = stack.redis_url
+    own = stack_up(stack_dir, redis_url, free_port())
+    port = int(own.kafka_bootstrap.rsplit(":", 1)[1])
+    events = synthetic_stream(engines=4, requests=1500, deployment=deployment, seed=11)
+    before, after = events[: len(events) * 2 // 3], events[len(events) * 2 // 3 :]
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    stream_metrics = ServiceMetrics("stream", deployment)
+    policy_metrics = ServiceMetrics("policy", deployment)
+    processor = StreamProcessor(
+        deployment=deployment,
+        bootstrap=own.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        metrics=stream_metrics,
+    )
+    policy = PolicyService(
+        deployment=deployment,
+        bootstrap=own.kafka_bootstrap,
+        store=RedisStore.from_url(redis_url, deployment, 5.0),
+        registry=default_registry(),
+        metrics=policy_metrics,
+    )
+    try:
+        with _running(processor), _running(policy):
+            _publish(own.kafka_bootstrap, before)
+            wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the restart")
+            wait_until(lambda: policy.counters.decisions > 0, 60.0, "a decision before the restart")
+            applied_before = store.applied_offsets("stream")
+            decisions_before = policy.counters.decisions
+            assert _resets(stream_metrics) == 0
+
+            stack_down(stack_dir)
+            restarted = stack_up(stack_dir, redis_url, port)
+            assert restarted.kafka_bootstrap == own.kafka_bootstrap
+            _publish(own.kafka_bootstrap, after)
+
+            wait_until(lambda: applied_total(store) == len(after), 180.0, "every event after the restart to be applied")
+            wait_until(lambda: policy.counters.decisions > decisions_before, 120.0, "a decision from the new log")
+            wait_until(lambda: _resets(policy_metrics) >= 1, 30.0, "the policy service to notice its new log")
+        assert processor.counters.skipped == 0
+        assert _resets(stream_metrics) >= 1
+        assert processor.counters.folded == len(before) + len(after)
+        applied_after = store.applied_offsets("stream")
+        assert set(applied_after) == set(applied_before)
+        assert all(applied_after[tp] < applied_before[tp] for tp in applied_before)
+    finally:
+        store.close()
+        stack_down(stack_dir)

@@ -1,0 +1,85 @@
+"""services/log_reset.py: a partition on a new log is told by its topic id or by a log end behind it."""
+
+from __future__ import annotations
+
+from services.health import ServiceMetrics
+from services.log_reset import LogWatch
+from services.store.memory_store import MemoryStore
+
+TOPIC = "gov.telemetry"
+
+
+class FakeLog:
+    """High watermarks and topic ids as a consumer would report them."""
+
+    def __init__(self, topic_id: str | None, high: dict[int, int]) -> None:
+        self.topic_id_now = topic_id
+        self.high = high
+
+    def highwater(self, partition: tuple[str, int]) -> int | None:
+        return self.high.get(partition[1])
+
+    def topic_id(self, topic: str) -> str | None:
+        return self.topic_id_now
+
+
+def _watch(store: MemoryStore) -> tuple[LogWatch, ServiceMetrics]:
+    metrics = ServiceMetrics("stream", "prod")
+    return LogWatch(consumer="stream", store=store, metrics=metrics), metrics
+
+
+class TestLogWatch:
+    def test_the_first_assignment_records_the_topic_id_and_reports_nothing(self) -> None:
+        store = MemoryStore()
+        watch, metrics = _watch(store)
+        log = FakeLog("id-1", {0: 100})
+        watch.assigned(log, [(TOPIC, 0), (TOPIC, 1)])
+        assert store.log_ids("stream") == {f"{TOPIC}:0": "id-1", f"{TOPIC}:1": "id-1"}
+        assert watch.check(log, {(TOPIC, 0): 100}) == []
+        assert metrics.log_resets == 0
+
+    def test_a_changed_topic_id_is_a_reset_even_when_the_new_log_is_longer(self) -> None:
+        store = MemoryStore()
+        watch, metrics = _watch(store)
+        watch.assigned(FakeLog("id-1", {}), [(TOPIC, 0)])
+        (reset,) = watch.check(FakeLog("id-2", {0: 5000}), {(TOPIC, 0): 300})
+        assert (reset.reason, reset.applied_offset, reset.recorded_topic_id, reset.topic_id) == (
+            "topic_id_changed",
+            299,
+            "id-1",
+            "id-2",
+        )
+        assert metrics.log_resets == 1
+
+    def test_a_log_end_behind_the_next_offset_is_a_reset_without_topic_ids(self) -> None:
+        store = MemoryStore()
+        watch, _ = _watch(store)
+        watch.assigned(FakeLog(None, {}), [(TOPIC, 0), (TOPIC, 1)])
+        resets = watch.check(FakeLog(None, {0: 40, 1: 301}), {(TOPIC, 0): 301, (TOPIC, 1): 301})
+        assert [(r.partition, r.reason, r.log_end) for r in resets] == [(0, "log_end_behind_applied", 40)]
+
+    def test_a_log_end_at_the_next_offset_is_a_caught_up_log_not_a_reset(self) -> None:
+        store = MemoryStore()
+        watch, _ = _watch(store)
+        watch.assigned(FakeLog("id-1", {}), [(TOPIC, 0)])
+        assert watch.check(FakeLog("id-1", {0: 301}), {(TOPIC, 0): 301}) == []
+        assert watch.check(FakeLog("id-1", {}), {(TOPIC, 0): 301}) == []
+
+    def test_a_reset_is_reported_once_then_the_new_id_is_the_recorded_one(self) -> None:
+        store = MemoryStore()
+        watch, metrics = _watch(store)
+        watch.assigned(FakeLog("id-1", {}), [(TOPIC, 0)])
+        assert len(watch.check(FakeLog("id-2", {}), {(TOPIC, 0): 10})) == 1
+        assert watch.check(FakeLog("id-2", {}), {(TOPIC, 0): 10}) == []
+        assert metrics.log_resets == 1
+
+
+class TestResetPartition:
+    def test_the_reset_forgets_the_offset_records_the_id_and_rewrites_states(self) -> None:
+        store = MemoryStore()
+        store.commit("stream", {f"{TOPIC}:0": 99, f"{TOPIC}:1": 50}, {"eng-0": "old", "fleet-x": "agg"}, {})
+        store.reset_partition("stream", f"{TOPIC}:0", "id-2", {"eng-0": "fresh"}, ["fleet-x"])
+        assert store.applied_offsets("stream") == {f"{TOPIC}:1": 50}
+        assert store.log_ids("stream") == {f"{TOPIC}:0": "id-2"}
+        assert store.load_states(["eng-0", "fleet-x"]) == {"eng-0": "fresh"}
+        assert store.commit("stream", {f"{TOPIC}:0": 0}, {}, {})
