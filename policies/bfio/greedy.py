@@ -173,10 +173,12 @@ def solve_fast(
 class _GreedyState:
     """What the greedy rounds share, kept up to date between rounds instead of rebuilt in each.
 
-    ``rows`` are the unassigned requests in FIFO order and ``by_offset`` their contributions,
-    offset-major (K, len(rows)); ``open_ranks`` the ranks with a free slot; ``envelope`` the per-offset
+    ``rows`` are the unassigned requests in FIFO order, ``by_offset`` every request's contributions,
+    offset-major (K, N); ``open_ranks`` the ranks with a free slot; ``envelope`` the per-offset
     max_j L_j(h). Each is updated from the round's picks (the envelope by a running maximum, which is
-    exact), so a round costs its scores and picks, not a rescan of every request and rank.
+    exact), so a round costs its scores and picks, not a rescan of every request and rank. A round
+    gathers its columns as ``by_offset[:, rows]``: that array's memory order sets how the score's
+    matrix products sum, so keeping it keeps the scores, and hence ties, bit for bit.
     """
 
     def __init__(
@@ -194,11 +196,6 @@ class _GreedyState:
         self.rows: IntArray = np.flatnonzero(rank_of < 0)
         self.by_offset: FloatArray = np.ascontiguousarray(contributions.T)
 
-    def refresh_rows(self) -> None:
-        """Rebuild ``rows`` and ``by_offset`` from ``rank_of`` (after a forced round)."""
-        self.rows = np.flatnonzero(self.rank_of < 0)
-        self.by_offset = np.ascontiguousarray(self.contributions[self.rows].T)
-
 
 def _greedy_round(*, state: _GreedyState, weights: FloatArray, limit: int) -> int:
     """One greedy round: each open rank, in order of its best F, takes its best remaining request.
@@ -213,13 +210,10 @@ def _greedy_round(*, state: _GreedyState, weights: FloatArray, limit: int) -> in
     """
     loads, envelope, open_ranks = state.loads, state.envelope, state.open_ranks
     forced_round = state.forced_left > 0
-    if forced_round:
-        rows = np.flatnonzero(state.must & (state.rank_of < 0))
-        by_offset = np.ascontiguousarray(state.contributions[rows].T)
-    else:
-        rows, by_offset = state.rows, state.by_offset
+    rows = np.flatnonzero(state.must & (state.rank_of < 0)) if forced_round else state.rows
     open_loads = loads[open_ranks]
-    scores = scores_by_offset((envelope - open_loads).T, by_offset, weights, num_ranks=state.num_ranks)
+    margins = np.ascontiguousarray((envelope - open_loads).T)
+    scores = scores_by_offset(margins, state.by_offset[:, rows], weights, num_ranks=state.num_ranks)
     best = scores.argmax(axis=1)
     order = np.lexsort((open_loads @ weights, open_loads[:, 0], -scores.max(axis=1)))
     most = 1 if forced_round else limit
@@ -257,12 +251,11 @@ def _greedy_round(*, state: _GreedyState, weights: FloatArray, limit: int) -> in
     state.open_ranks = open_ranks[cap[open_ranks] > 0]
     if forced_round:
         state.forced_left -= int(ranks.shape[0])
-        state.refresh_rows()
+        state.rows = np.flatnonzero(state.rank_of < 0)
     else:
         keep = np.ones(rows.shape[0], dtype=bool)
         keep[columns] = False
         state.rows = rows[keep]
-        state.by_offset = by_offset[:, keep]
     return int(ranks.shape[0])
 
 
