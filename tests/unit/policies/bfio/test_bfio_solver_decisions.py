@@ -6,7 +6,10 @@ vectorised pick loop and the one-table exchange); it was recorded by running ``_
 that solver (``python -m tests.unit.policies.bfio.test_bfio_solver_decisions OUT.json`` on that tree).
 The rewrite changed how the work is done, not the algorithm, so every decision must match: small
 integer instances full of ties (with and without forced requests) and production-size instances with
-real-valued loads (G = 16 and 32, 64-128 waiting, the dyadic H = 20 grid).
+real-valued loads (G = 16 and 32, 64-128 waiting, the dyadic H = 20 grid), and instances whose
+requests repeat a few prompt lengths (as the simulator's integer prompts do), where identical requests
+tie exactly and only the scores' last bits order the ranks: an earlier draft of the rewrite summed the
+score's matrix products in another memory order and broke such ties differently.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ def _instances() -> list[Instance]:
             v = (prompts[:, None] + growth[None, :]) * survival[None, :]
             forced = rng.random(num_waiting) < 0.05 if rng.random() < 0.3 else None
             out.append((base, free, v, grid_weights, forced))
+    for _ in range(120):
+        num_ranks = int(rng.choice([4, 16, 32]))
+        num_waiting = int(rng.integers(4, 3 * num_ranks))
+        free = rng.binomial(8, 0.4, num_ranks)
+        survival = np.exp(-growth / rng.uniform(5, 400))
+        base = np.round(rng.uniform(15_000, 20_000, num_ranks))[:, None] * survival[None, :]
+        prompts = rng.choice([50.0, 192.0, 363.0, 1024.0], num_waiting)
+        v = (prompts[:, None] + growth[None, :]) * survival[None, :]
+        out.append((base, free, v, grid_weights, None))
     return out
 
 
