@@ -17,10 +17,11 @@ load, then lowest weighted projected load; among requests the earliest wins), an
 when an assignment raises the envelope. Without the load tie-break equal scores send everything to
 rank 0 (section 2.5). Requests flagged ``forced`` (the router's aging rule) are placed first.
 
-Implementation (issue 13 item 5; decisions unchanged, checked against the earlier solver's on 2,120
+Implementation (issue 13 item 5; decisions unchanged, checked against the earlier solver's on 2,240
 instances in tests/unit/policies/bfio/test_bfio_solver_decisions.py): the rounds share a state (the
-unassigned requests and their offset-major contributions, the open ranks, the envelope as a running
-maximum) updated from each round's picks instead of rebuilt; a rank's pick is its row's argmax taken
+unassigned requests, the open ranks, the envelope as a running maximum, and every request's
+contributions offset-major, gathered per round as before) updated from each round's picks instead of
+rebuilt; a rank's pick is its row's argmax taken
 once for all ranks, and only a rank whose best was taken earlier in the round masks the taken
 requests and looks again; the exchange phase scores every swap, move and replace as one table.
 
