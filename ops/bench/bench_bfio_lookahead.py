@@ -6,14 +6,15 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
 
 - ``lookahead``: the Table 1 setting (G = 16, B = 72, R = 64, Poisson 3,000 req/s after a full backlog)
   and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts), 3 s runs, for
-  FCFS, JSQ-by-load, BF-IO H = 0, 4, 8 and 20 (uniform weights, the paper's J) and H = 20 with the
-  reference code's decay 0.86. With ``--oracle`` it adds, as a diagnosis only, H = 20 predicted from
-  each request's true output length (no survival curve, the output cap set to the true length; the
-  paper's setting), to separate prediction error from the objective itself.
+  FCFS, JSQ-by-load, BF-IO H = 0, 1, 2, 4, 8 and 20 (uniform weights, the paper's J), H = 20 with the
+  reference code's decay 0.86, and H = 20 with the reference code's new-request convention (a request
+  admitted now counts its prompt at every offset, ``const_s``). With ``--oracle`` it adds, as a diagnosis
+  only, H = 20 predicted from each request's true output length (no survival curve, the output cap set
+  to the true length; the paper's setting), to separate prediction error from the objective itself.
 - ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
   pool, so waits count from arrival or from entering the candidate window), Poisson 8,000 req/s, 4 s,
-  H = 20, aging deadline 2 s against 600 s (off), and JSQ-by-load; reports the share of admissions the
-  guard forced.
+  H = 20, aging deadline 2 s and 8 s against 600 s (off), and JSQ-by-load; reports the share of
+  admissions the guard forced.
 
 Usage: PYTHONPATH=. python ops/bench/bench_bfio_lookahead.py [--parts lookahead guard] [--seeds 1 2 3 4 5]
        [--oracle] [--out out/bench/bench_bfio_lookahead.json]
@@ -32,7 +33,7 @@ import numpy as np
 
 import policies.bfio.router as router_module
 import services.sim.routers_bfio as sim_routers
-from policies.bfio import BfioParams, WeightScheme
+from policies.bfio import BfioParams, NewRequestModel, WeightScheme
 from policies.bfio.lookahead import ClassPredictor
 from services.sim.bfio_loop import DpLoopResult, dp_workload, run_dp_loop
 from services.sim.workload import BurstyArrivals, PoissonArrivals, Workload
@@ -51,10 +52,13 @@ VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "fcfs": ("fcfs", None),
     "jsq-load": ("jsq-load", None),
     "bfio_h0": ("bfio", BfioParams(horizon_steps=0)),
+    "bfio_h1": ("bfio", BfioParams(horizon_steps=1)),
+    "bfio_h2": ("bfio", BfioParams(horizon_steps=2)),
     "bfio_h4": ("bfio", BfioParams(horizon_steps=4)),
     "bfio_h8": ("bfio", BfioParams(horizon_steps=8)),
     "bfio_h20": ("bfio", BfioParams(horizon_steps=20)),
     "bfio_h20_decay": ("bfio", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.DECAY)),
+    "bfio_h20_const_s": ("bfio", BfioParams(horizon_steps=20, new_request_model=NewRequestModel.CONST_S)),
 }
 
 
@@ -139,7 +143,7 @@ def guard(seeds: list[int]) -> dict[str, dict[str, Any]]:
     ]
     rows["jsq-load"] = _summary(values)
     _print("saturated", "jsq-load", rows["jsq-load"])
-    for label, deadline_s in (("aging_2s", 2.0), ("aging_off_600s", 600.0)):
+    for label, deadline_s in (("aging_2s", 2.0), ("aging_8s", 8.0), ("aging_off_600s", 600.0)):
         values, forced = [], []
         for seed in seeds:
             params = BfioParams(horizon_steps=20, aging_deadline_s=deadline_s)

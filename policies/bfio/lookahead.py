@@ -188,6 +188,7 @@ class ClassPredictor:
         self._drift = drift
         self._model = model
         self._growth = (drift * offsets_steps)[:, None]
+        self._zero_offsets = offsets_steps == 0
         self._ratios: FloatArray | None = None
         if curve is not None and curve.dense_length is not None and drift >= 0:
             ages = np.arange(curve.dense_length, dtype=np.float64)
@@ -218,13 +219,26 @@ class ClassPredictor:
         return context * q
 
     def new(self, *, prompt_tokens: FloatArray, max_tokens: FloatArray) -> FloatArray:
-        """v_j(h) of waiting requests if admitted now, shape (N, K): ``new_request_contributions``."""
+        """v_j(h) of waiting requests if admitted now, shape (N, K): ``new_request_contributions``.
+
+        A new request has age 0, so its survival ratios are the table's first column, the same for
+        every request: v_j(h_k) = (s_j + delta h_k) q_k, one outer operation instead of a gather.
+        """
         if self._model is NewRequestModel.CONST_S:
             return np.repeat(prompt_tokens[:, None], self._offsets.shape[0], axis=1).astype(np.float64)
-        by_offset = self.active_by_offset(
-            prompt_tokens=prompt_tokens, generated_tokens=np.zeros_like(prompt_tokens), max_tokens=max_tokens
-        )
-        return np.ascontiguousarray(by_offset.T)
+        if self._ratios is None:
+            by_offset = self.active_by_offset(
+                prompt_tokens=prompt_tokens, generated_tokens=np.zeros_like(prompt_tokens), max_tokens=max_tokens
+            )
+            return np.ascontiguousarray(by_offset.T)
+        growth = self._growth[:, 0]
+        q = self._ratios[:, 0].copy()
+        q[self._zero_offsets] = 1.0
+        if np.isfinite(max_tokens).any():
+            q = q[None, :] * (growth[None, :] < max_tokens[:, None])
+            q[:, self._zero_offsets] = 1.0
+        context: FloatArray = prompt_tokens[:, None] + growth[None, :]
+        return context * q
 
 
 def rank_base_loads_by_offset(contributions: FloatArray, rank_index: IntArray, num_ranks: int) -> FloatArray:

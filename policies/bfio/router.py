@@ -14,8 +14,11 @@ plane pushed (section 6.5). It never blocks on the control plane:
   overdue requests than free slots remain; with non-zero free capacity per step, its delay after
   entering the window is bounded by the deadline plus the steps needed to drain the overdue requests
   ahead of it (the wait before entering it is the FIFO queue's);
-- the solver's budget counts from the start of the call, prediction included; past it the remaining
-  slots are filled by JSQ-by-load.
+- the solver's budget counts from the start of the call, prediction included, and keeps back what
+  the last call spent after its solve (writing the routing); past it the remaining slots are filled
+  by JSQ-by-load. An exchange move starts only while the time left covers the costliest move of the
+  last call that made one (``SolveBudget.move_reserve_s``), so the anytime phase ends within the
+  budget.
 
 Elapsed time comes from the ``clock`` the engine passes (time.perf_counter); event time is an argument.
 Classes are mapped to stable integer ids (``class_id``) so the per-step batches are plain arrays.
@@ -127,6 +130,8 @@ class BfioRouter:
         self._policy: BfioPolicy | None = None
         self._predictors: dict[int, ClassPredictor] = {}
         self._window_since_s: dict[str, float] = {}
+        self._move_reserve_s = 0.0
+        self._finish_reserve_s = 0.0
         self._default_predictor: ClassPredictor | None = None
         if policy is not None:
             self.reload(policy)
@@ -242,14 +247,7 @@ class BfioRouter:
         num_ranks = cap.shape[0]
         offsets = np.asarray(payload.horizon_grid_steps, dtype=np.float64)
         weights = np.asarray(payload.horizon_weights, dtype=np.float64)
-        contributions_active = np.zeros((offsets.shape[0], active.rank.shape[0]))
-        for cid, rows in _class_rows(active.class_id):
-            contributions_active[:, rows] = self._predictor(cid).active_by_offset(
-                prompt_tokens=active.prompt_tokens[rows],
-                generated_tokens=active.generated_tokens[rows],
-                max_tokens=active.max_tokens[rows],
-            )
-        base = rank_base_loads_by_offset(contributions_active, active.rank, num_ranks)
+        base = rank_base_loads_by_offset(self._active_contributions(active, offsets.shape[0]), active.rank, num_ranks)
         rank_of = np.full(len(waiting.request_ids), -1, dtype=np.int64)
         pushed_used, pushed_rejected = 0, 0
         for index, request_id in enumerate(waiting.request_ids if pushed else ()):
@@ -274,7 +272,7 @@ class BfioRouter:
         placed = np.flatnonzero(rank_of >= 0)
         if placed.size:
             np.add.at(base, rank_of[placed], self._new_contributions(waiting, placed, offsets.shape[0]))
-        remaining_s = payload.solver_budget_s - (self._clock() - start_s)
+        remaining_s = payload.solver_budget_s - (self._clock() - start_s) - self._finish_reserve_s
         solution = solve_fast(
             base,
             cap,
@@ -282,11 +280,14 @@ class BfioRouter:
             weights,
             forced=overdue,
             local_search_rounds=payload.local_search_rounds,
-            budget=SolveBudget(clock=self._clock, budget_s=remaining_s),
+            budget=SolveBudget(clock=self._clock, budget_s=remaining_s, move_reserve_s=self._move_reserve_s),
         )
+        solved_s = self._clock()
+        if solution.costliest_move_s > 0.0:
+            self._move_reserve_s = solution.costliest_move_s
         rank_of[candidates] = solution.rank_of
         forced = int(np.count_nonzero(overdue & (solution.rank_of >= 0)))
-        return _routing(
+        routing = _routing(
             waiting,
             rank_of,
             mode=BfioMode.BFIO,
@@ -296,6 +297,8 @@ class BfioRouter:
             forced=forced,
             objective=solution.objective_j_tokens,
         )
+        self._finish_reserve_s = self._clock() - solved_s
+        return routing
 
     def _in_window_since(self, waiting: WaitingBatch, candidates: IntArray, now_s: float) -> FloatArray:
         """Since when each candidate has been in the candidate window (the FIFO front the solver chooses from).
@@ -319,10 +322,33 @@ class BfioRouter:
             raise InvalidInputError(msg, field="policy", value=None)
         return predictor
 
+    def _active_contributions(self, active: ActiveBatch, num_offsets: int) -> FloatArray:
+        """w^_i(h) of every active request, offset-major (K, M), by class (one class: no copy)."""
+        classes = _class_rows(active.class_id)
+        if len(classes) == 1 and isinstance(classes[0][1], slice):
+            return self._predictor(classes[0][0]).active_by_offset(
+                prompt_tokens=active.prompt_tokens,
+                generated_tokens=active.generated_tokens,
+                max_tokens=active.max_tokens,
+            )
+        contributions = np.zeros((num_offsets, active.rank.shape[0]))
+        for cid, rows in classes:
+            contributions[:, rows] = self._predictor(cid).active_by_offset(
+                prompt_tokens=active.prompt_tokens[rows],
+                generated_tokens=active.generated_tokens[rows],
+                max_tokens=active.max_tokens[rows],
+            )
+        return contributions
+
     def _new_contributions(self, waiting: WaitingBatch, picked: IntArray, num_offsets: int) -> FloatArray:
-        """v_j(h) of the waiting requests ``picked``, shape (len(picked), K), by class."""
+        """v_j(h) of the waiting requests ``picked``, shape (len(picked), K), by class (one class: no copy)."""
+        classes = _class_rows(waiting.class_id[picked])
+        if len(classes) == 1 and isinstance(classes[0][1], slice):
+            return self._predictor(classes[0][0]).new(
+                prompt_tokens=waiting.prompt_tokens[picked], max_tokens=waiting.max_tokens[picked]
+            )
         contributions = np.zeros((picked.shape[0], num_offsets))
-        for cid, rows in _class_rows(waiting.class_id[picked]):
+        for cid, rows in classes:
             chosen = picked[rows]
             contributions[rows] = self._predictor(cid).new(
                 prompt_tokens=waiting.prompt_tokens[chosen], max_tokens=waiting.max_tokens[chosen]
@@ -386,10 +412,10 @@ def _routing(
     forced: int = 0,
     objective: float | None = None,
 ) -> Routing:
-    admitted = np.flatnonzero(rank_of >= 0)
+    ids, ranks = waiting.request_ids, rank_of.tolist()
     return Routing(
         rank_of=rank_of,
-        assignments=tuple((waiting.request_ids[i], int(rank_of[i])) for i in admitted),
+        assignments=tuple((ids[i], ranks[i]) for i in np.flatnonzero(rank_of >= 0).tolist()),
         mode=mode,
         fallback_reason=reason,
         pushed_used=pushed_used,

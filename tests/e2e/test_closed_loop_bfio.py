@@ -76,9 +76,10 @@ class TestBurstyClosedLoop:
 
         Honest bound: at this seed H = 20 measured 3.28e4 against H = 0's 3.16e4 tokens (+3.8%) with
         censoring-aware survival predictions, so the test holds H = 20 to at most 5% above H = 0 and
-        fails if the lookahead gets worse than that. Over seeds 1-5 no horizon or weighting tried beats
-        H = 0 on bursts, and neither do true lengths (the shortfall and its analysis are in
-        docs/policies/bfio.md, "Lookahead on bursts").
+        fails if the lookahead gets worse than that. Over seeds 1-5 no horizon, weighting or new-request
+        model tried beats H = 0 on bursts beyond the noise with survival predictions; with true lengths
+        the reference code's conventions do on 4 of 5 seeds (the shortfall and its analysis are in
+        docs/policies/bfio.md, "Lookahead on steady and bursty load").
         """
         assert bursty["bfio"].avg_imbalance_tokens <= 1.05 * bursty["bfio_h0"].avg_imbalance_tokens
 

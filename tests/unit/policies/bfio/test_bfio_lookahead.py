@@ -155,6 +155,11 @@ class TestClassPredictor:
             curve, prompt_tokens=prompts, max_tokens=caps, offsets_steps=offsets, drift=drift, model=model
         )
         np.testing.assert_array_equal(predictor.new(prompt_tokens=prompts, max_tokens=caps), new)
+        uncapped = np.full(500, np.inf)
+        new_uncapped = new_request_contributions(
+            curve, prompt_tokens=prompts, max_tokens=uncapped, offsets_steps=offsets, drift=drift, model=model
+        )
+        np.testing.assert_array_equal(predictor.new(prompt_tokens=prompts, max_tokens=uncapped), new_uncapped)
 
     def test_fractional_ages_and_no_curve_use_the_direct_formula(self, curve: SurvivalCurve) -> None:
         ages = np.array([2.5, 3.0])

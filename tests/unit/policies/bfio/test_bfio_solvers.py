@@ -136,6 +136,45 @@ class TestSolveFast:
             cut_short += 0 < fast.local_search_moves < unbounded.local_search_moves
         assert cut_short > 0
 
+    def test_a_move_reserve_keeps_moves_dearer_than_a_round_within_the_budget(
+        self, monkeypatch: pytest.MonkeyPatch
+    ) -> None:
+        """Simulated time: a greedy round takes 1 s and an exchange move 3 s. Reserved only by the last
+        step's cost, the first move starts with 1 s left and ends past the budget on some budgets; with
+        ``move_reserve_s`` = 3 s (what the router passes from its last call) no solve whose greedy phase
+        ended within the budget ends past it, and the solution reports the 3 s move."""
+        rng = np.random.default_rng(11)
+        base = rng.uniform(0, 5000, (8, 3))
+        free = np.full(8, 3)
+        v = rng.uniform(1, 3000, (20, 3))
+        now = [0.0]
+        greedy_end = [0.0]
+        rounds, moves = greedy._greedy_round, greedy._apply_best_exchange
+
+        def timed_round(**kwargs: object) -> int:
+            now[0] += 1.0
+            greedy_end[0] = now[0]
+            return rounds(**kwargs)  # type: ignore[arg-type]
+
+        def timed_move(**kwargs: object) -> bool:
+            now[0] += 3.0
+            return moves(**kwargs)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(greedy, "_greedy_round", timed_round)
+        monkeypatch.setattr(greedy, "_apply_best_exchange", timed_move)
+        overshoots = {0.0: 0, 3.0: 0}
+        for reserve_s in overshoots:
+            for budget_s in np.arange(1.0, 30.0):
+                now[0] = 0.0
+                budget = SolveBudget(clock=lambda: now[0], budget_s=budget_s, move_reserve_s=reserve_s)
+                fast = solve_fast(base, free, v, np.ones(3), budget=budget)
+                assert is_feasible(fast.rank_of, free)
+                if not fast.fallback_used and greedy_end[0] <= budget_s:
+                    overshoots[reserve_s] += now[0] > budget_s
+                    assert fast.costliest_move_s in (0.0, 3.0)
+        assert overshoots[0.0] > 0
+        assert overshoots[3.0] == 0
+
     def test_one_open_rank_with_room_takes_the_largest_requests_earliest_first(self) -> None:
         """One open rank with three slots, far below the envelope: every request fits under it, so F is
         v itself and the greedy takes the three largest (two tie at 50; both are taken)."""
