@@ -100,11 +100,16 @@ class LeastSquares:
             msg = f"features must have length {self.n_features}, got {len(features)}"
             raise InvalidInputError(msg, field="features", value=len(features))
         x = [float(v) for v in features]
-        if not all(math.isfinite(v) for v in x):
-            msg = f"features must be finite, got {list(features)!r}"
-            raise InvalidInputError(msg, field="features", value=list(features))
-        y = require_finite("target", target)
-        w = require_nonnegative("weight", weight)
+        y = float(target)
+        w = float(weight)
+        # One finiteness test for the common case: a finite sum means no NaN and no infinity among
+        # the terms; only a non-finite sum (or a negative weight) pays for the checks that name the field.
+        if not (math.isfinite(sum(x) + y + w) and w >= 0.0):
+            if not all(math.isfinite(v) for v in x):
+                msg = f"features must be finite, got {list(features)!r}"
+                raise InvalidInputError(msg, field="features", value=list(features))
+            y = require_finite("target", target)
+            w = require_nonnegative("weight", weight)
         wx = [w * v for v in x]
         for i, wx_i in enumerate(wx):
             row = self._xtwx[i]
