@@ -76,7 +76,9 @@ def bench_ingest(
     processor = stream_processor(
         runtime, deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry()
     )
+    cpu_started = time.thread_time()
     processor.run(idle_exit_s=3.0)
+    cpu_s = time.thread_time() - cpu_started
     processor.close()
     store.close()
     counters = processor.counters
@@ -88,9 +90,43 @@ def bench_ingest(
         "events": counters.folded,
         "wall_s": wall,
         "events_per_s": counters.folded / wall,
+        "cpu_s": cpu_s,
+        "cpu_us_per_event": cpu_s / counters.folded * 1e6,
         "batches": counters.batches,
         "snapshots": counters.snapshots,
     }
+
+
+def bench_bare_consumer(bootstrap: str, events: int) -> dict[str, float]:
+    """Read the same backlog with a bare kafka-python consumer (no parse, no fold): the client's own limit.
+
+    It is configured as the processor's consumer is (``max_poll_records`` 2000, group-less, from the
+    earliest offset) and only counts records, so the processor's events/s over this one's is the share
+    of the client's speed the control plane keeps. Timed from its first to its last non-empty poll,
+    like ``bench_ingest``, with the thread's CPU time beside the wall time.
+    """
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=2000
+    )
+    partitions = [TopicPartition(TELEMETRY_TOPIC, p) for p in sorted(consumer.partitions_for_topic(TELEMETRY_TOPIC))]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
+    read = 0
+    first_s = last_s = 0.0
+    cpu_first_s = cpu_last_s = 0.0
+    deadline = time.monotonic() + 600.0
+    while read < events and time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=200)
+        count = sum(len(part) for part in batch.values())
+        if not count:
+            continue
+        if not read:
+            first_s, cpu_first_s = time.perf_counter(), time.thread_time()
+        read += count
+        last_s, cpu_last_s = time.perf_counter(), time.thread_time()
+    consumer.close()
+    wall = last_s - first_s
+    return {"events": read, "wall_s": wall, "cpu_s": cpu_last_s - cpu_first_s, "events_per_s": read / wall}
 
 
 def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
