@@ -110,12 +110,12 @@ class LeastSquares:
                 raise InvalidInputError(msg, field="features", value=list(features))
             y = require_finite("target", target)
             w = require_nonnegative("weight", weight)
-        wx = [w * v for v in x]
-        for i, wx_i in enumerate(wx):
-            row = self._xtwx[i]
+        xtwy = self._xtwy
+        for i, row in enumerate(self._xtwx):
+            wx_i = w * x[i]
             for j, x_j in enumerate(x):
                 row[j] += wx_i * x_j
-            self._xtwy[i] += wx_i * y
+            xtwy[i] += wx_i * y
         self._ytwy += w * y * y
         self._sw += w
         self._swy += w * y
