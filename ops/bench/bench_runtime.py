@@ -284,6 +284,9 @@ def bench_latency(
     (the event handed to the client), ``fold`` from that call to the triggering snapshot being
     readable on ``gov.estimates`` (broker, poll, parse, fold, summary, produce), ``decide_write``
     from the snapshot to the new version being announced in Redis (poll, decide, write, announce).
+    Latency is also given per policy kind: a fleet-scope decision waits, by design, until the
+    processor's event-time watermark passes its slot (services/stream/fleet.py), so its latency is
+    the slowest partition's event time, not processing.
     """
     services = [_start_service(name, bootstrap, redis_url, deployment) for name in ("stream", "policy")]
     time.sleep(10.0)  # both consumers join their groups
@@ -294,6 +297,7 @@ def bench_latency(
     latencies: list[float] = []
     folds: list[float] = []
     decides: list[float] = []
+    by_kind: dict[str, list[float]] = {}
     client = redis.Redis.from_url(redis_url)
     pubsub = client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(policy_channel(deployment))
@@ -320,6 +324,7 @@ def bench_latency(
             key = (note["scope"], document.get("computed_at"))
             if key in published:
                 latencies.append(seen - published[key])
+                by_kind.setdefault(note["kind"], []).append(seen - published[key])
                 snapshot_at = snapshot_seen.get(key)
                 if snapshot_at is not None:
                     folds.append(snapshot_at - published[key])
@@ -361,6 +366,9 @@ def bench_latency(
             "publish": _percentiles(publish_calls),
             "fold": _percentiles(folds),
             "decide_write": _percentiles(decides),
+        },
+        "by_kind": {
+            kind: {"decisions": len(values), **_percentiles(values)} for kind, values in sorted(by_kind.items())
         },
     }
 
@@ -435,6 +443,13 @@ def main() -> int:
             assert isinstance(stages, dict)
             for stage, cut in stages.items():
                 print(f"  {stage:<13} p50 {cut['p50_ms'] or 0.0:.2f} ms, p99 {cut['p99_ms'] or 0.0:.2f} ms")
+            kinds = figures["by_kind"]
+            assert isinstance(kinds, dict)
+            for kind, cut in kinds.items():
+                print(
+                    f"  {kind:<13} p50 {cut['p50_ms'] or 0.0:.2f} ms, p99 {cut['p99_ms'] or 0.0:.2f} ms "
+                    f"over {cut['decisions']} decisions"
+                )
     finally:
         stack_down(state_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
