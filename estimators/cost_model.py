@@ -119,7 +119,8 @@ class LinearCostModel:
     def update(self, *, kind: BatchKind, n_units: float, duration_s: float) -> None:
         """Fold one step: ``n_units`` prefill tokens (prefill), decode requests (decode) or tokens (mixed)."""
         n = require_nonnegative("n_units", n_units)
-        self._fits[BatchKind(kind)].update((1.0, n), _duration(duration_s))
+        fits = self._fits.get(kind) if type(kind) is BatchKind else None
+        (fits or self._fits[BatchKind(kind)]).update((1.0, n), _duration(duration_s))
 
     def fit(self, kind: BatchKind, *, min_samples: int = DEFAULT_MIN_SAMPLES) -> LinearCostFit | NotEnoughData:
         """The fit for ``kind``, or ``NotEnoughData`` below ``min_samples`` steps."""

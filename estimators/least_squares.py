@@ -100,17 +100,22 @@ class LeastSquares:
             msg = f"features must have length {self.n_features}, got {len(features)}"
             raise InvalidInputError(msg, field="features", value=len(features))
         x = [float(v) for v in features]
-        if not all(math.isfinite(v) for v in x):
-            msg = f"features must be finite, got {list(features)!r}"
-            raise InvalidInputError(msg, field="features", value=list(features))
-        y = require_finite("target", target)
-        w = require_nonnegative("weight", weight)
-        wx = [w * v for v in x]
-        for i, wx_i in enumerate(wx):
-            row = self._xtwx[i]
+        y = float(target)
+        w = float(weight)
+        # One finiteness test for the common case: a finite sum means no NaN and no infinity among
+        # the terms; only a non-finite sum (or a negative weight) pays for the checks that name the field.
+        if not (math.isfinite(sum(x) + y + w) and w >= 0.0):
+            if not all(math.isfinite(v) for v in x):
+                msg = f"features must be finite, got {list(features)!r}"
+                raise InvalidInputError(msg, field="features", value=list(features))
+            y = require_finite("target", target)
+            w = require_nonnegative("weight", weight)
+        xtwy = self._xtwy
+        for i, row in enumerate(self._xtwx):
+            wx_i = w * x[i]
             for j, x_j in enumerate(x):
                 row[j] += wx_i * x_j
-            self._xtwy[i] += wx_i * y
+            xtwy[i] += wx_i * y
         self._ytwy += w * y * y
         self._sw += w
         self._swy += w * y

@@ -86,10 +86,13 @@ class QuantileSketch:
         """
         if not (value >= 0.0 and value < math.inf):
             require_nonnegative("value", value)
-        if value < MIN_VALUE:
+        self._add(value, None if value < MIN_VALUE else math.ceil(math.log(value) * self._inv_log_gamma))
+
+    def _add(self, value: float, k: int | None) -> None:
+        """Count a checked ``value`` in bucket ``k`` (None: the zero bucket); ``k`` comes from ``update``."""
+        if k is None:
             self._zero += 1
         else:
-            k = math.ceil(math.log(value) * self._inv_log_gamma)
             bins = self._bins
             bins[k] = bins.get(k, 0) + 1
             if len(bins) > self.max_buckets:
@@ -234,8 +237,11 @@ class WindowedQuantileSketch:
         pos, reset = self._ring.place(ts_s)
         if reset:
             self._slots[pos] = QuantileSketch(relative_accuracy=self.relative_accuracy, max_buckets=self.max_buckets)
-        self._slots[pos].update(value)
-        self._cumulative.update(value)
+        cumulative = self._cumulative
+        # The slot and the cumulative sketch share gamma, so the bucket is computed once for both.
+        k = None if value < MIN_VALUE else math.ceil(math.log(value) * cumulative._inv_log_gamma)
+        self._slots[pos]._add(value, k)
+        cumulative._add(value, k)
 
     def advance(self, ts_s: float) -> None:
         """Move the watermark to ``ts_s`` without an event."""
@@ -244,8 +250,23 @@ class WindowedQuantileSketch:
     def snapshot(self, *, closed_only: bool = False) -> QuantileSketch:
         """The merged sketch of the live window."""
         out = QuantileSketch(relative_accuracy=self.relative_accuracy, max_buckets=self.max_buckets)
+        bins = out._bins
         for p in self._ring.live_positions(closed_only=closed_only):
-            out = out.merge(self._slots[p])
+            # The slots' counts added in one pass, collapsed once at the end: the same sketch as
+            # merging slot by slot (a collapse keeps the highest ``max_buckets`` keys of everything
+            # seen either way), without a new sketch per slot.
+            slot = self._slots[p]
+            if slot._count == 0:
+                continue
+            for k, c in slot._bins.items():
+                bins[k] = bins.get(k, 0) + c
+            out._zero += slot._zero
+            out._count += slot._count
+            out._sum += slot._sum
+            out._min = min(out._min, slot._min)
+            out._max = max(out._max, slot._max)
+        while len(bins) > out.max_buckets:
+            out._collapse()
         return out
 
     def cumulative(self) -> QuantileSketch:

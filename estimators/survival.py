@@ -12,6 +12,7 @@ censored alike (a request censored at t was at risk at t and leaves the risk set
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import math
 from collections import deque
@@ -102,7 +103,7 @@ class SurvivalCurve:
 
     def at(self, t_tokens: float) -> float:
         """S(t) = P(O > t): the survival after the last event length <= t (1.0 before the first)."""
-        i = int(np.searchsorted(np.asarray(self.tokens, dtype=np.float64), t_tokens, side="right"))
+        i = bisect.bisect_right(self.tokens, t_tokens)
         return 1.0 if i == 0 else self.survival[i - 1]
 
 

@@ -89,14 +89,23 @@ class SlotRing:
                 has left the ring.
         """
         ts = require_finite("ts", ts_s)
-        if self.watermark_s is not None and ts < self.watermark_s - self.allowed_lateness_s:
+        watermark = self.watermark_s
+        slot = math.floor(ts / self.slot_s)
+        if watermark is not None and self.head_slot is not None and watermark <= ts:
+            # In order (the common case): the watermark and the head move to this event, no lateness check.
+            self.watermark_s = ts
+            self.head_slot = max(self.head_slot, slot)
+            position = slot % self.n_slots
+            reset = self._slot_ids[position] != slot
+            self._slot_ids[position] = slot
+            return position, reset
+        if watermark is not None and ts < watermark - self.allowed_lateness_s:
             msg = (
-                f"ts={ts} is {self.watermark_s - ts:.6g} s behind the watermark {self.watermark_s}, "
+                f"ts={ts} is {watermark - ts:.6g} s behind the watermark {watermark}, "
                 f"beyond the allowed lateness {self.allowed_lateness_s} s"
             )
-            raise LateEventError(msg, ts=ts, watermark_s=self.watermark_s, allowed_lateness_s=self.allowed_lateness_s)
+            raise LateEventError(msg, ts=ts, watermark_s=watermark, allowed_lateness_s=self.allowed_lateness_s)
         self.advance(ts)
-        slot = self.slot_of(ts)
         head = self.head_slot if self.head_slot is not None else slot
         if slot <= head - self.n_slots:
             wm = self.watermark_s if self.watermark_s is not None else ts

@@ -77,21 +77,25 @@ def parse_event(raw: bytes | str | None, *, source: str | None = None) -> Event:
             names the field path and the reason, and its ``code`` says which (``no_value``,
             ``not_json``, ``oversized``, ``contract``).
     """
-    where = f" ({source})" if source else ""
     if not isinstance(raw, bytes | str):
         kind = "no value (a tombstone)" if raw is None else f"a {type(raw).__name__}, not JSON text"
-        msg = f"the record holds {kind}{where}"
+        msg = f"the record holds {kind}{_where(source)}"
         raise InvalidInputError(msg, source=source, code="no_value" if raw is None else "not_json")
     if len(raw) > MAX_EVENT_BYTES:
-        msg = f"event is {len(raw)} bytes, more than {MAX_EVENT_BYTES}{where}"
+        msg = f"event is {len(raw)} bytes, more than {MAX_EVENT_BYTES}{_where(source)}"
         raise InvalidInputError(msg, source=source, code="oversized")
     try:
         return EVENT_ADAPTER.validate_json(raw)
     except ValidationError as exc:
         path, reason = describe_validation_error(exc)
-        msg = f"{path}: {reason}{where}"
+        msg = f"{path}: {reason}{_where(source)}"
         not_json = exc.errors(include_url=False)[0]["type"] == "json_invalid"
         raise InvalidInputError(msg, field=path, source=source, code="not_json" if not_json else "contract") from exc
+
+
+def _where(source: str | None) -> str:
+    """The message's note of where the event came from (built only for a message)."""
+    return f" ({source})" if source else ""
 
 
 def encode_event(event: Event) -> bytes:

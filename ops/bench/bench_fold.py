@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import replace
 from pathlib import Path
@@ -53,15 +54,16 @@ def _events(seconds: float) -> list[Event]:
     return events
 
 
-def _fold(events: list[Event], registry: PolicyRegistry) -> tuple[float, int, Folder]:
-    """Fold every event into a fresh ``Folder``; return the wall time, the snapshots taken and the folder."""
+def _fold(events: list[Event], registry: PolicyRegistry) -> tuple[float, int, Folder, float]:
+    """Fold every event into a fresh ``Folder``; return wall time, snapshots, the folder and thread CPU time."""
     folder = Folder(DEPLOYMENT, registry)
     position = SourceOffset(topic="bench", partition=0, offset=0)
     snapshots = 0
+    cpu_started = time.thread_time()
     started = time.perf_counter()
     for event in events:
         snapshots += len(folder.fold(event, position))
-    return time.perf_counter() - started, snapshots, folder
+    return time.perf_counter() - started, snapshots, folder, time.thread_time() - cpu_started
 
 
 def _wrap_us(folder: Folder) -> dict[str, float]:
@@ -88,7 +90,7 @@ def _wrap_us(folder: Folder) -> dict[str, float]:
     return figures
 
 
-def _first(result: tuple[float, int, Folder]) -> float:
+def _first(result: tuple[float, int, Folder, float]) -> float:
     return result[0]
 
 
@@ -107,9 +109,11 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out/bench/fold.json"))
     args = parser.parse_args()
     events = _events(args.seconds)
-    real_s, real_snapshots, folder = min((_fold(events, default_registry()) for _ in range(args.repeat)), key=_first)
-    bare_s, _, _ = min((_fold(events, PolicyRegistry()) for _ in range(args.repeat)), key=_first)
-    dense_s, dense_snapshots, _ = min(
+    real_s, real_snapshots, folder, real_cpu_s = min(
+        (_fold(events, default_registry()) for _ in range(args.repeat)), key=_first
+    )
+    bare_s, _, _, bare_cpu_s = min((_fold(events, PolicyRegistry()) for _ in range(args.repeat)), key=_first)
+    dense_s, dense_snapshots, _, _ = min(
         (_fold(events, _dense_registry(args.dense)) for _ in range(args.repeat)), key=_first
     )
     wrap_us = _wrap_us(folder)
@@ -117,7 +121,10 @@ def main() -> int:
     figures = {
         "events": len(events),
         "fold_events_per_s": len(events) / real_s,
+        "fold_cpu_us_per_event": real_cpu_s / len(events) * 1e6,
         "fold_snapshots": real_snapshots,
+        "bare_fold_cpu_us_per_event": bare_cpu_s / len(events) * 1e6,
+        "load_average": list(os.getloadavg()),
         "bare_fold_events_per_s": len(events) / bare_s,
         "dense_snapshots": dense_snapshots,
         "snapshot_us": snapshot_s * 1e6,
@@ -125,14 +132,21 @@ def main() -> int:
         "summary_wrap_us": wrap_us,
     }
     print(f"telemetry: {len(events)} events of {', '.join(SCENARIOS)}, {args.seconds:.0f} simulated seconds each")
-    print(f"fold:      {figures['fold_events_per_s']:,.0f} events/s, {real_snapshots} snapshots (default registry)")
-    print(f"bare fold: {figures['bare_fold_events_per_s']:,.0f} events/s, no snapshots")
+    print(
+        f"fold:      {figures['fold_events_per_s']:,.0f} events/s, {figures['fold_cpu_us_per_event']:.2f} us thread "
+        f"CPU per event, {real_snapshots} snapshots (default registry)"
+    )
+    print(
+        f"bare fold: {figures['bare_fold_events_per_s']:,.0f} events/s, "
+        f"{figures['bare_fold_cpu_us_per_event']:.2f} us thread CPU per event, no snapshots"
+    )
     print(f"snapshot:  {figures['snapshot_us']:,.0f} us each ({dense_snapshots} in the dense fold)")
     print(f"share:     {figures['snapshot_share_of_fold']:.1%} of the real fold's time")
     print(
         f"wrap:      {min(wrap_us.values()):,.0f} to {max(wrap_us.values()):,.0f} us per snapshot "
         f"over {len(wrap_us)} engines"
     )
+    print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(figures, indent=2) + "\n")
     return 0

@@ -5,26 +5,34 @@ Figures (DESIGN section 9 targets, never asserted in tests):
 
 1. ingest, per runtime (kafka-python and faust-streaming): one stream processor folds the same
    pre-loaded backlog of simulator telemetry from ``gov.telemetry`` with estimates current in
-   Redis (target >= 20k events/s, goal 50k); the deployment's Redis keys are flushed between runs;
+   Redis (target >= 50k events/s and >= 0.4 of the bare consumer); the deployment's Redis keys are
+   flushed between runs. A bare kafka-python consumer reads the same backlog before and after (no
+   parse, no fold), and each runtime's events/s is printed as a ratio to it, with the processor's
+   thread CPU time per event (the machine may be shared: CPU time is what the code costs);
 2. event -> estimate latency, per runtime: ``governor run stream --runtime R`` as a process, events
    published at ``--estimate-rate`` events/s; for every snapshot on ``gov.estimates``, the wall
    time from publishing the event that triggered it (same engine and event time) to receiving it;
 3. offline replay: the same events folded in-process by ``OfflineControlPlane`` (target >= 100k/s);
 4. loop latency (default runtime): events published at ``--rate`` events/s; for every decision, the
    wall time from publishing the event that triggered it to the new version being readable in
-   Redis (announced on pub/sub), p50 and p99 (target p99 <= 100 ms, goal p50 <= 20 ms).
+   Redis (announced on pub/sub), p50 and p99 (target p50 <= 20 ms and p99 <= 100 ms at 5k events/s),
+   with the stages: the publish call, publish -> snapshot on ``gov.estimates`` (fold), and
+   snapshot -> policy readable (decide and write).
 
 Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or an embedded Valkey),
 prints the figures and writes JSON to ``--out``.
 
-    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000] [--rate 1000 4000]
-        [--out out/bench/runtime.json]
+    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000] [--rate 1000 5000]
+        [--runtimes kafka faust] [--out out/bench/runtime.json]
+
+``--estimate-rate 0`` skips the event -> estimate runs.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -76,7 +84,9 @@ def bench_ingest(
     processor = stream_processor(
         runtime, deployment=deployment, bootstrap=bootstrap, store=store, registry=default_registry()
     )
+    cpu_started = time.thread_time()
     processor.run(idle_exit_s=3.0)
+    cpu_s = time.thread_time() - cpu_started
     processor.close()
     store.close()
     counters = processor.counters
@@ -88,9 +98,43 @@ def bench_ingest(
         "events": counters.folded,
         "wall_s": wall,
         "events_per_s": counters.folded / wall,
+        "cpu_s": cpu_s,
+        "cpu_us_per_event": cpu_s / counters.folded * 1e6,
         "batches": counters.batches,
         "snapshots": counters.snapshots,
     }
+
+
+def bench_bare_consumer(bootstrap: str, events: int) -> dict[str, float]:
+    """Read the same backlog with a bare kafka-python consumer (no parse, no fold): the client's own limit.
+
+    It is configured as the processor's consumer is (``max_poll_records`` 2000, group-less, from the
+    earliest offset) and only counts records, so the processor's events/s over this one's is the share
+    of the client's speed the control plane keeps. Timed from its first to its last non-empty poll,
+    like ``bench_ingest``, with the thread's CPU time beside the wall time.
+    """
+    consumer = KafkaConsumer(
+        bootstrap_servers=bootstrap, enable_auto_commit=False, auto_offset_reset="earliest", max_poll_records=2000
+    )
+    partitions = [TopicPartition(TELEMETRY_TOPIC, p) for p in sorted(consumer.partitions_for_topic(TELEMETRY_TOPIC))]
+    consumer.assign(partitions)
+    consumer.seek_to_beginning(*partitions)
+    read = 0
+    first_s = last_s = 0.0
+    cpu_first_s = cpu_last_s = 0.0
+    deadline = time.monotonic() + 600.0
+    while read < events and time.monotonic() < deadline:
+        batch = consumer.poll(timeout_ms=200)
+        count = sum(len(part) for part in batch.values())
+        if not count:
+            continue
+        if not read:
+            first_s, cpu_first_s = time.perf_counter(), time.thread_time()
+        read += count
+        last_s, cpu_last_s = time.perf_counter(), time.thread_time()
+    consumer.close()
+    wall = last_s - first_s
+    return {"events": read, "wall_s": wall, "cpu_s": cpu_last_s - cpu_first_s, "events_per_s": read / wall}
 
 
 def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
@@ -212,19 +256,62 @@ def bench_estimate_latency(
     }
 
 
+def _percentiles(seconds: list[float]) -> dict[str, float | None]:
+    values = np.asarray(seconds) * 1000.0
+    return {
+        "p50_ms": float(np.percentile(values, 50)) if len(values) else None,
+        "p99_ms": float(np.percentile(values, 99)) if len(values) else None,
+    }
+
+
+def _estimates_reader(bootstrap: str) -> KafkaConsumer:
+    """A group-less reader of ``gov.estimates`` positioned at its end."""
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10, enable_auto_commit=False)
+    partitions = [TopicPartition(ESTIMATES_TOPIC, p) for p in reader.partitions_for_topic(ESTIMATES_TOPIC) or ()]
+    reader.assign(partitions)
+    reader.seek_to_end(*partitions)
+    for tp in partitions:
+        reader.position(tp)
+    return reader
+
+
 def bench_latency(
     bootstrap: str, redis_url: str, events: list[Event], deployment: str, rate: float
 ) -> dict[str, object]:
-    """Publish at ``rate`` events/s with both services running as processes; time each decision's visibility."""
+    """Publish at ``rate`` events/s with both services running as processes; time each decision's visibility.
+
+    Stages of each timed decision, from outside the services: ``publish`` is the publisher's call
+    (the event handed to the client), ``fold`` from that call to the triggering snapshot being
+    readable on ``gov.estimates`` (broker, poll, parse, fold, summary, produce), ``decide_write``
+    from the snapshot to the new version being announced in Redis (poll, decide, write, announce).
+    Latency is also given per policy kind: a fleet-scope decision waits, by design, until the
+    processor's event-time watermark passes its slot (services/stream/fleet.py), so its latency is
+    the slowest partition's event time, not processing.
+    """
     services = [_start_service(name, bootstrap, redis_url, deployment) for name in ("stream", "policy")]
     time.sleep(10.0)  # both consumers join their groups
     store = RedisStore.from_url(redis_url, deployment, 5.0)
     published: dict[tuple[str, float], float] = {}
+    snapshot_seen: dict[tuple[str, float], float] = {}
+    publish_calls: list[float] = []
     latencies: list[float] = []
+    folds: list[float] = []
+    decides: list[float] = []
+    by_kind: dict[str, list[float]] = {}
     client = redis.Redis.from_url(redis_url)
     pubsub = client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(policy_channel(deployment))
+    reader = _estimates_reader(bootstrap)
     done = threading.Event()
+
+    def listen_estimates() -> None:
+        while not done.is_set():
+            for records in reader.poll(timeout_ms=50).values():
+                seen = time.perf_counter()
+                for record in records:
+                    snapshot = json.loads(record.value)
+                    if snapshot["deployment"] == deployment:
+                        snapshot_seen.setdefault((snapshot["scope"], snapshot["ts"]), seen)
 
     def listen() -> None:
         while not done.is_set():
@@ -237,9 +324,15 @@ def bench_latency(
             key = (note["scope"], document.get("computed_at"))
             if key in published:
                 latencies.append(seen - published[key])
+                by_kind.setdefault(note["kind"], []).append(seen - published[key])
+                snapshot_at = snapshot_seen.get(key)
+                if snapshot_at is not None:
+                    folds.append(snapshot_at - published[key])
+                    decides.append(seen - snapshot_at)
 
-    listener = threading.Thread(target=listen, daemon=True)
-    listener.start()
+    listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_estimates)]
+    for listener in listeners:
+        listener.start()
     publisher = TelemetryPublisher(bootstrap)
     started = time.perf_counter()
     for i, event in enumerate(events):
@@ -247,12 +340,16 @@ def bench_latency(
         wait = due - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
-        published[(event.engine_id, event.ts)] = time.perf_counter()
+        sent = time.perf_counter()
+        published[(event.engine_id, event.ts)] = sent
         publisher.publish(event)
+        publish_calls.append(time.perf_counter() - sent)
     publisher.flush(60.0)
     time.sleep(5.0)
     done.set()
-    listener.join()
+    for listener in listeners:
+        listener.join()
+    reader.close()
     publisher.close()
     for service in services:
         service.terminate()
@@ -260,13 +357,19 @@ def bench_latency(
     pubsub.close()
     client.close()
     store.close()
-    values = np.asarray(latencies) * 1000.0
     return {
         "rate_events_per_s": rate,
         "events": len(events),
         "decisions_timed": len(latencies),
-        "p50_ms": float(np.percentile(values, 50)) if len(values) else None,
-        "p99_ms": float(np.percentile(values, 99)) if len(values) else None,
+        **_percentiles(latencies),
+        "stages": {
+            "publish": _percentiles(publish_calls),
+            "fold": _percentiles(folds),
+            "decide_write": _percentiles(decides),
+        },
+        "by_kind": {
+            kind: {"decisions": len(values), **_percentiles(values)} for kind, values in sorted(by_kind.items())
+        },
     }
 
 
@@ -278,8 +381,9 @@ def main() -> int:
         "--estimate-rate", type=float, default=1000.0, help="publish rate of the event -> estimate runs, events/s"
     )
     parser.add_argument(
-        "--rate", type=float, nargs="*", default=[1000.0, 4000.0], help="publish rates of the policy latency runs"
+        "--rate", type=float, nargs="*", default=[1000.0, 5000.0], help="publish rates of the policy latency runs"
     )
+    parser.add_argument("--runtimes", nargs="*", choices=RUNTIMES, default=list(RUNTIMES), help="ingest runtimes")
     parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
     args = parser.parse_args()
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-"))
@@ -290,15 +394,26 @@ def main() -> int:
         events = _events(deployment, args.seconds)
         print(f"telemetry: {len(events)} events of fleet-8 over {args.seconds:.0f} simulated seconds")
         _publish_all(state.kafka_bootstrap, events)
+        bare = [bench_bare_consumer(state.kafka_bootstrap, len(events))]
         ingest: dict[str, dict[str, float]] = {}
-        for runtime in RUNTIMES:
+        for runtime in args.runtimes:
             ingest[runtime] = bench_ingest(state.kafka_bootstrap, state.redis_url, events, deployment, runtime)
+        bare.append(bench_bare_consumer(state.kafka_bootstrap, len(events)))
+        bare_rate = float(np.mean([b["events_per_s"] for b in bare]))
+        print(
+            f"bare kafka-python consumer: {bare_rate:,.0f} events/s (runs before and after: "
+            f"{', '.join(format(b['events_per_s'], ',.0f') for b in bare)}), "
+            f"{np.mean([b['cpu_s'] / b['events'] * 1e6 for b in bare]):.1f} us thread CPU per event"
+        )
+        for runtime, figures in ingest.items():
+            figures["ratio_to_bare_consumer"] = figures["events_per_s"] / bare_rate
             print(
-                f"ingest ({runtime}): {ingest[runtime]['events_per_s']:,.0f} events/s through one stream processor "
-                f"(target 20,000)"
+                f"ingest ({runtime}): {figures['events_per_s']:,.0f} events/s through one stream processor, "
+                f"{figures['ratio_to_bare_consumer']:.2f} of the bare consumer, "
+                f"{figures['cpu_us_per_event']:.1f} us thread CPU per event (target 50,000 and 0.4)"
             )
         estimate: dict[str, dict[str, object]] = {}
-        for runtime in RUNTIMES:
+        for runtime in args.runtimes if args.estimate_rate > 0 else ():
             fresh = f"bench-estimate-{run}-{runtime}"
             estimate[runtime] = bench_estimate_latency(
                 state.kafka_bootstrap,
@@ -322,12 +437,30 @@ def main() -> int:
             latency.append(figures)
             print(
                 f"latency:  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms event-to-policy-visible "
-                f"over {figures['decisions_timed']} decisions at {rate:,.0f} events/s (target p99 100 ms)"
+                f"over {figures['decisions_timed']} decisions at {rate:,.0f} events/s (target p50 20 ms, p99 100 ms)"
             )
+            stages = figures["stages"]
+            assert isinstance(stages, dict)
+            for stage, cut in stages.items():
+                print(f"  {stage:<13} p50 {cut['p50_ms'] or 0.0:.2f} ms, p99 {cut['p99_ms'] or 0.0:.2f} ms")
+            kinds = figures["by_kind"]
+            assert isinstance(kinds, dict)
+            for kind, cut in kinds.items():
+                print(
+                    f"  {kind:<13} p50 {cut['p50_ms'] or 0.0:.2f} ms, p99 {cut['p99_ms'] or 0.0:.2f} ms "
+                    f"over {cut['decisions']} decisions"
+                )
     finally:
         stack_down(state_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    report = {"ingest": ingest, "event_to_estimate": estimate, "offline": offline, "latency": latency}
+    report = {
+        "load_average": list(os.getloadavg()),
+        "bare_consumer": bare,
+        "ingest": ingest,
+        "event_to_estimate": estimate,
+        "offline": offline,
+        "latency": latency,
+    }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
     return 0

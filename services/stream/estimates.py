@@ -76,6 +76,7 @@ READABLE_FORMATS = (2, 3)  # a format-2 state starts its guard empty
 OUTPUT_WINDOW_REQUESTS = 500  # seed-001 Alg. 1: W = 500
 RATE_WINDOW_S = 600.0
 SURVIVAL_MAX_TOKENS = 32_768
+SURVIVAL_EDGES_TOKENS = log_bin_edges_tokens(max_tokens=SURVIVAL_MAX_TOKENS)
 
 
 class EngineEstimates:
@@ -99,7 +100,8 @@ class EngineEstimates:
         self.total_lengths = LengthHistogram()
         self.n_obs = AsymmetricEma()
         self.finished_total = 0
-        self.last_step: dict[str, float] = {}
+        self._last_step_report: StepReport | None = None
+        self._loaded_last_step: dict[str, float] = {}
         self.step_time_sum_s = 0.0
         self.step_count = 0
         self.step_times = WindowedQuantileSketch()
@@ -169,12 +171,7 @@ class EngineEstimates:
     def _fold_step(self, step: StepReport) -> None:
         self.in_flight.step(num_decode_requests=step.num_decode_requests)
         self.n_obs.update(float(step.num_running + step.num_waiting))
-        self.last_step = {
-            "num_running": float(step.num_running),
-            "num_waiting": float(step.num_waiting),
-            "kv_use_frac": step.kv_blocks_used / step.kv_blocks_total,
-            "kv_capacity_tokens": float(step.kv_blocks_total * step.block_size_tokens),
-        }
+        self._last_step_report = step
         self.step_time_sum_s += step.duration_s
         self.step_count += 1
         self.step_times.update(ts_s=step.ts, value=step.duration_s)
@@ -190,6 +187,19 @@ class EngineEstimates:
                 n_decode_tokens=step.num_decode_requests,
                 duration_s=step.duration_s,
             )
+
+    @property
+    def last_step(self) -> dict[str, float]:
+        """The queue and KV state of the last step; kept as the report itself and rendered only when read."""
+        step = self._last_step_report
+        if step is None:
+            return self._loaded_last_step
+        return {
+            "num_running": float(step.num_running),
+            "num_waiting": float(step.num_waiting),
+            "kv_use_frac": step.kv_blocks_used / step.kv_blocks_total,
+            "kv_capacity_tokens": float(step.kv_blocks_total * step.block_size_tokens),
+        }
 
     def _fold_rank(self, rank: RankStepReport) -> None:
         if self.rank_step_id is not None and rank.step_id != self.rank_step_id:
@@ -331,7 +341,7 @@ class EngineEstimates:
     def _survival_summary(self, sample: OutputLengthSample) -> SurvivalSummary | None:
         if sample.n_samples == 0:
             return None
-        table = survival_table(kaplan_meier(sample), log_bin_edges_tokens(max_tokens=SURVIVAL_MAX_TOKENS))
+        table = survival_table(kaplan_meier(sample), SURVIVAL_EDGES_TOKENS)
         return SurvivalSummary(
             bin_edges_tokens=list(table.bin_edges_tokens),
             survival_frac=list(table.survival),
@@ -422,7 +432,7 @@ class EngineEstimates:
         state.completions = EventRate.from_dict(data["completions"])
         state.total_lengths = LengthHistogram.from_dict(data["total_lengths"])
         state.n_obs = AsymmetricEma.from_dict(data["n_obs"])
-        state.last_step = {str(k): float(v) for k, v in data["last_step"].items()}
+        state._loaded_last_step = {str(k): float(v) for k, v in data["last_step"].items()}
         state.step_time_sum_s = float(data["step_time_sum_s"])
         state.step_count = int(data["step_count"])
         state.step_times = WindowedQuantileSketch.from_dict(data["step_times"])

@@ -62,6 +62,7 @@ class Folder:
         self._folded_through: dict[str, dict[str, int]] = {}
         self._first_ts: dict[str, float] = {}
         self._held: dict[str, list[EstimateSnapshot]] = {}
+        self._applicable: dict[str, tuple[object, list[TriggerSpec]]] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -92,6 +93,7 @@ class Folder:
             self._folded_through.pop(engine_id, None)
             self._first_ts.pop(engine_id, None)
             self._held.pop(engine_id, None)
+            self._applicable.pop(engine_id, None)
 
     def state_json(self, engine_id: str) -> str:
         """Return the engine's state as JSON, for the store, with the last position folded per partition."""
@@ -190,18 +192,32 @@ class Folder:
         engine_id = event.engine_id
         estimates = self.engines[engine_id]
         self._first_ts.setdefault(engine_id, event.ts)
-        admitted = self.admitted(engine_id) or isinstance(event, EngineRegistered)
-        snapshots: list[EstimateSnapshot] = []
+        admitted = isinstance(event, EngineRegistered) or self.admitted(engine_id)
         for fleet_spec in self._fleet_specs:
             contribution = self._contribution(fleet_spec, estimates, event, position)
             if contribution is not None and admitted:
                 self._held.setdefault(engine_id, []).append(contribution)
         estimates.fold(event)
-        admitted = admitted or self.admitted(engine_id)
-        for spec in self._specs:
-            if admitted and self._fires(spec, estimates, event):
+        if not (admitted or self.admitted(engine_id)):
+            return []
+        snapshots: list[EstimateSnapshot] = []
+        for spec in self._applicable_specs(estimates):
+            if self._fires(spec, estimates, event):
                 snapshots.append(self._snapshot(spec, estimates, event.ts, position))
         return snapshots
+
+    def _applicable_specs(self, estimates: EngineEstimates) -> list[TriggerSpec]:
+        """The engine-scope specs whose ``applies_to`` accepts the engine, in registry order.
+
+        They depend on the registration alone, which a new ``engine.registered`` (or a load) replaces
+        as a whole, so they are judged once per registration rather than at every event.
+        """
+        cached = self._applicable.get(estimates.engine_id)
+        if cached is not None and cached[0] is estimates.engine:
+            return cached[1]
+        specs = [spec for spec in self._specs if spec.applies_to is None or spec.applies_to(estimates.engine)]
+        self._applicable[estimates.engine_id] = (estimates.engine, specs)
+        return specs
 
     def _contribution(
         self, spec: TriggerSpec, estimates: EngineEstimates, event: Event, position: SourceOffset
@@ -230,8 +246,7 @@ class Folder:
         return closed
 
     def _fires(self, spec: TriggerSpec, estimates: EngineEstimates, event: Event) -> bool:
-        if spec.applies_to is not None and not spec.applies_to(estimates.engine):
-            return False
+        """Advance ``spec``'s trigger on this engine and say whether it fires here (``spec`` applies to the engine)."""
         trigger = spec.trigger
         if isinstance(trigger, EveryEvents):
             if event.event_type != trigger.event_type:
