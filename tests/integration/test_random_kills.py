@@ -1,0 +1,99 @@
+"""Twenty SIGKILLs in a row, of either service at seeded random moments, change nothing in the end.
+
+A fleet's telemetry is on the broker; ``governor run stream`` and ``governor run policy`` run as
+processes, and twenty times one of them, picked at random, is killed with SIGKILL after a random
+pause and started again. Then both run until idle. The stored estimates must equal a pure fold of
+the stream and the accepted decisions must equal an uninterrupted offline replay's, version for
+version and payload for payload: nothing lost, nothing folded or decided twice.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from schemas.names import DECISIONS_TOPIC
+from services.policy.specs import default_registry
+from services.replay.replay import read_topic, replay_offline
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState
+from services.store.redis_store import RedisStore
+from tests.integration.processes import ROOT, applied_total, summaries
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+KILLS = 20
+SERVICES = ("stream", "policy")
+
+
+def _start(
+    name: str, stack: StackState, deployment: str, log: Path, idle_exit_s: float | None = None
+) -> subprocess.Popen[bytes]:
+    argv = [sys.executable, "-m", "services.cli", "run", name, "--deployment", deployment]
+    argv += ["--kafka-bootstrap", stack.kafka_bootstrap, "--redis-url", stack.redis_url, "--metrics-port", "0"]
+    if idle_exit_s is not None:
+        argv += ["--idle-exit-s", str(idle_exit_s)]
+    with log.open("ab") as out:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
+
+
+def _accepted(stack: StackState, deployment: str) -> set[tuple[str, str, int, str]]:
+    found = set()
+    for value in read_topic(stack.kafka_bootstrap, DECISIONS_TOPIC):
+        record = json.loads(value)
+        if record["deployment"] == deployment and record["accepted"] and record.get("origin", "policy") == "policy":
+            found.add((record["kind"], record["scope"], record["version"], json.dumps(record["document"]["payload"])))
+    return found
+
+
+def test_twenty_random_kills_of_either_service_leave_the_uninterrupted_estimates_and_decisions(
+    stack: StackState, deployment: str, tmp_path: Path
+) -> None:
+    events = synthetic_stream(engines=4, requests=10_000, deployment=deployment, seed=20)
+    publisher = TelemetryPublisher(stack.kafka_bootstrap, block_when_full=True)
+    for event in events:
+        publisher.publish(event)
+    assert publisher.flush(60.0)
+    publisher.close()
+    rng = random.Random(KILLS)
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    progress = []
+    running = {name: _start(name, stack, deployment, tmp_path / f"{name}.log") for name in SERVICES}
+    for _ in range(KILLS):
+        victim = rng.choice(SERVICES)
+        progress.append(applied_total(store))
+        try:
+            running[victim].wait(timeout=rng.uniform(2.0, 6.0))
+        except subprocess.TimeoutExpired:
+            running[victim].kill()
+            running[victim].wait(timeout=30)
+        else:
+            raise AssertionError(
+                f"the {victim} service exited by itself: {(tmp_path / f'{victim}.log').read_text()[-2000:]}"
+            )
+        running[victim] = _start(victim, stack, deployment, tmp_path / f"{victim}.log")
+    for process in running.values():
+        process.kill()
+        process.wait(timeout=30)
+    for name in SERVICES:
+        final = _start(name, stack, deployment, tmp_path / f"{name}.log", idle_exit_s=6.0)
+        assert final.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
+
+    finished = applied_total(store)
+    assert len({p for p in progress if 0 < p < finished}) >= 3, progress  # kills landed mid-stream
+    offline = replay_offline(events, default_registry())
+    engines = sorted({e.engine_id for e in events})
+    stored = summaries(store, deployment, engines)
+    store.close()
+    assert stored == {engine: json.loads(offline.folder.summary_json(engine)) for engine in engines}
+    expected = {
+        (d.kind, d.scope, d.version, json.dumps(d.document["payload"])) for d in offline.decisions if d.accepted
+    }
+    assert len(expected) > 50
+    assert _accepted(stack, deployment) == expected
