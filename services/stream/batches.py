@@ -10,17 +10,23 @@ happens here, once:
    processor never folds an event twice;
 3. valid events are folded (services/stream/fold.py) into their engine's estimates, loading the
    engine's stored state the first time this processor sees it after an assignment;
-4. the snapshots the fold took are produced to ``gov.estimates`` and flushed;
+4. the snapshots the fold took (and the dead letters) are produced and confirmed delivered
+   (services/delivery.py);
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
    offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
    estimator state off the per-event path; it only widens what a crash re-folds.
 
-A crash between a produce and the next commit re-folds those events after restart and
-re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
-version). On assignment the runtime seeks each partition to ``resume_positions`` (the applied
-offset + 1); on revocation the engines of revoked partitions are forgotten, so their new owner
-rebuilds them from Redis.
+The outbox order (issue 19 item 5): a state is committed only after every snapshot it took is on
+``gov.estimates``. A batch that fails anywhere before its delivery is confirmed (Redis down while
+loading an engine, the broker not taking a record, any error) is discarded whole: the engines
+folded since the last commit are forgotten, the partitions rewound to what was last committed,
+so nothing a later commit (or ``close``) writes includes events whose snapshots were never produced.
+A failed commit keeps what it would have written, for the next one. A crash between a produce and
+the next commit re-folds those events after restart and re-produces the same snapshots, which the
+policy service recognises as duplicates (same scope, version and id). On assignment the runtime
+seeks each partition to ``resume_positions`` (the applied offset + 1); on revocation the engines
+of revoked partitions are forgotten, so their new owner rebuilds them from Redis.
 """
 
 from __future__ import annotations
@@ -34,11 +40,12 @@ import structlog
 from kafka import KafkaProducer
 
 from schemas.engines import PolicyApplied
-from schemas.errors import InvalidInputError
+from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event, parse_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_key
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
+from services.delivery import Checkpoint, Delivery, no_checkpoint
 from services.health import ServiceMetrics
 from services.store.protocol import Store
 from services.stream.fold import Folder
@@ -96,6 +103,7 @@ class StreamCounters:
     batches: int = 0
     commits: int = 0
     commits_refused: int = 0
+    batches_discarded: int = 0
     last_batch_latency_s: float = 0.0
     first_batch_at_s: float | None = None
     last_batch_at_s: float | None = None
@@ -126,11 +134,15 @@ class TelemetryBatches:
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
         commit_interval_s: float = 1.0,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
+        """Handle batches for ``deployment``; ``checkpoint`` is called at ``snapshots_folded``,
+        ``snapshots_flushed`` and ``committed`` (the crash tests kill the process there)."""
         self._deployment = deployment
         self._store = store
         self._folder = Folder(deployment, registry)
-        self._producer = producer
+        self._delivery = Delivery(producer)
+        self._checkpoint = checkpoint
         self._consumer = consumer
         self._clock = clock
         self._metrics = metrics
@@ -141,6 +153,7 @@ class TelemetryBatches:
         self._engine_partition: dict[str, str] = {}
         self._last_commit_s = clock()
         self._pending_offsets: dict[str, int] = {}
+        self._pending_from: dict[str, int] = {}
         self._pending_engines: set[str] = set()
         self._pending_acks: dict[str, str] = {}
         self._metrics_folded = 0
@@ -160,8 +173,15 @@ class TelemetryBatches:
         return positions
 
     def revoked(self, partitions: Iterable[Partition]) -> None:
-        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis."""
-        self.commit()
+        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis.
+
+        With Redis down the uncommitted work is discarded instead: the next owner re-folds it.
+        """
+        try:
+            self.commit()
+        except BackendUnavailableError as exc:
+            log.warning("commit_failed_on_revocation", error=str(exc)[:300])
+            self._discard(set())
         revoked = {tp_field(*tp) for tp in partitions}
         engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
         self._folder.drop(engines)
@@ -176,40 +196,55 @@ class TelemetryBatches:
             self._metrics.progressed()
 
     def process(self, records: Sequence[TelemetryRecord]) -> None:
-        """Fold one batch and produce its snapshots; commit when the commit interval has passed."""
+        """Fold one batch and confirm its snapshots delivered; commit when the commit interval has passed.
+
+        Raises:
+            BackendUnavailableError: Redis or the broker failed before the snapshots were delivered (the
+                batch and everything uncommitted are discarded and the partitions rewound), or the
+                commit failed (kept for the next one).
+        """
         started = self._clock()
         if self.counters.first_batch_at_s is None:
             self.counters.first_batch_at_s = started
         snapshots: list[EstimateSnapshot] = []
         last_ts: dict[str, float] = {}
-        for record in records:
-            tp = tp_field(record.topic, record.partition)
-            if record.offset <= self._folded.get(tp, -1):
-                self.counters.skipped += 1
-                continue
-            self._folded[tp] = record.offset
-            self._pending_offsets[tp] = record.offset
-            position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
-            try:
-                event = parse_event(record.value, source=f"{tp}@{record.offset}")
-            except InvalidInputError as exc:
-                self._dead_letter(record, exc, position)
-                continue
-            if event.deployment != self._deployment:
-                self._foreign(event)
-                continue
-            self._ensure_loaded(event, tp)
-            if isinstance(event, PolicyApplied):
-                self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
-                if self._metrics is not None:
-                    self._metrics.acked(event)
-            last_ts[event.engine_id] = event.ts
-            snapshots.extend(self._folder.fold(event, position))
-            self._pending_engines.add(event.engine_id)
-            self.counters.folded += 1
-        for snapshot in snapshots:
-            self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
-        self._producer.flush(timeout=10)
+        touched: set[str] = set()
+        try:
+            for record in records:
+                tp = tp_field(record.topic, record.partition)
+                if record.offset <= self._folded.get(tp, -1):
+                    self.counters.skipped += 1
+                    continue
+                self._folded[tp] = record.offset
+                self._pending_offsets[tp] = record.offset
+                self._pending_from.setdefault(tp, record.offset)
+                position = SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
+                try:
+                    event = parse_event(record.value, source=f"{tp}@{record.offset}")
+                except InvalidInputError as exc:
+                    self._dead_letter(record, exc, position)
+                    continue
+                if event.deployment != self._deployment:
+                    self._foreign(event)
+                    continue
+                touched.add(event.engine_id)
+                self._ensure_loaded(event, tp)
+                if isinstance(event, PolicyApplied):
+                    self._pending_acks[ack_key(self._deployment, event.kind, event.engine_id)] = event.model_dump_json()
+                    if self._metrics is not None:
+                        self._metrics.acked(event)
+                last_ts[event.engine_id] = event.ts
+                snapshots.extend(self._folder.fold(event, position))
+                self._pending_engines.add(event.engine_id)
+                self.counters.folded += 1
+            self._checkpoint("snapshots_folded")
+            for snapshot in snapshots:
+                self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), snapshot.model_dump_json().encode())
+            self._delivery.confirm()
+        except BaseException:
+            self._discard(touched)
+            raise
+        self._checkpoint("snapshots_flushed")
         self.counters.snapshots += len(snapshots)
         self.counters.batches += 1
         if self._clock() - self._last_commit_s >= self._commit_interval_s:
@@ -218,8 +253,31 @@ class TelemetryBatches:
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
         self._observe(len(snapshots), started, last_ts)
 
+    def _discard(self, touched: set[str]) -> None:
+        """Forget everything folded since the last commit and rewind to it (a batch failed before delivery)."""
+        engines = sorted(self._pending_engines | touched)
+        self._folder.drop(engines)
+        for engine in engines:
+            self._engine_partition.pop(engine, None)
+        assigned = set(self._consumer.assigned())
+        rewind: dict[Partition, int] = {}
+        for field_name, first in self._pending_from.items():
+            self._folded[field_name] = first - 1
+            if _partition_of(field_name) in assigned:
+                rewind[_partition_of(field_name)] = first
+        self._pending_offsets.clear()
+        self._pending_from.clear()
+        self._pending_engines.clear()
+        self._pending_acks.clear()
+        self._consumer.rewind(rewind)
+        self.counters.batches_discarded += 1
+        log.warning("batch_discarded", engines=len(engines), partitions=sorted(p for _, p in rewind))
+
     def commit(self) -> bool:
         """Write the folded engines' states and summaries with their offsets, atomically (step 5).
+
+        Raises:
+            BackendUnavailableError: Redis failed; what it would have written stays for the next commit.
 
         Returns:
             False when the store refused (a newer owner of a partition committed past us): the
@@ -235,13 +293,16 @@ class TelemetryBatches:
             for engine in engines
         } | self._pending_acks
         offsets = dict(self._pending_offsets)
+        committed = self._store.commit(CONSUMER_NAME, offsets, states, summaries)
         self._pending_offsets.clear()
+        self._pending_from.clear()
         self._pending_engines.clear()
         self._pending_acks.clear()
-        if self._store.commit(CONSUMER_NAME, offsets, states, summaries):
+        if committed:
             self._applied.update(offsets)
             self.counters.commits += 1
             log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
+            self._checkpoint("committed")
             return True
         self.counters.commits_refused += 1
         log.warning("commit_refused", offsets=offsets)
@@ -303,6 +364,6 @@ class TelemetryBatches:
     def _dead_letter(self, record: TelemetryRecord, exc: InvalidInputError, position: SourceOffset) -> None:
         raw = record.value.decode("utf-8", errors="replace")[:70_000] if record.value is not None else ""
         letter = DeadLetter(reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
-        self._producer.send(DEADLETTER_TOPIC, key=record.key, value=letter.model_dump_json().encode())
+        self._delivery.send(DEADLETTER_TOPIC, record.key, letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
         log.info("event_dead_lettered", reason=str(exc)[:200], partition=record.partition, offset=record.offset)

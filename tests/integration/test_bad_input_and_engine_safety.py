@@ -15,9 +15,10 @@ from hypothesis import strategies as st
 from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.events import Event, encode_event
-from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC
+from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC, policy_key
 from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
 from services.health import ServiceMetrics
+from services.policy.decisions import DecisionMaker
 from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -25,6 +26,7 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, stop
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -200,3 +202,36 @@ def test_engine_calls_never_raise_when_redis_or_the_broker_stop(tmp_path: Path) 
         assert stats.dropped > 0
     finally:
         stack_down(tmp_path)
+
+
+def test_a_non_json_policy_key_is_ignored_by_engines_and_overwritten_by_the_policy_service(
+    stack: StackState, deployment: str, redis_client: redis.Redis
+) -> None:
+    """Engines keep the last good document (and say so once); the next decision replaces the bad value above it."""
+    store = RedisStore(redis.Redis.from_url(stack.redis_url), deployment)
+    for version in (1, 2):
+        store.put_policy("admission", "eng-0", version, _document(deployment, version, 1e6).model_dump_json())
+    client = PolicyClient(stack.redis_url, deployment, start=False)
+    client.watch("admission", "eng-0")
+    client.refresh()
+    redis_client.set(policy_key(deployment, "admission", "eng-0"), b"\xff\xfe not json")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            client.refresh()
+    served = client.current("admission", "eng-0", 10.0)
+    assert served is not None
+    assert served.version == 2
+    assert client.stats().rejected == 3
+    assert [e["event"] for e in logs].count("policy_rejected") == 1
+
+    snapshot = admission_snapshot(synthetic_engine_summary(), version=1, ts=10.0, deployment=deployment)
+    with structlog.testing.capture_logs() as logs:
+        handled = DecisionMaker(default_registry(), store).on_snapshot(snapshot)
+    assert [(r.version, r.accepted) for r in handled.records] == [(3, True)]
+    assert [e["event"] for e in logs].count("policy_key_unreadable") == 1
+    client.refresh()
+    replaced = client.current("admission", "eng-0", 10.0)
+    assert replaced is not None
+    assert (replaced.version, replaced.previous_version) == (3, 2)
+    client.close()
+    store.close()
