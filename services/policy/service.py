@@ -91,8 +91,8 @@ class PolicyService:
     ) -> None:
         """Build the clients and subscribe; nothing is read until ``run``.
 
-        ``checkpoint`` is called with the name of each step a batch passes (``decisions_flushed``,
-        ``decisions_written``, ``committed``): the crash tests kill the process there.
+        ``checkpoint`` is called with the name of each step a batch that decided something passes
+        (``decisions_flushed``, ``decisions_written``, ``committed``): the crash tests kill the process there.
         """
         self._store = store
         self._clock = clock
@@ -237,7 +237,8 @@ class PolicyService:
         except BackendUnavailableError:
             self._forget(starts)
             raise
-        self._checkpoint("decisions_flushed")
+        if batch.writes:
+            self._checkpoint("decisions_flushed")
         self._unfinished = batch
         self._finish(batch)
 
@@ -252,9 +253,11 @@ class PolicyService:
 
     def _finish(self, batch: PendingBatch) -> None:
         """Steps 4-5: write the documents (their records are delivered), then commit; safe to repeat."""
+        writes = bool(batch.writes)
         if self.handler.apply(batch):
             self._delivery.confirm()
-        self._checkpoint("decisions_written")
+        if writes:
+            self._checkpoint("decisions_written")
         if batch.offsets:
             states = self.handler.states()
             if self._store.commit(CONSUMER_NAME, batch.offsets, states, {}):

@@ -136,8 +136,9 @@ class TelemetryBatches:
         commit_interval_s: float = 1.0,
         checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
-        """Handle batches for ``deployment``; ``checkpoint`` is called at ``snapshots_folded``,
-        ``snapshots_flushed`` and ``committed`` (the crash tests kill the process there)."""
+        """Handle batches for ``deployment``; ``checkpoint`` is called at ``snapshots_folded`` and
+        ``snapshots_flushed`` of each batch that took snapshots, and at each ``committed`` (the crash
+        tests kill the process there)."""
         self._deployment = deployment
         self._store = store
         self._folder = Folder(deployment, registry)
@@ -237,14 +238,16 @@ class TelemetryBatches:
                 snapshots.extend(self._folder.fold(event, position))
                 self._pending_engines.add(event.engine_id)
                 self.counters.folded += 1
-            self._checkpoint("snapshots_folded")
+            if snapshots:
+                self._checkpoint("snapshots_folded")
             for snapshot in snapshots:
                 self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), snapshot.model_dump_json().encode())
             self._delivery.confirm()
         except BaseException:
             self._discard(touched)
             raise
-        self._checkpoint("snapshots_flushed")
+        if snapshots:
+            self._checkpoint("snapshots_flushed")
         self.counters.snapshots += len(snapshots)
         self.counters.batches += 1
         if self._clock() - self._last_commit_s >= self._commit_interval_s:

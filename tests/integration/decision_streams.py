@@ -113,3 +113,11 @@ def folded_snapshots(events: list[Event], deployment: str) -> set[Snapshot]:
         for snapshot in folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)):
             taken.add((snapshot.scope, snapshot.version, snapshot.snapshot_id))
     return taken
+
+
+def folded_summaries(events: list[Event], deployment: str) -> dict[str, object]:
+    """Each engine's estimate summary after the pure fold of ``events``, parsed."""
+    folder = Folder(deployment, default_registry())
+    for offset, event in enumerate(events):
+        folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset))
+    return {engine: json.loads(folder.summary_json(engine)) for engine in sorted(folder.engines)}

@@ -1,0 +1,122 @@
+"""A Redis outage mid-stream, on the real broker and a redis-server this test starts: both services ride it out.
+
+The stream processor and the policy service run as ``governor run`` children against their own
+redis-server, which the test pauses (SIGSTOP) for 10 s while events keep arriving, then resumes
+(SIGCONT). Neither service exits; each logs the outage once when it starts and once when it ends,
+with no traceback; and nothing is lost: the snapshots on the log are those of the pure fold, the
+summaries in Redis equal it, and the decisions on the log are those one uninterrupted pass of the
+policy service makes over the same snapshots, with Redis holding the last of each.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import redis
+
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState
+from services.stack.processes import free_port, wait_for_port
+from services.store.redis_store import RedisStore
+from tests.integration.decision_streams import (
+    folded_snapshots,
+    folded_summaries,
+    logged_decisions,
+    logged_snapshots,
+    reference_decisions,
+    stored_documents,
+)
+from tests.integration.processes import applied_total, start_service, summaries, wait_until
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PAUSE_S = 10.0
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server of this test alone, on its own port (so pausing it disturbs nobody else)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("needs redis-server on the PATH")
+    port = free_port()
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+    with (tmp_path / "redis.log").open("wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port("127.0.0.1", port, 10.0, "redis")
+        yield f"redis://127.0.0.1:{port}/0", process
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _publish(stack: StackState, events: list) -> None:
+    publisher = TelemetryPublisher(stack.kafka_bootstrap)
+    for event in events:
+        publisher.publish(event)
+    assert publisher.flush(60.0)
+    publisher.close()
+    assert publisher.stats().dropped == 0
+
+
+def _log_events(path: Path) -> list[str]:
+    names = []
+    for line in path.read_text().splitlines():
+        if line.startswith("{"):
+            names.append(json.loads(line).get("event", ""))
+    return names
+
+
+def test_redis_paused_mid_stream_stops_no_service_loses_nothing_and_is_logged_once_each_way(
+    stack: StackState, deployment: str, tmp_path: Path, own_redis: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    redis_url, redis_server = own_redis
+    events = synthetic_stream(engines=4, requests=6000, deployment=deployment, seed=7)
+    third = len(events) // 3
+    _publish(stack, events[:third])
+    logs = {name: tmp_path / f"{name}.log" for name in ("stream", "policy")}
+    services = {
+        name: start_service(stack, name, deployment, logs[name], idle_exit_s=8.0, redis_url=redis_url)
+        for name in ("stream", "policy")
+    }
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    wait_until(
+        lambda: applied_total(store) > 0 and bool(store.applied_offsets("policy")),
+        120.0,
+        "both services to commit before the outage",
+    )
+    redis_server.send_signal(signal.SIGSTOP)
+    _publish(stack, events[third : 2 * third])
+    time.sleep(PAUSE_S)
+    redis_server.send_signal(signal.SIGCONT)
+    _publish(stack, events[2 * third :])
+    assert services["stream"].wait(timeout=300) == 0
+    assert services["policy"].wait(timeout=300) == 0
+
+    for name, path in logs.items():
+        names = _log_events(path)
+        assert (name, names.count("backend_unavailable"), names.count("backend_recovered")) == (name, 1, 1)
+        assert "Traceback" not in path.read_text()
+
+    logged = logged_snapshots(stack.kafka_bootstrap, deployment)
+    assert set(logged) == folded_snapshots(events, deployment)
+    engines = sorted({event.engine_id for event in events})
+    assert summaries(store, deployment, engines) == folded_summaries(events, deployment)
+    decisions = logged_decisions(stack.kafka_bootstrap, deployment)
+    assert decisions
+    assert decisions == reference_decisions(stack.kafka_bootstrap, deployment)
+    client = redis.Redis.from_url(redis_url)
+    last_logged = {(kind, scope): json.loads(document) for kind, scope, _, document in decisions}
+    assert stored_documents(client, deployment) == last_logged
+    client.close()
+    store.close()
