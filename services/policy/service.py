@@ -67,6 +67,7 @@ from services.store.protocol import Store
 log = structlog.get_logger(__name__)
 
 CONSUMER_NAME = "policy"
+KAFKA_COMMIT_TIMEOUT_MS = 2000
 
 
 class PolicyService:
@@ -198,7 +199,10 @@ class PolicyService:
                     if not self._consumer.assignment():
                         idle_since = self._clock()
                     elif (
-                        idle_exit_s is not None and self._clock() - idle_since > idle_exit_s and not self.outage.ongoing
+                        idle_exit_s is not None
+                        and self._clock() - idle_since > idle_exit_s
+                        and self._unfinished is None
+                        and not self._unpositioned
                     ):
                         break
                     continue
@@ -242,6 +246,17 @@ class PolicyService:
         self._unfinished = batch
         self._finish(batch)
 
+    def _refused_commit(self, offsets: dict[str, int]) -> None:
+        """Redis holds offsets at or past the batch's: reload state and positions from Redis before going on.
+
+        Either a newer member committed past this one, or this very commit landed on an earlier try
+        whose reply was lost (a timeout while Redis was paused): in both cases what Redis holds is
+        the truth to resume from. The partitions stay paused until the loop has loaded them.
+        """
+        log.warning("commit_refused", offsets=offsets)
+        self._unpositioned = list(self._consumer.assignment())
+        self._consumer.pause(*self._unpositioned)
+
     def _forget(self, starts: dict[TopicPartition, int]) -> None:
         """Return to the last commit: state restored, nothing staged, partitions sought back to ``starts``."""
         self.handler.restore(self._committed_states)
@@ -263,12 +278,14 @@ class PolicyService:
             if self._store.commit(CONSUMER_NAME, batch.offsets, states, {}):
                 self._applied.update(batch.offsets)
                 self._committed_states = states
+            else:
+                self._refused_commit(batch.offsets)
         self._unfinished = None
         self.outage.succeeded("kafka")
         self.outage.succeeded("redis")
         self._checkpoint("committed")
-        try:
-            self._consumer.commit()
+        try:  # Kafka's group offsets only inform lag tools; Redis holds the ones that count
+            self._consumer.commit(timeout_ms=KAFKA_COMMIT_TIMEOUT_MS)
         except KafkaError as exc:
             log.debug("kafka_offset_commit_skipped", error=str(exc))
         if self._metrics is not None:

@@ -161,6 +161,11 @@ class TelemetryBatches:
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
 
+    @property
+    def pending(self) -> bool:
+        """True while folded offsets wait for a commit (an idle exit now would leave them to a restart)."""
+        return bool(self._pending_offsets)
+
     def resume_positions(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
         """Read the applied offsets from Redis; return where each assigned partition resumes (applied + 1).
 
@@ -182,7 +187,7 @@ class TelemetryBatches:
             self.commit()
         except BackendUnavailableError as exc:
             log.warning("commit_failed_on_revocation", error=str(exc)[:300])
-            self._discard(set())
+            self._discard(set(), {})
         revoked = {tp_field(*tp) for tp in partitions}
         engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
         self._folder.drop(engines)
@@ -210,6 +215,11 @@ class TelemetryBatches:
         snapshots: list[EstimateSnapshot] = []
         last_ts: dict[str, float] = {}
         touched: set[str] = set()
+        batch_from: dict[str, int] = {}
+        for record in records:
+            tp = tp_field(record.topic, record.partition)
+            if record.offset > self._folded.get(tp, -1):
+                batch_from[tp] = min(batch_from.get(tp, record.offset), record.offset)
         try:
             for record in records:
                 tp = tp_field(record.topic, record.partition)
@@ -244,7 +254,7 @@ class TelemetryBatches:
                 self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), snapshot.model_dump_json().encode())
             self._delivery.confirm()
         except BaseException:
-            self._discard(touched)
+            self._discard(touched, batch_from)
             raise
         if snapshots:
             self._checkpoint("snapshots_flushed")
@@ -256,15 +266,22 @@ class TelemetryBatches:
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
         self._observe(len(snapshots), started, last_ts)
 
-    def _discard(self, touched: set[str]) -> None:
-        """Forget everything folded since the last commit and rewind to it (a batch failed before delivery)."""
+    def _discard(self, touched: set[str], batch_from: dict[str, int]) -> None:
+        """Forget everything folded since the last commit and rewind to it (a batch failed before delivery).
+
+        Every partition of the failed batch is rewound too, to its first record in the batch: records
+        the batch never reached were consumed all the same.
+        """
         engines = sorted(self._pending_engines | touched)
         self._folder.drop(engines)
         for engine in engines:
             self._engine_partition.pop(engine, None)
+        starts = dict(self._pending_from)
+        for field_name, first in batch_from.items():
+            starts[field_name] = min(starts.get(field_name, first), first)
         assigned = set(self._consumer.assigned())
         rewind: dict[Partition, int] = {}
-        for field_name, first in self._pending_from.items():
+        for field_name, first in starts.items():
             self._folded[field_name] = first - 1
             if _partition_of(field_name) in assigned:
                 rewind[_partition_of(field_name)] = first

@@ -143,7 +143,7 @@ class StreamProcessor:
         """Process batches until ``stop`` (or ``idle_exit_s`` without records while assigned); return the counters."""
         idle_since = self._clock()
         while not self._stopped:
-            commits = self.counters.commits
+            commits = self.counters.commits + self.counters.commits_refused
             try:
                 if self._unpositioned:
                     self._position(self._unpositioned)
@@ -154,7 +154,10 @@ class StreamProcessor:
                     if not self._consumer.assignment():
                         idle_since = self._clock()
                     elif (
-                        idle_exit_s is not None and self._clock() - idle_since > idle_exit_s and not self.outage.ongoing
+                        idle_exit_s is not None
+                        and self._clock() - idle_since > idle_exit_s
+                        and not self._unpositioned
+                        and not self._batches.pending
                     ):
                         break
                 else:
@@ -167,7 +170,7 @@ class StreamProcessor:
             except KafkaError as exc:
                 self._pause(self.outage.failed(exc, "kafka"))
                 idle_since = self._clock()
-            if self.counters.commits > commits:
+            if self.counters.commits + self.counters.commits_refused > commits:
                 self.outage.succeeded("redis")
         return self.counters
 

@@ -62,12 +62,13 @@ class KeptProducer:
 
 @dataclass
 class Consumer:
-    """A consumer holding partition 0 of the telemetry topic; remembers rewinds."""
+    """A consumer holding partition 0 (or ``partitions``) of the telemetry topic; remembers rewinds."""
 
     rewinds: list[dict[Partition, int]] = field(default_factory=list)
+    partitions: tuple[int, ...] = (0,)
 
     def assigned(self) -> list[Partition]:
-        return [(TELEMETRY_TOPIC, 0)]
+        return [(TELEMETRY_TOPIC, p) for p in self.partitions]
 
     def highwater(self, partition: Partition) -> int | None:
         return None
@@ -103,11 +104,17 @@ class CrashError(Exception):
 
 
 class DownStore(MemoryStore):
-    """A store whose commits fail while ``down``, as Redis does when it stops answering."""
+    """A store whose commits and loads fail while ``down``, as Redis does when it stops answering."""
 
     def __init__(self) -> None:
         super().__init__()
         self.down = False
+
+    def load_states(self, scopes: list[str]) -> dict[str, str]:
+        if self.down:
+            msg = "redis MGET failed: Timeout reading from socket"
+            raise BackendUnavailableError(msg, backend="redis")
+        return super().load_states(scopes)
 
     def commit(self, consumer: str, offsets: object, states: object, summaries: object) -> bool:  # type: ignore[override]
         if self.down:
@@ -242,3 +249,27 @@ class TestOutboxOrder:
         states, _ = _reference(records)
         assert store.states == states
         assert store.applied_offsets(CONSUMER_NAME) == {f"{TELEMETRY_TOPIC}:0": len(records) - 1}
+
+    def test_a_batch_failing_early_rewinds_the_partitions_it_never_reached(self) -> None:
+        """Records after the failing one were consumed too; their partitions go back to their first record."""
+        store, consumer = DownStore(), Consumer(partitions=(0, 1))
+        engine_a = _records("dep", requests=100)
+        engine_b = [
+            Record(TELEMETRY_TOPIC, 1, r.offset, r.key, r.value.replace(b'"eng-0"', b'"eng-1"') if r.value else None)
+            for r in _records("dep", requests=100)
+        ]
+        batches = _batches(store, KeptProducer(), consumer)
+        batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)])
+        batches.process(engine_a[:10])
+        assert batches.commit()
+        store.down = True
+        with pytest.raises(BackendUnavailableError):
+            batches.process(engine_b[:20] + engine_a[10:30])
+        assert consumer.rewinds == [{(TELEMETRY_TOPIC, 1): 0, (TELEMETRY_TOPIC, 0): 10}]
+        store.down = False
+        batches.process(engine_b + engine_a[10:])
+        assert batches.commit()
+        assert store.applied_offsets(CONSUMER_NAME) == {
+            f"{TELEMETRY_TOPIC}:0": len(engine_a) - 1,
+            f"{TELEMETRY_TOPIC}:1": len(engine_b) - 1,
+        }
