@@ -143,29 +143,32 @@ class DecisionMaker:
     def on_snapshot(self, snapshot: EstimateSnapshot) -> Handled:
         """Decide from ``snapshot`` and write the decisions at once (``stage`` then ``apply``)."""
         handled = self.stage(snapshot)
-        refused = self.apply(handled.writes)
+        refused = self.apply(list(handled.writes))
         handled.records = [refused.get(id(record), record) for record in handled.records]
         return handled
 
     def apply(self, writes: list[PolicyWrite]) -> dict[int, DecisionRecord]:
-        """Compare-and-set staged ``writes`` in order; forget them as staged once written.
+        """Compare-and-set staged ``writes`` in order, taking each off the list once done.
 
         Returns:
             For each write the store refused (someone wrote an equal or newer version between the read
             and the write), the corrected record (``accepted`` False), by ``id`` of the staged record.
 
         Raises:
-            BackendUnavailableError: the store failed; the writes not yet done stay staged, and a
-                retry with the same list writes them (a done write is refused as not newer, harmlessly).
+            BackendUnavailableError: the store failed; ``writes`` holds what is left, the failed write
+                first, so a retry with the same list resumes there. A write that landed although its
+                reply was lost is refused on the retry as not newer, and counts as written.
         """
         refused: dict[int, DecisionRecord] = {}
-        for write in writes:
+        while writes:
+            write = writes[0]
             written = self._store.put_policy(write.kind, write.scope, write.version, write.document_json)
             if not written and self._store_version(write.kind, write.scope) != write.version:
                 refused[id(write.record)] = write.record.model_copy(update={"accepted": False})
             staged = self._staged.get((write.kind, write.scope))
             if staged is not None and staged.version == write.version:
                 del self._staged[(write.kind, write.scope)]
+            writes.pop(0)
         return refused
 
     def discard_staged(self) -> None:

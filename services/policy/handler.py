@@ -172,7 +172,6 @@ class PolicyHandler:
         for record in refused.values():
             self._send(record)
             self._refused(record)
-        batch.writes = []
         return bool(refused)
 
     def states(self) -> dict[str, str]:

@@ -212,7 +212,7 @@ def test_writes_whose_reply_was_lost_are_retried_without_loss_or_double_counting
     )
     processor.run(idle_exit_s=4.0)
     processor.close()
-    policy_store = LostReplies(stack.redis_url, deployment, every=7)
+    policy_store = LostReplies(stack.redis_url, deployment, every=40)
     service = PolicyService(
         deployment=deployment, bootstrap=stack.kafka_bootstrap, store=policy_store, registry=default_registry()
     )
