@@ -1,9 +1,11 @@
-"""Waiting for Kafka and Redis at a service's start, with backoff, saying what it waits for.
+"""Waiting for Kafka and Redis at a service's start, and riding out their outages later, with backoff.
 
 In docker-compose (and after a host reboot) the services often start before the broker or Redis
 answers. Rather than die with a connection traceback and rely on a restart loop, a service waits:
 it probes each backend, logs ``backend_waiting`` with the backend, its address and the next retry,
 doubles the pause up to ``MAX_BACKOFF_S``, and gives up after ``wait_s`` with one clear error.
+Once running, a service never gives up: ``BackendOutage`` paces its retries and logs the outage
+once when it starts and once when it ends.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ log = structlog.get_logger(__name__)
 
 FIRST_BACKOFF_S = 0.5
 MAX_BACKOFF_S = 5.0
+OUTAGE_MAX_BACKOFF_S = (
+    2.0  # a running service polls between retries: 2 s + a 2 s Redis timeout stays in the local 5 s poll interval
+)
 
 
 def kafka_answers(bootstrap: str, timeout_s: float = 1.0) -> bool:
@@ -97,3 +102,56 @@ def wait_for_backends(
     """
     wait_for("kafka", kafka_bootstrap, lambda: kafka_answers(kafka_bootstrap), wait_s=wait_s)
     wait_for("redis", redis_shown, lambda: redis_answers(redis_url, security=redis_security), wait_s=wait_s)
+
+
+class BackendOutage:
+    """A running service's view of one outage: retry with doubling pauses, log once when it starts and once at recovery.
+
+    Services keep running through Kafka and Redis outages of any length (issue 15): the failed step
+    is retried after ``pause_s()`` (``FIRST_BACKOFF_S`` doubling up to ``max_backoff_s``). One
+    ``backend_unavailable`` warning marks the start, one ``backend_recovered`` the end with how
+    long it lasted and how many tries failed, so an outage reads as two lines, not a traceback per try.
+    """
+
+    def __init__(
+        self, service: str, *, max_backoff_s: float = OUTAGE_MAX_BACKOFF_S, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self._service = service
+        self._max_backoff_s = max_backoff_s
+        self._clock = clock
+        self._since_s: float | None = None
+        self._failures = 0
+        self._backend = ""
+        self.outages = 0
+
+    @property
+    def ongoing(self) -> bool:
+        """True between a failure and the next success."""
+        return self._since_s is not None
+
+    def failed(self, exc: Exception, backend: str) -> float:
+        """Note a failed try of ``backend``; return how long to pause before the next one, seconds."""
+        if self._since_s is None:
+            self._since_s = self._clock()
+            self._failures = 0
+            self._backend = backend
+            self.outages += 1
+            log.warning(
+                "backend_unavailable", service=self._service, backend=backend, error=str(exc)[:300], retrying=True
+            )
+        self._failures += 1
+        pause_s: float = min(FIRST_BACKOFF_S * 2.0 ** (self._failures - 1), self._max_backoff_s)
+        return pause_s
+
+    def succeeded(self, backend: str) -> None:
+        """Note a step that used ``backend`` and worked; log the recovery when it ends an outage of that backend."""
+        if self._since_s is None or backend != self._backend:
+            return
+        log.info(
+            "backend_recovered",
+            service=self._service,
+            backend=self._backend,
+            outage_s=round(self._clock() - self._since_s, 1),
+            failed_tries=self._failures,
+        )
+        self._since_s = None

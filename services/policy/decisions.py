@@ -10,8 +10,18 @@ The policy set (services/policy/config.py) can narrow the engines a kind decides
 (``applies_to``); an engine outside it is skipped as ``not_applicable``. While an operator's pin
 holds a key (services/policy/pins.py), the decision is recorded but not written.
 
-With a signing keyring, every document is signed before it is stored (schemas/signing.py), and a
-stored previous document that is not validly signed is not built upon (someone else wrote it).
+With a signing keyring, every document is signed before it is stored (schemas/signing.py).
+
+A stored value the policy cannot build upon (not JSON, not a valid document, or not validly signed
+while the keyring is set: someone else wrote it) is reported once per key (``policy_key_unreadable``)
+and replaced: the next decision starts afresh and is numbered above the stored value's version, so
+one malformed key never blocks its scope (issue 19).
+
+Two phases, for the live service's outbox order (issue 19 item 5): ``stage`` decides and returns
+the decision records with the writes they imply, without writing (later snapshots of the same batch
+build on the staged documents); the caller flushes the records to ``gov.policy.decisions`` and only
+then calls ``apply`` to compare-and-set the writes into the store. ``on_snapshot`` does both at once
+(the offline replay and tests).
 """
 
 from __future__ import annotations
@@ -19,9 +29,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import structlog
 from pydantic import ValidationError
 
-from schemas.errors import InvalidInputError
 from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
@@ -30,19 +40,35 @@ from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry, PolicySpec
 from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
+from services.store.memory_store import stored_version
 from services.store.protocol import Store
 from services.stream.fleet import FleetAggregator
 from services.triggers import EverySeconds
 
+log = structlog.get_logger(__name__)
+
 FLEET_STATE_PREFIX = "fleet-"
+UNREADABLE_KEYS_LOGGED = 1000  # keys reported once each; the set is capped
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PolicyWrite:
+    """A decided document not yet compare-and-set into the store, and the record that announces it."""
+
+    kind: str
+    scope: str
+    version: int
+    document_json: str
+    record: DecisionRecord
 
 
 @dataclass(slots=True)
 class Handled:
-    """What one snapshot led to: fleet snapshots built (for the log) and decision records."""
+    """What one snapshot led to: fleet snapshots built (for the log), decision records, and their writes."""
 
     fleet_snapshots: list[EstimateSnapshot] = field(default_factory=list)
     records: list[DecisionRecord] = field(default_factory=list)
+    writes: list[PolicyWrite] = field(default_factory=list)
 
 
 class DecisionMaker:
@@ -62,34 +88,98 @@ class DecisionMaker:
         self._keyring = keyring
         self.aggregators: dict[str, FleetAggregator] = {}
         self.skipped: dict[str, int] = {}
+        self.unreadable_keys = 0
+        self._staged: dict[tuple[str, str], PolicyDocument] = {}
+        self._reported: set[tuple[str, str]] = set()
 
     def configure(self, policy_set: PolicySet) -> None:
         """Decide with ``policy_set`` from the next snapshot on (a config record, applied in log order)."""
         self.policy_set = policy_set
 
-    def previous(self, spec: PolicySpec, scope: str) -> PolicyDocument | None:
-        """Return the stored document of the policy for ``scope``, or None.
+    def previous(self, spec: PolicySpec, scope: str) -> tuple[PolicyDocument | None, int]:
+        """Return the document the next decision of (kind, scope) builds on, and the version to number above.
 
-        Raises:
-            InvalidInputError: the stored document does not validate, or is not validly signed while
-                the keyring is set (either way it is not ours to build upon or overwrite).
+        A staged (decided, not yet written) document wins over the store. A stored value that does not
+        validate, or is not validly signed while the keyring is set, is not built upon (reported once
+        per key): the newest valid document of the key's history is, and the next version is numbered
+        above both, so the decision replaces the bad value and engines that cached the last good
+        document take it.
         """
+        staged = self._staged.get((spec.kind, scope))
+        if staged is not None:
+            return staged, staged.version
         raw = self._store.get_policy(spec.kind, scope)
         if raw is None:
-            return None
+            return None, 0
+        document, problem = self._readable(spec, raw)
+        if document is not None:
+            return document, document.version
+        self._unreadable(spec.kind, scope, problem)
+        floor_version = stored_version(raw) or 0
+        for entry in self._store.policy_history(spec.kind, scope):
+            earlier, _ = self._readable(spec, entry)
+            if earlier is not None:
+                return earlier, max(floor_version, earlier.version)
+        return None, floor_version
+
+    def _readable(self, spec: PolicySpec, raw: str) -> tuple[PolicyDocument | None, str]:
+        """The document in ``raw`` when it validates (and is validly signed, with a keyring), else why not."""
         try:
             document = spec.document_type.model_validate_json(raw)
         except ValidationError as exc:
-            msg = f"stored {spec.kind} document for {scope} is invalid: {exc.errors(include_url=False)[0]['msg']}"
-            raise InvalidInputError(msg, field="document") from exc
+            return None, exc.errors(include_url=False)[0]["msg"]
         problem = None if self._keyring is None else signature_problem(document, self._keyring)
         if problem is not None:
-            msg = f"stored {spec.kind} document for {scope} is not validly signed ({problem})"
-            raise InvalidInputError(msg, field="signature")
-        return document
+            return None, f"not validly signed ({problem})"
+        return document, ""
+
+    def _unreadable(self, kind: str, scope: str, reason: str) -> None:
+        self.unreadable_keys += 1
+        key = (kind, scope)
+        if key not in self._reported and len(self._reported) < UNREADABLE_KEYS_LOGGED:
+            self._reported.add(key)
+            log.warning("policy_key_unreadable", kind=kind, scope=scope, reason=reason, action="overwrite")
 
     def on_snapshot(self, snapshot: EstimateSnapshot) -> Handled:
-        """Decide from ``snapshot`` (or fold it into its fleet aggregator) and return what followed."""
+        """Decide from ``snapshot`` and write the decisions at once (``stage`` then ``apply``)."""
+        handled = self.stage(snapshot)
+        refused = self.apply(list(handled.writes))
+        handled.records = [refused.get(id(record), record) for record in handled.records]
+        return handled
+
+    def apply(self, writes: list[PolicyWrite]) -> dict[int, DecisionRecord]:
+        """Compare-and-set staged ``writes`` in order, taking each off the list once done.
+
+        Returns:
+            For each write the store refused (someone wrote an equal or newer version between the read
+            and the write), the corrected record (``accepted`` False), by ``id`` of the staged record.
+
+        Raises:
+            BackendUnavailableError: the store failed; ``writes`` holds what is left, the failed write
+                first, so a retry with the same list resumes there. A write that landed although its
+                reply was lost is refused on the retry as not newer, and counts as written.
+        """
+        refused: dict[int, DecisionRecord] = {}
+        while writes:
+            write = writes[0]
+            written = self._store.put_policy(write.kind, write.scope, write.version, write.document_json)
+            if not written and self._store_version(write.kind, write.scope) != write.version:
+                refused[id(write.record)] = write.record.model_copy(update={"accepted": False})
+            staged = self._staged.get((write.kind, write.scope))
+            if staged is not None and staged.version == write.version:
+                del self._staged[(write.kind, write.scope)]
+            writes.pop(0)
+        return refused
+
+    def discard_staged(self) -> None:
+        """Forget staged documents (their batch failed before its writes and will be decided again)."""
+        self._staged.clear()
+
+    def _store_version(self, kind: str, scope: str) -> int | None:
+        return stored_version(self._store.get_policy(kind, scope))
+
+    def stage(self, snapshot: EstimateSnapshot) -> Handled:
+        """Decide from ``snapshot`` (or fold it into its fleet aggregator) without writing; return what followed."""
         spec = self.policy_set.registry.get(snapshot_kind(snapshot))
         handled = Handled()
         if spec.scope == "fleet":
@@ -130,25 +220,34 @@ class DecisionMaker:
         return aggregator
 
     def _decide(self, spec: PolicySpec, snapshot: EstimateSnapshot, handled: Handled) -> None:
-        outcome: Outcome = decide_from_snapshot(spec, snapshot, self.previous(spec, snapshot.scope))
+        previous, floor_version = self.previous(spec, snapshot.scope)
+        outcome: Outcome = decide_from_snapshot(spec, snapshot, previous, floor_version=floor_version)
         if outcome.document is None:
             reason = outcome.skipped or "unknown"
             self.skipped[reason] = self.skipped.get(reason, 0) + 1
             return
         document = outcome.document if self._keyring is None else sign(outcome.document, self._keyring.signing)
         held = self._pins is not None and self._pins.holds(spec.kind, document.scope)
-        accepted = not held and self._store.put_policy(
-            spec.kind, document.scope, document.version, document.model_dump_json()
+        document_json = document.model_dump_json()
+        record = DecisionRecord(
+            deployment=document.deployment,
+            kind=spec.kind,
+            scope=document.scope,
+            version=document.version,
+            accepted=not held,
+            document=json.loads(document_json),
+            config=self.policy_set.digest,
+            held_by_pin=held,
         )
-        handled.records.append(
-            DecisionRecord(
-                deployment=document.deployment,
-                kind=spec.kind,
-                scope=document.scope,
-                version=document.version,
-                accepted=accepted,
-                document=json.loads(document.model_dump_json()),
-                config=self.policy_set.digest,
-                held_by_pin=held,
+        handled.records.append(record)
+        if not held:
+            self._staged[(spec.kind, document.scope)] = document
+            handled.writes.append(
+                PolicyWrite(
+                    kind=spec.kind,
+                    scope=document.scope,
+                    version=document.version,
+                    document_json=document_json,
+                    record=record,
+                )
             )
-        )

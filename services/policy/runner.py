@@ -38,15 +38,21 @@ def _already_decided(previous: PolicyDocument | None, snapshot: EstimateSnapshot
     return previous.inputs.estimate_versions.get(snapshot.scope, 0) >= snapshot.version
 
 
-def decide_from_snapshot(spec: PolicySpec, snapshot: EstimateSnapshot, previous: PolicyDocument | None) -> Outcome:
-    """Decide ``spec`` from ``snapshot`` and the policy's previous document."""
+def decide_from_snapshot(
+    spec: PolicySpec, snapshot: EstimateSnapshot, previous: PolicyDocument | None, *, floor_version: int = 0
+) -> Outcome:
+    """Decide ``spec`` from ``snapshot`` and the policy's previous document.
+
+    ``floor_version`` is the version of a stored value the policy cannot build upon (unreadable, or
+    not validly signed): the new document is numbered above it, so it replaces that value.
+    """
     if _already_decided(previous, snapshot):
         return Outcome(document=None, skipped="duplicate_snapshot")
     inputs = spec.inputs_from_snapshot(snapshot)
     if inputs is None:
         return Outcome(document=None, skipped="not_enough_data")
     decision = spec.decide(inputs, previous, snapshot.ts)
-    version = 1 if previous is None else previous.version + 1
+    version = max(floor_version, 0 if previous is None else previous.version) + 1
     digest = InputsDigest(
         snapshot_id=snapshot.snapshot_id,
         estimate_versions={snapshot.scope: snapshot.version},

@@ -1,14 +1,29 @@
 """The live policy service: ``gov.estimates`` snapshots -> decisions in Redis and on ``gov.policy.decisions``.
 
 It reads the single-partition snapshot topic in order, so every policy sees its snapshots in the
-order the processors took them. Each snapshot goes through ``DecisionMaker`` (compare-and-set into
-Redis, pub/sub announcement); decision records go to ``gov.policy.decisions`` and the fleet
-snapshots that fleet aggregators build go to ``gov.estimates`` (for the record: the service skips
-fleet-scope snapshots it reads back). After each batch the fleet aggregators' states and the
-batch's offsets are committed to Redis in one atomic, offset-fenced write, exactly as the stream
-processor does; on assignment each partition is sought past its applied offset, so a restarted
-service neither loses nor repeats an aggregation, and engine-scope duplicates are skipped by
-snapshot version.
+order the processors took them. Each poll is one batch, handled in the outbox order (issue 19
+item 5):
+
+1. every record is read (services/policy/intake.py); one it cannot read, or an inconsistent
+   snapshot (the snapshot ledger), goes to ``gov.deadletter`` with its reason and offset;
+2. each snapshot is decided (``DecisionMaker.stage``): decision records, the fleet snapshots that
+   fleet aggregators close, and the documents to write, not yet written;
+3. the records are produced and confirmed delivered (services/delivery.py);
+4. only then are the documents compare-and-set into Redis (which announces them);
+5. the fleet aggregators' states, the applied configs, the shadows, the ledger and the batch's
+   offsets are committed to Redis in one atomic, offset-fenced write, as the stream processor does.
+
+So a decision is on ``gov.policy.decisions`` before its document is in Redis, and a service killed
+anywhere re-decides, after restart, every snapshot of its last uncommitted batch: one whose
+document was written is skipped as a duplicate (its record is already on the topic); one whose
+document was not is decided again, identically, and its record may appear twice (readers keep the
+last record per kind, scope and version). On assignment each partition is sought past its applied
+offset. For the record, the service skips fleet-scope snapshots it reads back.
+
+Outages of Redis or the broker never stop the service: a batch that fails before step 3 is
+forgotten (state back to the last commit, partitions sought back) and polled again; a batch that
+fails in step 4 or 5 is retried from where it stopped. Either way the partitions are paused and the
+retries paced by ``BackendOutage``, which logs the outage once when it starts and once when it ends.
 
 Policy configuration records (``PolicyConfigRecord``, appended to the same topic by
 ``governor run policy --config``/``--shadow`` and ``governor config apply``) are applied in log
@@ -19,34 +34,37 @@ committed with the offsets, so a restarted service decides with the configuratio
 Every poll measures the lag (health: lag with nothing decided is a stall) and checks the partition
 against the log its applied offset came from (services/log_reset.py). On a new log (the broker
 restarted without storage, the topic was recreated) the partition is read again from its
-beginning and the fleet aggregators start empty; the applied configuration, the shadows and every
-policy document are kept (docs/operations.md, "Log resets").
+beginning, the fleet aggregators and the snapshot ledger start empty; the applied configuration,
+the shadows and every policy document are kept (docs/operations.md, "Log resets").
 """
 
 from __future__ import annotations
 
-import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Annotated
 
 import structlog
 from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
-from pydantic import Field, TypeAdapter, ValidationError
+from kafka.errors import KafkaError
 
-from schemas.errors import GovernorError, InvalidInputError
-from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
-from schemas.records import DecisionRecord, EstimateSnapshot, PolicyConfigRecord
+from schemas.errors import BackendUnavailableError
+from schemas.names import ESTIMATES_TOPIC
 from schemas.signing import PolicyKeyring
-from services.headline import parse_document
+from services.backends import BackendOutage
+from services.delivery import Checkpoint, Delivery, no_checkpoint
 from services.health import ServiceMetrics
 from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LogReset, LogWatch
-from services.policy.config import PolicySet, config_policy_set
-from services.policy.decisions import DecisionMaker
+from services.policy.handler import (
+    CONFIG_STATE_SCOPE,
+    LEDGER_STATE_SCOPE,
+    PendingBatch,
+    PolicyCounters,
+    PolicyHandler,
+    PolicyRecord,
+)
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
@@ -57,27 +75,7 @@ from services.store.protocol import Store
 log = structlog.get_logger(__name__)
 
 CONSUMER_NAME = "policy"
-LIVE_CONFIG = "live"
-CONFIG_STATE_SCOPE = "policy-config"
-_LOG_RECORD: TypeAdapter[EstimateSnapshot | PolicyConfigRecord] = TypeAdapter(
-    Annotated[EstimateSnapshot | PolicyConfigRecord, Field(discriminator="record_type")]
-)
-
-
-@dataclass(slots=True)
-class PolicyCounters:
-    """What the policy service has done."""
-
-    snapshots: int = 0
-    fleet_snapshots: int = 0
-    decisions: int = 0
-    refused: int = 0
-    invalid: int = 0
-    skipped_offsets: int = 0
-    configs: int = 0
-    configs_invalid: int = 0
-    shadow_decisions: int = 0
-    last_decision_latency_s: float = 0.0
+KAFKA_COMMIT_TIMEOUT_MS = 2000
 
 
 class PolicyService:
@@ -98,53 +96,89 @@ class PolicyService:
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,
         keyring: PolicyKeyring | None = None,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
-        self._deployment = deployment
+        """Build the clients and subscribe; nothing is read until ``run``.
+
+        ``checkpoint`` is called with the name of each step a batch that decided something passes
+        (``decisions_flushed``, ``decisions_written``, ``committed``): the crash tests kill the process there.
+        """
         self._store = store
-        self._default_registry = registry
-        self._fleet_slot_s = fleet_slot_s
-        self._decider = DecisionMaker(registry, store, pins=pins, keyring=keyring)
-        self._configs: dict[str, PolicyConfigRecord] = {}
-        self.shadows: dict[str, ShadowPolicy] = {}
         self._clock = clock
         self._metrics = metrics
-        self.counters = PolicyCounters()
+        self._checkpoint = checkpoint
+        self.outage = BackendOutage("policy", clock=clock)
         self._applied: dict[str, int] = {}
+        self._committed_states: dict[str, str] = {}
+        self._unpositioned: list[TopicPartition] = []
+        self._unfinished: PendingBatch | None = None
         self._consumer = group_consumer(
             bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts, security=security
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
+        self._delivery = Delivery(self._producer)
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
+        self.handler = PolicyHandler(
+            deployment=deployment,
+            store=store,
+            registry=registry,
+            sink=self._delivery,
+            clock=clock,
+            metrics=metrics,
+            pins=pins,
+            fleet_slot_s=fleet_slot_s,
+            keyring=keyring,
+        )
         self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
         self._stopped = False
 
+    @property
+    def counters(self) -> PolicyCounters:
+        """What the service has done so far."""
+        return self.handler.counters
+
+    @property
+    def shadows(self) -> dict[str, ShadowPolicy]:
+        """The shadow policies running now, by name."""
+        return self.handler.shadows
+
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
-        """Reload the configuration, the shadows and the fleet aggregators; seek past the applied offsets."""
-        self._applied = self._store.applied_offsets(CONSUMER_NAME)
-        self._decider.configure(PolicySet(registry=self._default_registry))
-        self._configs.clear()
-        self.shadows.clear()
-        stored = self._store.load_states([CONFIG_STATE_SCOPE]).get(CONFIG_STATE_SCOPE)
-        for body in json.loads(stored).values() if stored is not None else []:
-            self._apply_config(PolicyConfigRecord.model_validate_json(json.dumps(body)))
-        shadow_states = self._store.load_states([shadow.state_scope for shadow in self.shadows.values()])
-        for shadow in self.shadows.values():
-            if shadow.state_scope in shadow_states:
-                shadow.load(shadow_states[shadow.state_scope])
-        self._decider.aggregators.clear()
-        self._decider.load_aggregators(self._store.load_states(self._decider.fleet_scopes()))
+        """Reload the configuration, shadows, fleet aggregators and ledger; seek past the applied offsets.
+
+        With Redis down the partitions stay paused, and the loop loads them once it answers.
+        """
+        self._unfinished = None
+        try:
+            self._load(partitions)
+        except BackendUnavailableError as exc:
+            self._unpositioned = list(partitions)
+            self._consumer.pause(*partitions)
+            self.outage.failed(exc, exc.backend)
+
+    def _load(self, partitions: list[TopicPartition]) -> None:
+        applied = self._store.applied_offsets(CONSUMER_NAME)
+        states = self._store.load_states([CONFIG_STATE_SCOPE, LEDGER_STATE_SCOPE])
+        scopes = self.handler.state_scopes(states.get(CONFIG_STATE_SCOPE))
+        states.update(self._store.load_states(scopes))
+        self.handler.restore(states)
+        self._applied = applied
+        self._committed_states = self.handler.states()
         for tp in partitions:
-            applied = self._applied.get(f"{tp.topic}:{tp.partition}")
-            if applied is not None:
-                self._consumer.seek(tp, applied + 1)
+            position = self._applied.get(f"{tp.topic}:{tp.partition}")
+            if position is not None:
+                self._consumer.seek(tp, position + 1)
         self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
+        self._consumer.resume(*partitions)
+        self._unpositioned = []
+        self.outage.succeeded("redis")
         log.info(
             "partitions_assigned",
             partitions=sorted(tp.partition for tp in partitions),
-            aggregators=sorted(self._decider.aggregators),
-            config=self._decider.policy_set.digest,
-            shadows=sorted(self.shadows),
+            aggregators=sorted(self.handler.decider.aggregators),
+            config=self.handler.decider.policy_set.digest,
+            shadows=sorted(self.handler.shadows),
+            ledger_scopes=len(self.handler.ledger),
         )
 
     def stop(self) -> None:
@@ -157,36 +191,42 @@ class PolicyService:
         self._producer.close(timeout=5)
 
     def run(self, *, idle_exit_s: float | None = None) -> PolicyCounters:
-        """Decide from snapshots until ``stop`` (or ``idle_exit_s`` without records while assigned)."""
+        """Decide from snapshots until ``stop`` (or ``idle_exit_s`` without records while assigned).
+
+        Redis and broker outages are waited out (``BackendOutage``), never raised.
+        """
         idle_since = self._clock()
         while not self._stopped:
-            batch = self._consumer.poll(timeout_ms=100)
-            records = self._on_current_logs([record for part in batch.values() for record in part])
-            if self._metrics is not None:
-                self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
-                if records:
-                    self._metrics.folded()
-            if not records:
-                if not self._consumer.assignment():
-                    idle_since = self._clock()
-                elif idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
-                    break
-                continue
-            idle_since = self._clock()
-            offsets: dict[str, int] = {}
-            for record in records:
-                field = f"{record.topic}:{record.partition}"
-                if record.offset <= self._applied.get(field, -1):
-                    self.counters.skipped_offsets += 1
+            try:
+                if self._unpositioned:
+                    self._load(self._unpositioned)
+                if self._unfinished is not None:
+                    self._finish(self._unfinished)
+                batch = self._consumer.poll(timeout_ms=100)
+                records = self._on_current_logs([record for part in batch.values() for record in part])
+                if self._metrics is not None:
+                    self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
+                    if records:
+                        self._metrics.folded()
+                if not records:
+                    if not self._consumer.assignment():
+                        idle_since = self._clock()
+                    elif (
+                        idle_exit_s is not None
+                        and self._clock() - idle_since > idle_exit_s
+                        and self._unfinished is None
+                        and not self._unpositioned
+                    ):
+                        break
                     continue
-                offsets[field] = max(offsets.get(field, -1), record.offset)
-                self._handle(record.value)
-            self._producer.flush(timeout=10)
-            if offsets and self._store.commit(CONSUMER_NAME, offsets, self._states(), {}):
-                self._applied.update(offsets)
-            self._consumer.commit()
-            if self._metrics is not None:
-                self._metrics.lag.set(consumer_lag(self._consumer))
+                idle_since = self._clock()
+                self._process(records)
+            except BackendUnavailableError as exc:
+                self._pause(self.outage.failed(exc, exc.backend))
+                idle_since = self._clock()
+            except KafkaError as exc:
+                self._pause(self.outage.failed(exc, "kafka"))
+                idle_since = self._clock()
         return self.counters
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
@@ -203,101 +243,90 @@ class PolicyService:
         return [record for record in records if (record.topic, record.partition) not in rebuilt]
 
     def _rebuild(self, reset: LogReset) -> None:
-        """Forget the partition's applied offset and the fleet aggregators; read it from its beginning."""
+        """Forget the partition's applied offset, the fleet aggregators and the ledger; read it from its beginning.
+
+        The ledger goes too: the processors rebuilt from a new telemetry log take snapshots at new
+        (lower) positions, which it would otherwise refuse as out of order.
+        """
         self._applied.pop(reset.field, None)
-        dropped = self._decider.fleet_scopes()
-        self._decider.aggregators.clear()
+        dropped = [*self.handler.decider.fleet_scopes(), LEDGER_STATE_SCOPE]
+        self.handler.reset_fleet_and_ledger()
         self._store.reset_partition(CONSUMER_NAME, reset.field, reset.topic_id, {}, dropped)
+        self._committed_states = self.handler.states()
         self._consumer.seek_to_beginning(TopicPartition(reset.topic, reset.partition))
-        log.warning("partition_rebuilding", topic=reset.topic, partition=reset.partition, aggregators_reset=dropped)
+        log.warning("partition_rebuilding", topic=reset.topic, partition=reset.partition, states_reset=dropped)
 
-    def _states(self) -> dict[str, str]:
-        """What a commit stores with the offsets: aggregators, applied configs, shadows' documents."""
-        states = self._decider.aggregator_states()
-        states[CONFIG_STATE_SCOPE] = json.dumps(
-            {name: json.loads(record.model_dump_json()) for name, record in sorted(self._configs.items())}
-        )
-        for shadow in self.shadows.values():
-            states[shadow.state_scope] = shadow.state()
-        return states
+    def _pause(self, pause_s: float) -> None:
+        """Wait ``pause_s`` with the partitions paused, polling so that the group keeps this member."""
+        self._consumer.pause(*self._consumer.assignment())
+        self._consumer.poll(timeout_ms=int(pause_s * 1000))
+        self._consumer.resume(*(tp for tp in self._consumer.assignment() if tp not in self._unpositioned))
 
-    def _apply_config(self, record: PolicyConfigRecord) -> None:
-        """Decide with ``record`` from here on: the live configuration, or a shadow's."""
-        source = f"config record {record.name!r} ({record.source or 'no file'})"
+    def _process(self, records: list[PolicyRecord]) -> None:
+        """Steps 1-3 of the outbox order; an outage in them forgets the batch and seeks back to its start."""
+        starts: dict[TopicPartition, int] = {}
+        for record in records:
+            tp = TopicPartition(record.topic, record.partition)
+            starts[tp] = min(starts.get(tp, record.offset), record.offset)
+        batch = PendingBatch(started_s=self._clock())
         try:
-            policy_set = config_policy_set(record.config, source=source, fleet_slot_s=self._fleet_slot_s)
-        except InvalidInputError as exc:
-            self.counters.configs_invalid += 1
-            log.warning("config_invalid", name=record.name, reason=str(exc))
-            return
-        self.counters.configs += 1
-        self._configs[record.name] = record
-        if record.name == LIVE_CONFIG:
-            self._decider.configure(policy_set)
-        elif record.config is None:
-            self.shadows.pop(record.name, None)
-            del self._configs[record.name]
-        elif record.name not in self.shadows or self.shadows[record.name].policy_set.digest != policy_set.digest:
-            self.shadows[record.name] = ShadowPolicy(record.name, policy_set)
-        log.info("config_applied", name=record.name, digest=policy_set.digest, source=record.source)
+            for record in records:
+                field_name = f"{record.topic}:{record.partition}"
+                if record.offset <= self._applied.get(field_name, -1):
+                    self.counters.skipped_offsets += 1
+                    continue
+                batch.offsets[field_name] = max(batch.offsets.get(field_name, -1), record.offset)
+                self.handler.handle(record, batch)
+            self._delivery.confirm()
+        except BackendUnavailableError:
+            self._forget(starts)
+            raise
+        if batch.writes:
+            self._checkpoint("decisions_flushed")
+        self._unfinished = batch
+        self._finish(batch)
 
-    def _handle(self, raw: bytes) -> None:
-        started = self._clock()
-        try:
-            parsed = _LOG_RECORD.validate_json(raw)
-        except ValidationError as exc:
-            self.counters.invalid += 1
-            log.warning("snapshot_invalid", reason=exc.errors(include_url=False)[0]["msg"])
-            return
-        if parsed.deployment != self._deployment:
-            return
-        if isinstance(parsed, PolicyConfigRecord):
-            self._apply_config(parsed)
-            return
-        snapshot = parsed
-        self.counters.snapshots += 1
+    def _refused_commit(self, offsets: dict[str, int]) -> None:
+        """Redis holds offsets at or past the batch's: reload state and positions from Redis before going on.
+
+        Either a newer member committed past this one, or this very commit landed on an earlier try
+        whose reply was lost (a timeout while Redis was paused): in both cases what Redis holds is
+        the truth to resume from. The partitions stay paused until the loop has loaded them.
+        """
+        log.warning("commit_refused", offsets=offsets)
+        self._unpositioned = list(self._consumer.assignment())
+        self._consumer.pause(*self._unpositioned)
+
+    def _forget(self, starts: dict[TopicPartition, int]) -> None:
+        """Return to the last commit: state restored, nothing staged, partitions sought back to ``starts``."""
+        self.handler.restore(self._committed_states)
+        assigned = self._consumer.assignment()
+        for tp, offset in starts.items():
+            if tp in assigned:
+                self._consumer.seek(tp, offset)
+        self.counters.batches_retried += 1
+
+    def _finish(self, batch: PendingBatch) -> None:
+        """Steps 4-5: write the documents (their records are delivered), then commit; safe to repeat."""
+        writes = bool(batch.writes)
+        if self.handler.apply(batch):
+            self._delivery.confirm()
+        if writes:
+            self._checkpoint("decisions_written")
+        if batch.offsets:
+            states = self.handler.states()
+            if self._store.commit(CONSUMER_NAME, batch.offsets, states, {}):
+                self._applied.update(batch.offsets)
+                self._committed_states = states
+            else:
+                self._refused_commit(batch.offsets)
+        self._unfinished = None
+        self.outage.succeeded("kafka")
+        self.outage.succeeded("redis")
+        self._checkpoint("committed")
+        try:  # Kafka's group offsets only inform lag tools; Redis holds the ones that count
+            self._consumer.commit(timeout_ms=KAFKA_COMMIT_TIMEOUT_MS)
+        except KafkaError as exc:
+            log.debug("kafka_offset_commit_skipped", error=str(exc))
         if self._metrics is not None:
-            self._metrics.snapshot_seen(snapshot.scope, snapshot.ts)
-        try:
-            handled = self._decider.on_snapshot(snapshot)
-        except GovernorError:
-            log.exception("decision_failed", scope=snapshot.scope, trigger=snapshot.trigger)
-            return
-        for fleet_snapshot in handled.fleet_snapshots:
-            self.counters.fleet_snapshots += 1
-            self._producer.send(ESTIMATES_TOPIC, key=b"fleet", value=fleet_snapshot.model_dump_json().encode())
-        for record in handled.records:
-            self._record(record, started)
-        for shadow in self.shadows.values():
-            try:
-                shadow_records = shadow.on_snapshot(snapshot, handled.fleet_snapshots)
-            except GovernorError:
-                log.exception(
-                    "shadow_decision_failed", shadow=shadow.name, scope=snapshot.scope, trigger=snapshot.trigger
-                )
-                continue
-            for record in shadow_records:
-                self.counters.shadow_decisions += 1
-                self._send(record)
-
-    def _send(self, record: DecisionRecord) -> None:
-        key = f"{record.kind}:{record.scope}".encode()
-        self._producer.send(DECISIONS_TOPIC, key=key, value=record.model_dump_json().encode())
-
-    def _record(self, record: DecisionRecord, started: float) -> None:
-        self._send(record)
-        if record.held_by_pin:
-            self.counters.decisions += 1
-            log.info("policy_held_by_pin", kind=record.kind, scope=record.scope, version=record.version)
-        elif record.accepted:
-            self.counters.decisions += 1
-            log.info("policy_decided", kind=record.kind, scope=record.scope, version=record.version)
-            if self._metrics is not None:
-                self._metrics.decided(parse_document(record.kind, record.document))
-                self._metrics.loop_latency.observe(self._clock() - started)
-        else:
-            self.counters.refused += 1
-            if self._metrics is not None:
-                self._metrics.refused(record.kind)
-            log.warning("policy_refused", kind=record.kind, scope=record.scope, version=record.version)
-        self.counters.last_decision_latency_s = self._clock() - started
+            self._metrics.lag.set(consumer_lag(self._consumer))

@@ -8,7 +8,9 @@ cached one. Where the deployment has a signing key (``keyring``), a document mus
 valid signature of the policy service (schemas/signing.py) and name the kind, scope and deployment
 it was read for; any other document (written to Redis by anyone without the key, or copied from
 another key) is rejected, counted and logged once, and the client keeps serving what it had.
-Without a keyring, documents are not authenticated (docs/security.md). ``current`` answers from
+Without a keyring, documents are not authenticated (docs/security.md). A value that is not a valid
+document (not JSON, wrong shape, out of bounds) is ignored the same way: counted, reported once per
+key until a valid one replaces it, and the cache keeps serving. ``current`` answers from
 the cache alone: the last valid document until its ``valid_until``, and None after it, when the
 engine applies the policy's documented safe defaults.
 Redis outages are logged and counted, never raised into the engine's loop.
@@ -91,6 +93,7 @@ class PolicyClient:
         self._signature_rejected = 0
         self._backend_errors = 0
         self._last_error_log_s = 0.0
+        self._rejected_keys: set[tuple[str, str]] = set()
         self._threads: list[threading.Thread] = []
         if start:
             self.start()
@@ -166,7 +169,10 @@ class PolicyClient:
         except (ValidationError, ValueError) as exc:
             with self._lock:
                 self._rejected += 1
-            log.warning("policy_rejected", kind=kind, scope=scope, reason=str(exc).splitlines()[0])
+                first = (kind, scope) not in self._rejected_keys
+                self._rejected_keys.add((kind, scope))
+            if first:
+                log.warning("policy_rejected", kind=kind, scope=scope, reason=str(exc).splitlines()[0], serving="cache")
             return
         if self._keyring is not None and not self._authentic(kind, scope, document, self._keyring):
             return
@@ -178,6 +184,7 @@ class PolicyClient:
                 return
             self._cache[(kind, scope)] = document
             self._accepted += 1
+            self._rejected_keys.discard((kind, scope))
         log.debug("policy_accepted", kind=kind, scope=scope, version=document.version)
 
     def _authentic(self, kind: str, scope: str, document: PolicyDocument, keyring: PolicyKeyring) -> bool:

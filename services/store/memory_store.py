@@ -3,9 +3,29 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 
 HISTORY_CAP = 50
+
+
+def stored_version(raw: str | bytes | None) -> int | None:
+    """The ``version`` of a stored policy value, or None when there is none or it cannot be read.
+
+    The compare-and-set treats an unreadable value (not JSON, not an object, no numeric version)
+    as absent, as put_policy.lua does, so one malformed key never blocks its scope (issue 19). A
+    fractional version reads as its floor: the next integer version is still above it.
+    """
+    if raw is None:
+        return None
+    try:
+        body = json.loads(raw)
+    except ValueError:
+        return None
+    version = body.get("version") if isinstance(body, dict) else None
+    if isinstance(version, bool) or not isinstance(version, int | float) or not math.isfinite(version):
+        return None
+    return math.floor(version)
 
 
 class MemoryStore:
@@ -85,9 +105,9 @@ class MemoryStore:
         return self.policies.get((kind, scope))
 
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
-        """Compare-and-set on ``version``."""
-        current = self.policies.get((kind, scope))
-        if current is not None and json.loads(current)["version"] >= version:
+        """Compare-and-set on ``version``; a stored value without a readable version counts as absent."""
+        stored = stored_version(self.policies.get((kind, scope)))
+        if stored is not None and stored >= version:
             return False
         self.policies[(kind, scope)] = document_json
         history = self.history.setdefault((kind, scope), [])

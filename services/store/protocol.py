@@ -5,7 +5,8 @@ Two operations carry the correctness of the whole control plane:
 - ``commit`` writes the estimate states a processor folded together with the Kafka offsets they
   fold up to, atomically, and refuses the whole write when any stored offset is already at or past
   the new one (a stale processor after a rebalance cannot overwrite newer state);
-- ``put_policy`` is a compare-and-set on the document version: a lower or equal version is refused.
+- ``put_policy`` is a compare-and-set on the document version: a lower or equal version is refused
+  (a stored value with no readable version counts as absent).
 """
 
 from __future__ import annotations
@@ -68,6 +69,9 @@ class Store(Protocol):
 
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
         """Compare-and-set: store the document if ``version`` is above the stored one; keep history; announce.
+
+        A stored value without a readable numeric ``version`` (not JSON, not an object) counts as
+        absent and is overwritten, so one malformed key never blocks its scope.
 
         Returns:
             False when a newer or equal version is stored (nothing written).

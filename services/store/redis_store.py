@@ -173,9 +173,13 @@ class RedisStore:
         return sorted(key.decode()[len(prefix) : -len(name) - 1] for key in keys)
 
     def get_policy(self, kind: str, scope: str) -> str | None:
-        """Return the current document JSON of (kind, scope), or None."""
+        """Return the current document JSON of (kind, scope), or None.
+
+        Bytes that are not UTF-8 are decoded with replacement characters: whoever wrote them, the
+        value is then simply not a valid document (reported and overwritten), never an error here.
+        """
         value = self._call("GET", self._client.get, policy_key(self._deployment, kind, scope))
-        return value.decode() if isinstance(value, bytes) else None
+        return value.decode(errors="replace") if isinstance(value, bytes) else None
 
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
         """Compare-and-set the document; on success keep history and publish on the updates channel."""
@@ -188,7 +192,7 @@ class RedisStore:
         """Return the history list, newest first."""
         raw = self._call("LRANGE", self._client.lrange, policy_history_key(self._deployment, kind, scope), 0, -1)
         assert isinstance(raw, list)
-        return [item.decode() for item in raw]
+        return [item.decode(errors="replace") for item in raw]
 
     def get_ack(self, kind: str, engine_id: str) -> str | None:
         """Return an engine's last ``PolicyApplied`` ack of ``kind`` (JSON), or None."""

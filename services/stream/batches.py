@@ -16,7 +16,8 @@ happens here, once:
    first time this processor sees it after an assignment; an event the loaded state already holds
    (the previous owner committed after this one read the offsets) is skipped, so the window between
    reading offsets and loading states cannot fold anything twice;
-4. the snapshots the fold took are produced to ``gov.estimates`` and flushed; fleet contributions
+4. the snapshots the fold took (and the dead letters) are produced and confirmed delivered
+   (services/delivery.py); fleet contributions
    are held until the member's event-time watermark (the least event time folded among the assigned
    partitions it has not read to their end) passes them, then produced in event-time order, all
    under the key ``fleet`` (one partition: services/stream/fleet.py says why);
@@ -29,11 +30,17 @@ happens here, once:
    event is ``retention_s`` of event time behind the newest one folded, are forgotten from memory
    after each commit (they reload from Redis if they speak again).
 
-A crash between a produce and the next commit re-folds those events after restart and
-re-produces the same snapshots, which the policy service recognises as duplicates (same scope and
-version). On assignment the runtime seeks each partition to ``resume_positions`` (the applied
-offset + 1); on revocation the engines of revoked partitions are forgotten, so their new owner
-rebuilds them from Redis.
+The outbox order: a state is committed only after every snapshot it took is on ``gov.estimates``
+(fleet contributions it still holds are part of the state, and are produced once released). A
+batch that fails anywhere before its delivery is confirmed (Redis down while loading an engine,
+the broker not taking a record, any error) is discarded whole: the engines folded since the last
+commit are forgotten, the partitions rewound to what was last committed, so nothing a later commit
+(or ``close``) writes includes events whose snapshots were never produced. A failed commit keeps
+what it would have written, for the next one. A crash between a produce and the next commit
+re-folds those events after restart and re-produces the same snapshots, which the policy service
+recognises as duplicates (same scope, version and id). On assignment the runtime seeks each
+partition to ``resume_positions`` (the applied offset + 1); on revocation the engines of revoked
+partitions are forgotten, so their new owner rebuilds them from Redis.
 """
 
 from __future__ import annotations
@@ -48,11 +55,12 @@ import structlog
 from kafka import KafkaProducer
 
 from schemas.engines import PolicyApplied
-from schemas.errors import InvalidInputError
+from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event, parse_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_key
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
+from services.delivery import Checkpoint, Delivery, no_checkpoint
 from services.health import ServiceMetrics
 from services.settings import DEFAULT_LIFECYCLE, EngineLifecycle
 from services.store.protocol import Store
@@ -119,6 +127,7 @@ class StreamCounters:
     batches: int = 0
     commits: int = 0
     commits_refused: int = 0
+    batches_discarded: int = 0
     last_batch_latency_s: float = 0.0
     first_batch_at_s: float | None = None
     last_batch_at_s: float | None = None
@@ -179,12 +188,17 @@ class TelemetryBatches:
         commit_interval_s: float = 1.0,
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         limits: GuardLimits = DEFAULT_LIMITS,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
+        """Handle batches for ``deployment``; ``checkpoint`` is called at ``snapshots_folded`` and
+        ``snapshots_flushed`` of each batch that took snapshots, and at each ``committed`` (the crash
+        tests kill the process there)."""
         self._deployment = deployment
         self._store = store
         self._folder = Folder(deployment, registry, registration_grace_s=lifecycle.registration_grace_s, limits=limits)
         self._retention_s = lifecycle.retention_s
-        self._producer = producer
+        self._delivery = Delivery(producer)
+        self._checkpoint = checkpoint
         self._consumer = consumer
         self._clock = clock
         self._metrics = metrics
@@ -195,12 +209,18 @@ class TelemetryBatches:
         self._engine_partition: dict[str, str] = {}
         self._last_commit_s = clock()
         self._pending_offsets: dict[str, int] = {}
+        self._pending_from: dict[str, int] = {}
         self._pending_engines: set[str] = set()
         self._pending_acks: dict[str, str] = {}
         self._metrics_folded = 0
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
         self._partition_ts: dict[str, float] = {}
+
+    @property
+    def pending(self) -> bool:
+        """True while folded offsets wait for a commit (an idle exit now would leave them to a restart)."""
+        return bool(self._pending_offsets)
 
     def engines_in_memory(self) -> list[str]:
         """The engines whose estimates this member holds in memory now."""
@@ -219,8 +239,15 @@ class TelemetryBatches:
         return positions
 
     def revoked(self, partitions: Iterable[Partition]) -> None:
-        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis."""
-        self.commit()
+        """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis.
+
+        With Redis down the uncommitted work is discarded instead: the next owner re-folds it.
+        """
+        try:
+            self.commit()
+        except BackendUnavailableError as exc:
+            log.warning("commit_failed_on_revocation", error=str(exc)[:300])
+            self._discard(set(), {})
         revoked = {tp_field(*tp) for tp in partitions}
         engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
         self._folder.drop(engines)
@@ -240,7 +267,7 @@ class TelemetryBatches:
             The snapshot version each dropped engine had reached in memory.
         """
         field_name = tp_field(*partition)
-        for offsets in (self._applied, self._folded, self._pending_offsets):
+        for offsets in (self._applied, self._folded, self._pending_offsets, self._pending_from):
             offsets.pop(field_name, None)
         engines = sorted(e for e, tp in self._engine_partition.items() if tp == field_name)
         versions = {e: self._folder.engines[e].snapshot_version for e in engines if self._folder.has(e)}
@@ -256,59 +283,85 @@ class TelemetryBatches:
         A poll that brought nothing means every assigned partition is read to its end, so the
         watermark holds nothing back.
         """
-        if self._release(None):
-            self._producer.flush(timeout=10)
+        try:
+            if self._release(None):
+                self._delivery.confirm()
+        except BaseException:
+            self._discard(set(), {})
+            raise
         self.commit()
         if self._metrics is not None:
             self._metrics.progressed()
 
     def process(self, records: Sequence[TelemetryRecord]) -> None:
-        """Fold one batch and produce its snapshots; commit when the commit interval has passed."""
+        """Fold one batch and confirm its snapshots delivered; commit when the commit interval has passed.
+
+        Raises:
+            BackendUnavailableError: Redis or the broker failed before the snapshots were delivered (the
+                batch and everything uncommitted are discarded and the partitions rewound), or the
+                commit failed (kept for the next one).
+        """
         started = self._clock()
         if self.counters.first_batch_at_s is None:
             self.counters.first_batch_at_s = started
         snapshots: list[EstimateSnapshot] = []
         last_ts: dict[str, float] = {}
+        touched: set[str] = set()
+        batch_from: dict[str, int] = {}
         for record in records:
             tp = tp_field(record.topic, record.partition)
-            if record.offset <= self._folded.get(tp, -1):
-                self.counters.skipped += 1
-                continue
-            self._folded[tp] = record.offset
-            self._pending_offsets[tp] = record.offset
-            read = read_record(record)
-            if isinstance(read, DeadLetter):
-                self._send_dead_letter(record, read)
-                continue
-            event = read
-            if event.deployment != self._deployment:
-                self._foreign(event)
-                continue
-            self._ensure_loaded(event, tp)
-            position = read_position(record)
-            if self._folder.already_folded(event.engine_id, position):
-                self.counters.skipped += 1
-                continue
-            self._pending_engines.add(event.engine_id)
-            try:
-                admission = self._folder.admit(event, position)
-            except InvalidInputError as exc:
-                self._send_dead_letter(record, dead_letter(record.value, exc, position))
-                continue
-            if admission.duplicate:
-                self.counters.duplicates += 1
-                if self._metrics is not None:
-                    self._metrics.duplicates.inc()
-                continue
-            self._admitted(event, admission)
-            last_ts[event.engine_id] = event.ts
-            self._partition_ts[tp] = max(self._partition_ts.get(tp, event.ts), event.ts)
-            snapshots.extend(self._folder.apply(event, position))
-            self.counters.folded += 1
-        for snapshot in snapshots:
-            self._producer.send(ESTIMATES_TOPIC, key=snapshot.scope.encode(), value=snapshot.model_dump_json().encode())
-        released = self._release(self._watermark())
-        self._producer.flush(timeout=10)
+            if record.offset > self._folded.get(tp, -1):
+                batch_from[tp] = min(batch_from.get(tp, record.offset), record.offset)
+        try:
+            for record in records:
+                tp = tp_field(record.topic, record.partition)
+                if record.offset <= self._folded.get(tp, -1):
+                    self.counters.skipped += 1
+                    continue
+                self._folded[tp] = record.offset
+                self._pending_offsets[tp] = record.offset
+                self._pending_from.setdefault(tp, record.offset)
+                read = read_record(record)
+                if isinstance(read, DeadLetter):
+                    self._send_dead_letter(record, read)
+                    continue
+                event = read
+                if event.deployment != self._deployment:
+                    self._foreign(event)
+                    continue
+                touched.add(event.engine_id)
+                self._ensure_loaded(event, tp)
+                position = read_position(record)
+                if self._folder.already_folded(event.engine_id, position):
+                    self.counters.skipped += 1
+                    continue
+                self._pending_engines.add(event.engine_id)
+                try:
+                    admission = self._folder.admit(event, position)
+                except InvalidInputError as exc:
+                    self._send_dead_letter(record, dead_letter(record.value, exc, position))
+                    continue
+                if admission.duplicate:
+                    self.counters.duplicates += 1
+                    if self._metrics is not None:
+                        self._metrics.duplicates.inc()
+                    continue
+                self._admitted(event, admission)
+                last_ts[event.engine_id] = event.ts
+                self._partition_ts[tp] = max(self._partition_ts.get(tp, event.ts), event.ts)
+                snapshots.extend(self._folder.apply(event, position))
+                self.counters.folded += 1
+            if snapshots:
+                self._checkpoint("snapshots_folded")
+            for snapshot in snapshots:
+                self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), snapshot.model_dump_json().encode())
+            released = self._release(self._watermark())
+            self._delivery.confirm()
+        except BaseException:
+            self._discard(touched, batch_from)
+            raise
+        if snapshots:
+            self._checkpoint("snapshots_flushed")
         self.counters.snapshots += len(snapshots) + released
         self.counters.batches += 1
         if self._clock() - self._last_commit_s >= self._commit_interval_s:
@@ -317,8 +370,38 @@ class TelemetryBatches:
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
         self._observe(len(snapshots), started, last_ts)
 
+    def _discard(self, touched: set[str], batch_from: dict[str, int]) -> None:
+        """Forget everything folded since the last commit and rewind to it (a batch failed before delivery).
+
+        Every partition of the failed batch is rewound too, to its first record in the batch: records
+        the batch never reached were consumed all the same.
+        """
+        engines = sorted(self._pending_engines | touched)
+        self._folder.drop(engines)
+        for engine in engines:
+            self._engine_partition.pop(engine, None)
+        starts = dict(self._pending_from)
+        for field_name, first in batch_from.items():
+            starts[field_name] = min(starts.get(field_name, first), first)
+        assigned = set(self._consumer.assigned())
+        rewind: dict[Partition, int] = {}
+        for field_name, first in starts.items():
+            self._folded[field_name] = first - 1
+            if _partition_of(field_name) in assigned:
+                rewind[_partition_of(field_name)] = first
+        self._pending_offsets.clear()
+        self._pending_from.clear()
+        self._pending_engines.clear()
+        self._pending_acks.clear()
+        self._consumer.rewind(rewind)
+        self.counters.batches_discarded += 1
+        log.warning("batch_discarded", engines=len(engines), partitions=sorted(p for _, p in rewind))
+
     def commit(self) -> bool:
         """Write the folded engines' states and summaries with their offsets, atomically (step 5).
+
+        Raises:
+            BackendUnavailableError: Redis failed; what it would have written stays for the next commit.
 
         Returns:
             False when the store refused (a newer owner of a partition committed past us): the
@@ -335,14 +418,17 @@ class TelemetryBatches:
         } | self._pending_acks
         expire_s = self._expiries(engines, summaries)
         offsets = dict(self._pending_offsets)
+        committed = self._store.commit(CONSUMER_NAME, offsets, states, summaries, expire_s)
         self._pending_offsets.clear()
+        self._pending_from.clear()
         self._pending_engines.clear()
         self._pending_acks.clear()
-        if self._store.commit(CONSUMER_NAME, offsets, states, summaries, expire_s):
+        if committed:
             self._applied.update(offsets)
             self.counters.commits += 1
             self._forget_idle()
             log.debug("batch_committed", engines=len(engines), partitions=len(offsets))
+            self._checkpoint("committed")
             return True
         self.counters.commits_refused += 1
         log.warning("commit_refused", offsets=offsets)
@@ -379,7 +465,7 @@ class TelemetryBatches:
         """Produce the held fleet contributions the watermark has passed, in event-time order; return how many."""
         released = self._folder.release(watermark_ts)
         for snapshot in released:
-            self._producer.send(ESTIMATES_TOPIC, key=FLEET_KEY, value=snapshot.model_dump_json().encode())
+            self._delivery.send(ESTIMATES_TOPIC, FLEET_KEY, snapshot.model_dump_json().encode())
             self._pending_engines.add(snapshot.scope)
         return len(released)
 
@@ -479,7 +565,7 @@ class TelemetryBatches:
 
     def _send_dead_letter(self, record: TelemetryRecord, letter: DeadLetter) -> None:
         key = record.key if isinstance(record.key, bytes) else None
-        self._producer.send(DEADLETTER_TOPIC, key=key, value=letter.model_dump_json().encode())
+        self._delivery.send(DEADLETTER_TOPIC, key, letter.model_dump_json().encode())
         self.counters.dead_lettered += 1
         if self._metrics is not None:
             self._metrics.dead_lettered(letter.code)

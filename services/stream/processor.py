@@ -6,6 +6,12 @@ metrics); an empty poll commits what is folded. Partition assignment seeks each 
 applied offset + 1 (kept in Redis) and revocation commits and forgets the revoked partitions'
 engines. The faust-streaming runtime (services/stream/faust_runtime.py) feeds the same batch handling.
 
+Redis and broker outages of any length are waited out, never raised: a failed batch is discarded
+and rewound by the batch handling, a failed commit kept for the next; the loop pauses its
+partitions and retries with ``BackendOutage``'s pacing (one log line when the outage starts, one
+when it ends). Partitions assigned while Redis is down stay paused until their applied offsets
+can be read.
+
 Every poll also measures the lag (for /healthz: lag with nothing folded is a stall) and checks each
 assigned partition against the log its applied offset came from (services/log_reset.py); a
 partition found on a new log is rebuilt from that log's beginning (services/stream/log_rebuild.py),
@@ -17,10 +23,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterable
 
+import structlog
 from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
+from kafka.errors import KafkaError
 
+from schemas.errors import BackendUnavailableError
 from schemas.names import TELEMETRY_TOPIC
+from services.backends import BackendOutage
+from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
 from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer
 from services.kafka_factory import PLAINTEXT
@@ -37,6 +48,8 @@ from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, Te
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
 from services.triggers import TriggerSpec
+
+log = structlog.get_logger(__name__)
 
 
 class _KafkaConsumerView:
@@ -76,8 +89,12 @@ class StreamProcessor:
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,
         limits: GuardLimits = DEFAULT_LIMITS,
+        checkpoint: Checkpoint = no_checkpoint,
     ) -> None:
+        """Build the clients and subscribe; ``checkpoint`` is the batch handling's (the crash tests' hook)."""
         self._clock = clock
+        self.outage = BackendOutage("stream", clock=clock)
+        self._unpositioned: list[TopicPartition] = []
         self._consumer = group_consumer(
             bootstrap,
             group_id or f"governor-stream-{deployment}",
@@ -97,6 +114,7 @@ class StreamProcessor:
             commit_interval_s=commit_interval_s,
             limits=limits,
             lifecycle=lifecycle,
+            checkpoint=checkpoint,
         )
         self._store = store
         self._metrics = metrics
@@ -111,11 +129,22 @@ class StreamProcessor:
         return self._batches.counters
 
     def on_assigned(self, partitions: list[TopicPartition]) -> None:
-        """Seek every newly assigned partition to its applied offset + 1; record its log's topic id."""
+        """Seek every newly assigned partition to its applied offset + 1 (paused until Redis answers)."""
+        try:
+            self._position(partitions)
+        except BackendUnavailableError as exc:
+            self._unpositioned = list(partitions)
+            self._consumer.pause(*partitions)
+            self.outage.failed(exc, exc.backend)
+
+    def _position(self, partitions: list[TopicPartition]) -> None:
         positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in partitions)
         for (topic, partition), offset in positions.items():
             self._consumer.seek(TopicPartition(topic, partition), offset)
         self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
+        self._consumer.resume(*partitions)
+        self._unpositioned = []
+        self.outage.succeeded("redis")
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Commit, then forget the engines of revoked partitions."""
@@ -126,8 +155,11 @@ class StreamProcessor:
         self._stopped = True
 
     def close(self) -> None:
-        """Commit what is folded, leave the group and close the clients."""
-        self._batches.commit()
+        """Commit what is folded (with Redis down a restart re-folds it instead), leave the group, close the clients."""
+        try:
+            self._batches.commit()
+        except BackendUnavailableError as exc:
+            log.warning("final_commit_failed", error=str(exc)[:300])
         self._consumer.close()
         self._producer.close(timeout=5)
 
@@ -135,20 +167,38 @@ class StreamProcessor:
         """Process batches until ``stop`` (or ``idle_exit_s`` without records while assigned); return the counters."""
         idle_since = self._clock()
         while not self._stopped:
-            batch = self._consumer.poll(timeout_ms=200)
-            records = self._on_current_logs([record for part in batch.values() for record in part])
-            self._measure()
-            if not records:
-                self._batches.idle()
-                if not self._consumer.assignment():
+            commits = self.counters.commits + self.counters.commits_refused
+            try:
+                if self._unpositioned:
+                    self._position(self._unpositioned)
+                batch = self._consumer.poll(timeout_ms=200)
+                records = self._on_current_logs([record for part in batch.values() for record in part])
+                self._measure()
+                if not records:
+                    self._batches.idle()
+                    if not self._consumer.assignment():
+                        idle_since = self._clock()
+                    elif (
+                        idle_exit_s is not None
+                        and self._clock() - idle_since > idle_exit_s
+                        and not self._unpositioned
+                        and not self._batches.pending
+                    ):
+                        break
+                else:
                     idle_since = self._clock()
-                elif idle_exit_s is not None and self._clock() - idle_since > idle_exit_s:
-                    break
-                continue
-            idle_since = self._clock()
-            self._batches.process(records)
-            if self._metrics is not None:
-                self._metrics.folded()
+                    self._batches.process(records)
+                    self.outage.succeeded("kafka")
+                    if self._metrics is not None:
+                        self._metrics.folded()
+            except BackendUnavailableError as exc:
+                self._pause(self.outage.failed(exc, exc.backend))
+                idle_since = self._clock()
+            except KafkaError as exc:
+                self._pause(self.outage.failed(exc, "kafka"))
+                idle_since = self._clock()
+            if self.counters.commits + self.counters.commits_refused > commits:
+                self.outage.succeeded("redis")
         return self.counters
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
@@ -165,3 +215,9 @@ class StreamProcessor:
         """Export the lag at this poll (with the time of the last fold, health tells a stall from an idle log)."""
         if self._metrics is not None:
             self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
+
+    def _pause(self, pause_s: float) -> None:
+        """Wait ``pause_s`` with the partitions paused, polling so that the group keeps this member."""
+        self._consumer.pause(*self._consumer.assignment())
+        self._consumer.poll(timeout_ms=int(pause_s * 1000))
+        self._consumer.resume(*(tp for tp in self._consumer.assignment() if tp not in self._unpositioned))

@@ -1,4 +1,5 @@
-"""Start and stop ``governor run stream`` as a real child process, for crash and rebalance tests."""
+"""Start and stop ``governor run stream`` and ``governor run policy`` as real child processes, for crash,
+rebalance and outage tests."""
 
 from __future__ import annotations
 
@@ -16,28 +17,79 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def start_stream(
-    stack: StackState, deployment: str, log_path: Path, idle_exit_s: float | None = None, runtime: str = "kafka"
+    stack: StackState,
+    deployment: str,
+    log_path: Path,
+    idle_exit_s: float | None = None,
+    *,
+    runtime: str = "kafka",
+    redis_url: str | None = None,
 ) -> subprocess.Popen[bytes]:
-    """Start a stream processor (``runtime`` kafka or faust) for ``deployment`` as a child, logging to ``log_path``."""
+    """Start a stream processor (``runtime`` kafka or faust) for ``deployment`` as a child, logging to ``log_path``.
+
+    It uses the stack's Redis unless ``redis_url`` names another.
+    """
+    return start_service(
+        stack,
+        "stream",
+        deployment,
+        log_path,
+        idle_exit_s=idle_exit_s,
+        extra=["--runtime", runtime],
+        redis_url=redis_url,
+    )
+
+
+def start_service(
+    stack: StackState,
+    service: str,
+    deployment: str,
+    log_path: Path,
+    *,
+    idle_exit_s: float | None = None,
+    extra: list[str] | None = None,
+    redis_url: str | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start ``governor run SERVICE`` (stream or policy) for ``deployment`` as a child, logging to ``log_path``."""
     argv = [
         sys.executable,
         "-m",
         "services.cli",
         "run",
-        "stream",
+        service,
+        "--deployment",
+        deployment,
+        "--kafka-bootstrap",
+        stack.kafka_bootstrap,
+        "--redis-url",
+        redis_url or stack.redis_url,
+        "--metrics-port",
+        "0",
+        *(extra or []),
+    ]
+    if idle_exit_s is not None:
+        argv += ["--idle-exit-s", str(idle_exit_s)]
+    with log_path.open("ab") as log:
+        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+
+
+def start_crash_driver(
+    stack: StackState, service: str, deployment: str, log_path: Path, *flags: str
+) -> subprocess.Popen[bytes]:
+    """Start tests/integration/crash_driver.py for ``service`` (stream or policy) with ``flags``."""
+    argv = [
+        sys.executable,
+        "-m",
+        "tests.integration.crash_driver",
+        service,
         "--deployment",
         deployment,
         "--kafka-bootstrap",
         stack.kafka_bootstrap,
         "--redis-url",
         stack.redis_url,
-        "--metrics-port",
-        "0",
-        "--runtime",
-        runtime,
+        *flags,
     ]
-    if idle_exit_s is not None:
-        argv += ["--idle-exit-s", str(idle_exit_s)]
     with log_path.open("ab") as log:
         return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
 

@@ -16,10 +16,11 @@ from kafka import KafkaConsumer, KafkaProducer
 
 from schemas.estimates import EngineSummary
 from schemas.events import Event, encode_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key, policy_key
 from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionState, InputsDigest
 from schemas.records import DeadLetter
 from services.health import ServiceMetrics
+from services.policy.decisions import DecisionMaker
 from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.sdk.policy_client import PolicyClient
@@ -29,6 +30,7 @@ from services.stack.processes import free_port, stop
 from services.store.redis_store import RedisStore
 from services.stream.batches import SUMMARY_NAME, UNADMITTED_RETENTION_S
 from services.stream.processor import StreamProcessor
+from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -290,3 +292,36 @@ def test_the_engine_publisher_is_idempotent_and_a_batch_sent_twice_folds_once(
     assert (publisher.stats().delivered, again.stats().delivered) == (len(valid), 60)
     processor = _fold_records(stack, deployment, [])
     assert (processor.counters.folded, processor.counters.duplicates) == (len(valid), 60)
+
+
+def test_a_non_json_policy_key_is_ignored_by_engines_and_overwritten_by_the_policy_service(
+    stack: StackState, deployment: str, redis_client: redis.Redis
+) -> None:
+    """Engines keep the last good document (and say so once); the next decision replaces the bad value above it."""
+    store = RedisStore(redis.Redis.from_url(stack.redis_url), deployment)
+    for version in (1, 2):
+        store.put_policy("admission", "eng-0", version, _document(deployment, version, 1e6).model_dump_json())
+    client = PolicyClient(stack.redis_url, deployment, start=False)
+    client.watch("admission", "eng-0")
+    client.refresh()
+    redis_client.set(policy_key(deployment, "admission", "eng-0"), b"\xff\xfe not json")
+    with structlog.testing.capture_logs() as logs:
+        for _ in range(3):
+            client.refresh()
+    served = client.current("admission", "eng-0", 10.0)
+    assert served is not None
+    assert served.version == 2
+    assert client.stats().rejected == 3
+    assert [e["event"] for e in logs].count("policy_rejected") == 1
+
+    snapshot = admission_snapshot(synthetic_engine_summary(), version=1, ts=10.0, deployment=deployment)
+    with structlog.testing.capture_logs() as logs:
+        handled = DecisionMaker(default_registry(), store).on_snapshot(snapshot)
+    assert [(r.version, r.accepted) for r in handled.records] == [(3, True)]
+    assert [e["event"] for e in logs].count("policy_key_unreadable") == 1
+    client.refresh()
+    replaced = client.current("admission", "eng-0", 10.0)
+    assert replaced is not None
+    assert (replaced.version, replaced.previous_version) == (3, 2)
+    client.close()
+    store.close()

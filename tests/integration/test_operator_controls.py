@@ -18,9 +18,11 @@ from services.cli.main import main
 from services.cli.shadow import read_decisions
 from services.policy.config import config_digest, read_config
 from services.policy.config_records import LIVE, file_record, publish_configs
+from services.policy.intake import read_record
 from services.policy.pins import SUMMARY_NAME, RedisPins
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
+from services.replay.replay import read_topic
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
@@ -87,6 +89,24 @@ def _busy_summary() -> EngineSummary:
 
 def _admission_snapshot(deployment: str, version: int, ts: float, scope: str = "eng-0") -> EstimateSnapshot:
     return admission_snapshot(_busy_summary(), version=version, ts=ts, deployment=deployment, scope=scope)
+
+
+def _next_snapshot(stack: StackState, deployment: str, ts: float, scope: str = "eng-0") -> EstimateSnapshot:
+    """An admission snapshot that continues ``scope``'s snapshots on the log: the next version, one offset on.
+
+    The policy service refuses a snapshot that jumps ahead of the ones it took (services/policy/intake.py).
+    """
+    taken = [
+        snapshot
+        for raw in read_topic(stack.kafka_bootstrap, ESTIMATES_TOPIC)
+        if isinstance(snapshot := read_record(raw), EstimateSnapshot)
+        and (snapshot.deployment, snapshot.scope) == (deployment, scope)
+    ]
+    last = max(taken, key=lambda snapshot: snapshot.version)
+    position = last.offsets[-1]
+    return _admission_snapshot(deployment, last.version + 1, ts, scope).model_copy(
+        update={"offsets": [position.model_copy(update={"offset": position.offset + 1})]}
+    )
 
 
 def _send_snapshots(stack: StackState, snapshots: list[EstimateSnapshot]) -> None:
@@ -156,7 +176,7 @@ def test_a_config_record_scopes_the_live_policy_and_a_shadow_is_recorded_never_w
     assert _cli(stack, deployment, "shadow", "stop", "candidate") == 0
     _send_snapshots(
         stack,
-        [_admission_snapshot(deployment, 10_000, 100.0), _admission_snapshot(deployment, 10_000, 100.0, "eng-1")],
+        [_next_snapshot(stack, deployment, 100.0), _next_snapshot(stack, deployment, 100.0, "eng-1")],
     )
     after = _run_policy(stack, deployment)  # restarted: resumes with the committed live config
     assert after.shadows == {}
@@ -175,7 +195,7 @@ def test_reading_the_log_from_the_start_reproduces_every_decision_config_changes
     _publish_telemetry(stack, deployment)
     _run_stream(stack, deployment)
     publish_configs(stack.kafka_bootstrap, [file_record(deployment, LIVE, tmp_path / "live.toml")], 10.0)
-    _send_snapshots(stack, [_admission_snapshot(deployment, 10_000, 100.0, scope) for scope in ("eng-0", "eng-1")])
+    _send_snapshots(stack, [_next_snapshot(stack, deployment, 100.0, scope) for scope in ("eng-0", "eng-1")])
     _run_policy(stack, deployment)
     first = read_decisions(stack.kafka_bootstrap, deployment)
     assert {r.config for r in first if r.shadow is None} == {

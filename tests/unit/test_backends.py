@@ -6,7 +6,7 @@ import pytest
 import structlog
 
 from schemas.errors import BackendUnavailableError
-from services.backends import MAX_BACKOFF_S, kafka_answers, wait_for
+from services.backends import MAX_BACKOFF_S, OUTAGE_MAX_BACKOFF_S, BackendOutage, kafka_answers, wait_for
 
 
 class FakeClock:
@@ -51,3 +51,31 @@ class TestWaitFor:
 
 def test_a_bootstrap_list_with_no_listening_server_does_not_answer() -> None:
     assert kafka_answers("127.0.0.1:1,not-a-port", timeout_s=0.2) is False
+
+
+class TestBackendOutage:
+    def test_an_outage_is_logged_once_when_it_starts_and_once_when_it_ends_with_paced_retries(self) -> None:
+        clock = FakeClock()
+        outage = BackendOutage("policy", clock=clock)
+        error = BackendUnavailableError("redis GET failed: Timeout reading from socket", backend="redis")
+        with structlog.testing.capture_logs() as logs:
+            for _ in range(5):
+                clock.sleep(outage.failed(error, "redis"))
+            outage.succeeded("kafka")
+            assert outage.ongoing
+            outage.succeeded("redis")
+            outage.succeeded("redis")
+        assert clock.pauses == [0.5, 1.0, OUTAGE_MAX_BACKOFF_S, OUTAGE_MAX_BACKOFF_S, OUTAGE_MAX_BACKOFF_S]
+        assert [e["event"] for e in logs] == ["backend_unavailable", "backend_recovered"]
+        assert (logs[0]["service"], logs[0]["backend"]) == ("policy", "redis")
+        assert (logs[1]["outage_s"], logs[1]["failed_tries"]) == (sum(clock.pauses), 5)
+        assert not outage.ongoing
+
+    def test_a_second_outage_starts_its_backoff_afresh(self) -> None:
+        clock = FakeClock()
+        outage = BackendOutage("stream", clock=clock)
+        error = BackendUnavailableError("kafka did not take 3 records", backend="kafka")
+        first = [outage.failed(error, "kafka") for _ in range(3)]
+        outage.succeeded("kafka")
+        assert [outage.failed(error, "kafka") for _ in range(3)] == first
+        assert outage.outages == 2

@@ -6,10 +6,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import structlog
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from pydantic import SecretStr
 
-from schemas.errors import ConfigError, InvalidInputError
+from schemas.errors import ConfigError
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import EstimateSnapshot
 from schemas.signing import PolicyKeyring, SigningKey, canonical_bytes, sign, signature_problem
@@ -83,13 +84,23 @@ class TestSignedDecisions:
         assert signature_problem(stored, keyring) is None
         assert handled.records[0].document["signature"] == stored.model_dump(mode="json")["signature"]
 
-    def test_a_previous_document_someone_else_wrote_is_not_built_upon(self) -> None:
+    def test_a_previous_document_someone_else_wrote_is_not_built_upon_but_replaced(self) -> None:
+        """An unsigned document in the key is reported once and overwritten by a signed one numbered above it."""
         store = MemoryStore()
         forged = _document().model_copy(update={"version": 7})
         store.put_policy("admission", "eng-0", 7, forged.model_dump_json())
-        maker = DecisionMaker(default_registry(), store, keyring=PolicyKeyring(signing=KEY))
-        with pytest.raises(InvalidInputError, match="not validly signed \\(unsigned\\)"):
-            maker.on_snapshot(_snapshot(2, 15.0))
+        keyring = PolicyKeyring(signing=KEY)
+        maker = DecisionMaker(default_registry(), store, keyring=keyring)
+        with structlog.testing.capture_logs() as logs:
+            handled = maker.on_snapshot(_snapshot(2, 15.0))
+        assert [(r.version, r.accepted) for r in handled.records] == [(8, True)]
+        stored = AdmissionPolicy.model_validate_json(store.get_policy("admission", "eng-0") or "")
+        assert (stored.version, stored.previous_version) == (8, None)
+        assert signature_problem(stored, keyring) is None
+        unreadable = [e for e in logs if e["event"] == "policy_key_unreadable"]
+        assert [(e["kind"], e["scope"], e["reason"]) for e in unreadable] == [
+            ("admission", "eng-0", "not validly signed (unsigned)")
+        ]
 
     def test_a_pin_of_a_signed_document_carries_no_stale_signature_and_verifies_once_signed(self) -> None:
         store = MemoryStore()

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 
-from services.store.memory_store import MemoryStore
+import pytest
+
+from services.store.memory_store import MemoryStore, stored_version
 
 
 class TestCommit:
@@ -31,3 +33,19 @@ class TestPutPolicy:
         assert not store.put_policy("k", "s", 2, json.dumps({"version": 2}))
         assert [json.loads(d)["version"] for d in store.policy_history("k", "s")] == [5, 4, 3]
         assert len(store.announcements) == 5
+
+
+class TestUnreadableCurrentValue:
+    @pytest.mark.parametrize("garbage", ["not json {", "[1, 2]", '{"version": "seven"}', "null", '{"version": true}'])
+    def test_a_value_without_a_readable_version_counts_as_absent_and_is_overwritten(self, garbage: str) -> None:
+        store = MemoryStore()
+        store.policies[("admission", "eng-0")] = garbage
+        assert store.put_policy("admission", "eng-0", 1, '{"version": 1}')
+        assert store.get_policy("admission", "eng-0") == '{"version": 1}'
+
+    def test_a_readable_version_still_fences_and_a_fraction_reads_as_its_floor(self) -> None:
+        store = MemoryStore()
+        store.policies[("admission", "eng-0")] = '{"version": 3.5}'
+        assert stored_version(store.policies[("admission", "eng-0")]) == 3
+        assert not store.put_policy("admission", "eng-0", 3, '{"version": 3}')
+        assert store.put_policy("admission", "eng-0", 4, '{"version": 4}')

@@ -1,0 +1,226 @@
+"""Backend outages mid-stream, on the real broker and Redis: both services ride them out and lose nothing.
+
+The stream processor and the policy service run as ``governor run`` children. In one test their
+own redis-server is paused (SIGSTOP) for 10 s while events keep arriving, then resumed (SIGCONT);
+in the other the broker is paused the same way between two halves of the stream. Neither service
+exits; each logs an outage it noticed once when it starts and once when it ends, with no
+traceback; and nothing is lost: the snapshots on the log are those of the pure fold, the
+summaries in Redis equal it, and the decisions on the log are those one uninterrupted pass of the
+policy service makes over the same snapshots, with Redis holding the last of each.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+import redis
+
+from schemas.errors import BackendUnavailableError
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState
+from services.stack.processes import free_port, wait_for_port
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+from tests.integration.decision_streams import (
+    folded_snapshots,
+    folded_summaries,
+    logged_decisions,
+    logged_snapshots,
+    reference_decisions,
+    stored_documents,
+)
+from tests.integration.processes import applied_total, start_service, summaries, wait_until
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = [pytest.mark.integration, pytest.mark.slow]
+
+PAUSE_S = 10.0
+
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """A redis-server of this test alone, on its own port (so pausing it disturbs nobody else)."""
+    binary = shutil.which("redis-server")
+    if binary is None:
+        pytest.skip("needs redis-server on the PATH")
+    port = free_port()
+    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
+    with (tmp_path / "redis.log").open("wb") as log:
+        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for_port("127.0.0.1", port, 10.0, "redis")
+        yield f"redis://127.0.0.1:{port}/0", process
+    finally:
+        process.send_signal(signal.SIGCONT)
+        process.terminate()
+        process.wait(timeout=10)
+
+
+def _publish(stack: StackState, events: list) -> None:
+    publisher = TelemetryPublisher(stack.kafka_bootstrap)
+    for event in events:
+        publisher.publish(event)
+    assert publisher.flush(60.0)
+    publisher.close()
+    assert publisher.stats().dropped == 0
+
+
+def _log_events(path: Path) -> list[str]:
+    names = []
+    for line in path.read_text().splitlines():
+        if line.startswith("{"):
+            names.append(json.loads(line).get("event", ""))
+    return names
+
+
+def test_redis_paused_mid_stream_stops_no_service_loses_nothing_and_is_logged_once_each_way(
+    stack: StackState, deployment: str, tmp_path: Path, own_redis: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    redis_url, redis_server = own_redis
+    events = synthetic_stream(engines=4, requests=6000, deployment=deployment, seed=7)
+    third = len(events) // 3
+    _publish(stack, events[:third])
+    logs = {name: tmp_path / f"{name}.log" for name in ("stream", "policy")}
+    services = {
+        name: start_service(stack, name, deployment, logs[name], idle_exit_s=8.0, redis_url=redis_url)
+        for name in ("stream", "policy")
+    }
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    wait_until(
+        lambda: applied_total(store) > 0 and bool(store.applied_offsets("policy")),
+        120.0,
+        "both services to commit before the outage",
+    )
+    store.close()
+    redis_server.send_signal(signal.SIGSTOP)
+    _publish(stack, events[third : 2 * third])
+    time.sleep(PAUSE_S)
+    redis_server.send_signal(signal.SIGCONT)
+    _publish(stack, events[2 * third :])
+    assert services["stream"].wait(timeout=300) == 0
+    assert services["policy"].wait(timeout=300) == 0
+
+    for name, path in logs.items():
+        names = _log_events(path)
+        assert (name, names.count("backend_unavailable"), names.count("backend_recovered")) == (name, 1, 1)
+        assert "Traceback" not in path.read_text()
+
+    _assert_nothing_lost(stack, deployment, events, redis_url)
+
+
+def _assert_nothing_lost(stack: StackState, deployment: str, events: list, redis_url: str) -> None:
+    logged = logged_snapshots(stack.kafka_bootstrap, deployment)
+    assert set(logged) == folded_snapshots(events, deployment)
+    store = RedisStore.from_url(redis_url, deployment, 5.0)
+    engines = sorted({event.engine_id for event in events})
+    assert summaries(store, deployment, engines) == folded_summaries(events, deployment)
+    store.close()
+    decisions = logged_decisions(stack.kafka_bootstrap, deployment)
+    assert decisions
+    assert decisions == reference_decisions(stack.kafka_bootstrap, deployment)
+    client = redis.Redis.from_url(redis_url)
+    last_logged = {(kind, scope): json.loads(document) for kind, scope, _, document in decisions}
+    assert stored_documents(client, deployment) == last_logged
+    client.close()
+
+
+def test_the_broker_paused_mid_stream_stops_no_service_and_loses_nothing(
+    stack: StackState, deployment: str, tmp_path: Path
+) -> None:
+    assert stack.broker_pid is not None
+    events = synthetic_stream(engines=4, requests=6000, deployment=deployment, seed=8)
+    half = len(events) // 2
+    _publish(stack, events[:half])
+    logs = {name: tmp_path / f"{name}.log" for name in ("stream", "policy")}
+    services = {
+        name: start_service(stack, name, deployment, logs[name], idle_exit_s=25.0) for name in ("stream", "policy")
+    }
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    wait_until(
+        lambda: applied_total(store) > 0 and bool(store.applied_offsets("policy")),
+        120.0,
+        "both services to commit before the outage",
+    )
+    store.close()
+    os.kill(stack.broker_pid, signal.SIGSTOP)
+    try:
+        time.sleep(PAUSE_S)
+    finally:
+        os.kill(stack.broker_pid, signal.SIGCONT)
+    _publish(stack, events[half:])
+    assert services["stream"].wait(timeout=300) == 0
+    assert services["policy"].wait(timeout=300) == 0
+    for path in logs.values():
+        names = _log_events(path)
+        assert names.count("backend_unavailable") == names.count("backend_recovered") <= 1
+        assert "Traceback" not in path.read_text()
+    _assert_nothing_lost(stack, deployment, events, stack.redis_url)
+
+
+class LostReplies(RedisStore):
+    """Redis whose reply to every ``every``-th commit and policy write is lost after the write was done.
+
+    That is what a client sees when Redis stalls past the client's timeout and then executes the
+    queued call: the caller must retry without knowing the first try landed.
+    """
+
+    def __init__(self, url: str, deployment: str, every: int) -> None:
+        store = RedisStore.from_url(url, deployment, 5.0)
+        super().__init__(store._client, deployment)
+        self._every = every
+        self._calls = 0
+        self.lost = 0
+
+    def _lose_a_reply(self, what: str) -> None:
+        self._calls += 1
+        if self._calls % self._every == 0:
+            self.lost += 1
+            msg = f"redis {what} failed: Timeout reading from socket"
+            raise BackendUnavailableError(msg, backend="redis")
+
+    def commit(
+        self, consumer: str, offsets: Mapping[str, int], states: Mapping[str, str], summaries: Mapping[str, str]
+    ) -> bool:
+        done = super().commit(consumer, offsets, states, summaries)
+        self._lose_a_reply("commit")
+        return done
+
+    def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
+        done = super().put_policy(kind, scope, version, document_json)
+        self._lose_a_reply("put_policy")
+        return done
+
+
+def test_writes_whose_reply_was_lost_are_retried_without_loss_or_double_counting(
+    stack: StackState, deployment: str
+) -> None:
+    events = synthetic_stream(engines=4, requests=3000, deployment=deployment, seed=9)
+    _publish(stack, events)
+    stream_store = LostReplies(stack.redis_url, deployment, every=3)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=stream_store, registry=default_registry()
+    )
+    processor.run(idle_exit_s=4.0)
+    processor.close()
+    policy_store = LostReplies(stack.redis_url, deployment, every=40)
+    service = PolicyService(
+        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=policy_store, registry=default_registry()
+    )
+    service.run(idle_exit_s=4.0)
+    service.close()
+    assert stream_store.lost > 0
+    assert processor.counters.commits_refused > 0, "a retried commit that had landed is refused, and resumed from"
+    assert policy_store.lost > 0
+    stream_store.close()
+    policy_store.close()
+    _assert_nothing_lost(stack, deployment, events, stack.redis_url)

@@ -1,0 +1,189 @@
+"""services/policy/handler.py: no record of any shape stops the policy service or freezes a scope.
+
+The handler runs on a real in-memory store (the compare-and-set rules of Redis) and a sink that keeps
+what it is given; the integration tests run the same code against the broker and Redis.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+import structlog
+from hypothesis import given
+from hypothesis import strategies as st
+
+from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
+from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot
+from services.policy.handler import PendingBatch, PolicyHandler
+from services.policy.specs import default_registry
+from services.store.memory_store import MemoryStore
+from tests.fixtures import admission_snapshot, synthetic_engine_summary
+
+SUMMARY = synthetic_engine_summary()
+
+
+@dataclass(frozen=True, slots=True)
+class Record:
+    """A consumed record of ``gov.estimates``."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+@dataclass
+class ListSink:
+    """Keeps every (topic, value) the handler sends."""
+
+    sent: list[tuple[str, bytes]] = field(default_factory=list)
+
+    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
+        self.sent.append((topic, value))
+
+    def on(self, topic: str) -> list[bytes]:
+        return [value for sent_topic, value in self.sent if sent_topic == topic]
+
+
+def _handler(store: MemoryStore, sink: ListSink) -> PolicyHandler:
+    return PolicyHandler(deployment="dep", store=store, registry=default_registry(), sink=sink)
+
+
+def _snapshot(version: int, *, ts: float | None = None, deployment: str = "dep") -> EstimateSnapshot:
+    return admission_snapshot(SUMMARY, version=version, ts=ts or 5.0 * version, deployment=deployment)
+
+
+def _handle(handler: PolicyHandler, values: list[bytes | None]) -> PendingBatch:
+    """Handle ``values`` as consecutive records of partition 0, then write what they decided."""
+    batch = PendingBatch()
+    for offset, value in enumerate(values):
+        handler.handle(Record(ESTIMATES_TOPIC, 0, offset, b"eng-0", value), batch)
+    handler.apply(batch)
+    return batch
+
+
+def _decided(sink: ListSink) -> list[tuple[int, bool]]:
+    records = [DecisionRecord.model_validate_json(value) for value in sink.on(DECISIONS_TOPIC)]
+    return [(record.version, record.accepted) for record in records]
+
+
+class TestForgedSnapshots:
+    def test_a_forged_high_version_is_dead_lettered_and_the_engine_keeps_being_decided(self) -> None:
+        store, sink = MemoryStore(), ListSink()
+        handler = _handler(store, sink)
+        forged = _snapshot(1_000_000_000, ts=12.0)
+        _handle(handler, [_snapshot(1).model_dump_json().encode(), forged.model_dump_json().encode()])
+        _handle(handler, [_snapshot(v).model_dump_json().encode() for v in (2, 3)])
+        assert _decided(sink) == [(1, True), (2, True), (3, True)]
+        letters = [DeadLetter.model_validate_json(value) for value in sink.on(DEADLETTER_TOPIC)]
+        assert [(letter.reason, letter.source.offset) for letter in letters] == [
+            ("snapshot version gap for eng-0: 1000000000 after 1", 1)
+        ]
+        assert handler.counters.inconsistent == 1
+
+    def test_records_of_another_deployment_are_counted_not_decided_nor_dead_lettered(self) -> None:
+        store, sink = MemoryStore(), ListSink()
+        handler = _handler(store, sink)
+        with structlog.testing.capture_logs() as logs:
+            _handle(handler, [_snapshot(v, deployment="other").model_dump_json().encode() for v in (1, 2)])
+        assert sink.sent == []
+        assert handler.counters.foreign == 2
+        assert [e["deployment"] for e in logs if e["event"] == "foreign_deployment_records"] == ["other"]
+
+
+class TestUnreadablePolicyKey:
+    def test_a_non_json_value_in_the_key_is_reported_and_overwritten(self) -> None:
+        store, sink = MemoryStore(), ListSink()
+        store.policies[("admission", "eng-0")] = "not json {"
+        handler = _handler(store, sink)
+        with structlog.testing.capture_logs() as logs:
+            _handle(handler, [_snapshot(v).model_dump_json().encode() for v in (1, 2)])
+        assert _decided(sink) == [(1, True), (2, True)]
+        assert json.loads(store.policies[("admission", "eng-0")])["version"] == 2
+        unreadable = [e for e in logs if e["event"] == "policy_key_unreadable"]
+        assert [(e["kind"], e["scope"], e["action"]) for e in unreadable] == [("admission", "eng-0", "overwrite")]
+
+    def test_after_garbage_the_next_decision_builds_on_the_last_good_document_of_the_history(self) -> None:
+        """Engines cached the last good version; the replacement is numbered above it, so they take it."""
+        store, sink = MemoryStore(), ListSink()
+        handler = _handler(store, sink)
+        _handle(handler, [_snapshot(v).model_dump_json().encode() for v in (1, 2)])
+        store.policies[("admission", "eng-0")] = "\x00garbage"
+        _handle(handler, [_snapshot(3).model_dump_json().encode()])
+        stored = json.loads(store.policies[("admission", "eng-0")])
+        assert (stored["version"], stored["previous_version"]) == (3, 2)
+
+    def test_a_value_with_a_version_but_no_valid_document_is_replaced_by_a_version_above_it(self) -> None:
+        store, sink = MemoryStore(), ListSink()
+        store.policies[("admission", "eng-0")] = json.dumps({"version": 41, "payload": "junk"})
+        _handle(_handler(store, sink), [_snapshot(1).model_dump_json().encode()])
+        assert _decided(sink) == [(42, True)]
+
+
+class TestOutboxStaging:
+    def test_decisions_are_written_only_by_apply_and_later_snapshots_build_on_staged_ones(self) -> None:
+        store, sink = MemoryStore(), ListSink()
+        handler = _handler(store, sink)
+        batch = PendingBatch()
+        for offset, version in enumerate((1, 2)):
+            value = _snapshot(version).model_dump_json().encode()
+            handler.handle(Record(ESTIMATES_TOPIC, 0, offset, b"eng-0", value), batch)
+        assert store.policies == {}
+        assert [(w.version, w.record.version) for w in batch.writes] == [(1, 1), (2, 2)]
+        handler.apply(batch)
+        assert json.loads(store.policies[("admission", "eng-0")])["version"] == 2
+        assert [json.loads(doc)["version"] for doc in store.policy_history("admission", "eng-0")] == [2, 1]
+
+
+record_shapes = st.one_of(
+    st.none(),
+    st.binary(max_size=300),
+    st.text(max_size=200).map(str.encode),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=20),
+        lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=12), children, max_size=4),
+        max_leaves=12,
+    ).map(lambda body: json.dumps(body).encode()),
+    st.fixed_dictionaries(
+        {
+            "record_type": st.sampled_from(["estimate_snapshot", "policy_config", "decision", "x"]),
+            "deployment": st.sampled_from(["dep", "other", "", "x" * 300]),
+            "scope": st.sampled_from(["eng-0", "fleet", ""]),
+            "version": st.integers(min_value=-5, max_value=2**70),
+            "trigger": st.sampled_from(["admission:every 5s", "fleetopt:contribution", "nope", ""]),
+            "name": st.sampled_from(["live", "shadow-a"]),
+            "config": st.sampled_from([None, {}, {"admission": {"nope": 1}}, "x"]),
+        }
+    ).map(lambda body: json.dumps(body).encode()),
+    st.builds(
+        lambda version, ts, offset: json.dumps(
+            {
+                **json.loads(_snapshot(1).model_dump_json()),
+                "version": version,
+                "ts": ts,
+                "offsets": [{"topic": "gov.telemetry", "partition": 0, "offset": offset}],
+            }
+        ).encode(),
+        st.integers(min_value=1, max_value=2**40),
+        st.floats(min_value=0.0, max_value=1e12),
+        st.integers(min_value=0, max_value=2**40),
+    ),
+)
+
+
+@given(values=st.lists(record_shapes, min_size=1, max_size=12))
+def test_any_record_shape_never_raises_and_what_is_refused_is_dead_lettered_with_a_reason(
+    values: list[bytes | None],
+) -> None:
+    store, sink = MemoryStore(), ListSink()
+    handler = _handler(store, sink)
+    _handle(handler, values)
+    letters = [DeadLetter.model_validate_json(value) for value in sink.on(DEADLETTER_TOPIC)]
+    assert len(letters) == handler.counters.dead_lettered
+    assert all(letter.reason for letter in letters)
+    counted = handler.counters
+    taken = counted.snapshots + counted.foreign + counted.configs + counted.configs_invalid
+    assert taken + counted.invalid + counted.inconsistent == len(values)
+    assert counted.invalid + counted.inconsistent <= counted.dead_lettered
