@@ -29,6 +29,7 @@ from typing import Protocol
 import structlog
 
 from schemas.errors import BackendUnavailableError, ConfigError, InvalidInputError
+from schemas.estimates import FleetContribution
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord
@@ -228,7 +229,7 @@ class PolicyHandler:
         if isinstance(parsed, PolicyConfigRecord):
             self._apply_config(parsed)
             return
-        if parsed.scope != FLEET_SCOPE:
+        if parsed.scope != FLEET_SCOPE and not isinstance(parsed.estimates, FleetContribution):
             verdict = self.ledger.check(parsed)
             if verdict.refused is not None:
                 self.counters.inconsistent += 1

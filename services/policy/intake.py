@@ -8,8 +8,8 @@ item 1); the service dead-letters what it refuses, with this reason.
 ``SnapshotLedger`` is the trust boundary inside (issue 19 item 6): a record that parses can still
 be inconsistent, and one forged snapshot with a high version used to freeze its engine's policy,
 because every genuine snapshot after it looked like an old duplicate. The stream processor numbers
-an engine's snapshots 1, 2, 3, ... (one counter over all its triggers) and takes each at a position
-of the engine's telemetry partition, so the ledger keeps, per engine scope, the last version it
+an engine's snapshots 1, 2, 3, ... (one counter over all its engine-scope triggers) and takes each
+at a position of the engine's telemetry partition, so the ledger keeps, per engine scope, the last version it
 accepted, its snapshot id and position, and refuses:
 
 - a version gap (a jump past last + 1);
@@ -22,6 +22,10 @@ earlier positions) passes to the decider, which skips it as a duplicate. A refus
 moves the ledger, so one forged record costs at most the decision of the version it imitated.
 If a run of ``RESYNC_RUN`` snapshots numbered one after another is refused in a row, the ledger
 follows it (``snapshot_ledger_resynced``): a lost snapshot cannot freeze an engine either.
+
+Fleet contributions are not the ledger's: they are numbered by their slot, travel on the fleet
+partition after the engine's other snapshots, and the fleet aggregator skips a second one for an
+(engine, slot) (services/stream/fleet.py).
 
 Deviation: the first snapshot the ledger sees of an engine is trusted, whatever its version; the
 ledger is committed with the service's offsets, so "first" means the first since the deployment's

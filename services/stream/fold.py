@@ -229,13 +229,13 @@ class Folder:
         closed = None
         if current is None or index > current.index:
             if current is not None:
-                estimates.snapshot_version += 1
                 contribution = current.contribution()
+                version = current.index + 1  # numbered by slot: the engine's own snapshot counter stays gap-free
                 closed = EstimateSnapshot(
                     deployment=self._deployment,
                     scope=estimates.engine_id,
-                    snapshot_id=snapshot_id(estimates.engine_id, estimates.snapshot_version, contribution),
-                    version=estimates.snapshot_version,
+                    snapshot_id=snapshot_id(estimates.engine_id, version, contribution),
+                    version=version,
                     ts=event.ts,
                     trigger=f"{spec.kind}:{CONTRIBUTION_TRIGGER}",
                     offsets=[position],

@@ -13,12 +13,17 @@ import structlog
 from hypothesis import given
 from hypothesis import strategies as st
 
-from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
+from schemas.events import encode_event
+from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot
 from services.policy.handler import PendingBatch, PolicyHandler
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
+from services.stream.batches import TelemetryBatches
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
+from tests.unit.stream.synthetic import synthetic_stream
+from tests.unit.stream.test_batches import Consumer, KeptProducer
+from tests.unit.stream.test_batches import Record as TelemetryRecordStub
 
 SUMMARY = synthetic_engine_summary()
 
@@ -187,3 +192,36 @@ def test_any_record_shape_never_raises_and_what_is_refused_is_dead_lettered_with
     taken = counted.snapshots + counted.foreign + counted.configs + counted.configs_invalid
     assert taken + counted.invalid + counted.inconsistent == len(values)
     assert counted.invalid + counted.inconsistent <= counted.dead_lettered
+
+
+class TestFleetContributionsBesideTheLedger:
+    def test_engine_snapshots_and_late_fleet_contributions_from_the_processor_are_all_taken(self) -> None:
+        """The processor holds contributions back and sends them on the fleet partition, after the engine's
+        later snapshots: none of that may look like a version gap or an old replay to the ledger."""
+        producer = KeptProducer()
+        batches = TelemetryBatches(
+            deployment="dep",
+            store=MemoryStore(),
+            registry=default_registry(fleet_slot_s=5.0),
+            producer=producer,
+            consumer=Consumer(),
+            commit_interval_s=3600.0,
+        )
+        batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+        events = synthetic_stream(engines=2, requests=600, deployment="dep", seed=8)
+        records = [
+            TelemetryRecordStub(TELEMETRY_TOPIC, 0, offset, e.engine_id.encode(), encode_event(e))
+            for offset, e in enumerate(events)
+        ]
+        for start in range(0, len(records), 300):
+            batches.process(records[start : start + 300])
+        batches.idle()
+        store, sink = MemoryStore(), ListSink()
+        handler = _handler(store, sink)
+        batch = PendingBatch()
+        snapshots = [value for topic, value in producer.sent if topic == ESTIMATES_TOPIC]
+        assert any(b"fleet_contribution" in value for value in snapshots)
+        for offset, value in enumerate(snapshots):
+            handler.handle(Record(ESTIMATES_TOPIC, 0, offset, None, value), batch)
+        assert handler.counters.inconsistent == 0
+        assert sink.on(DEADLETTER_TOPIC) == []
