@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import threading
+import uuid
 from pathlib import Path
 
 import pytest
@@ -87,29 +88,33 @@ def _fleetopt_decisions(stack: StackState, deployment: str) -> list[tuple[int, s
     return found
 
 
+def _flush(stack: StackState, deployment: str) -> None:
+    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+    store.flush_deployment()
+    store.close()
+
+
 def test_fleetopt_decisions_are_the_same_live_at_full_speed_and_after_a_redis_wipe(
     stack: StackState, tmp_path: Path
 ) -> None:
-    live_deployment, fast_deployment = "fleet-live-" + tmp_path.name[-8:], "fleet-fast-" + tmp_path.name[-8:]
+    suffix = uuid.uuid4().hex[:8]
+    live_deployment, fast_deployment = f"fleet-live-{suffix}", f"fleet-fast-{suffix}"
     live_events = recorded_sim_stream(tmp_path / "live.jsonl.gz", duration_s=40.0, deployment=live_deployment)
     fast_events = recorded_sim_stream(tmp_path / "fast.jsonl.gz", duration_s=40.0, deployment=fast_deployment)
+    try:
+        _run_both(stack, live_deployment, "live", publish=lambda: _publish(stack, live_events, PACED_SPEED))
+        live = _fleetopt_decisions(stack, live_deployment)
+        assert len(live) >= 3
 
-    _run_both(stack, live_deployment, "live", publish=lambda: _publish(stack, live_events, PACED_SPEED))
-    live = _fleetopt_decisions(stack, live_deployment)
-    assert len(live) >= 3
+        _publish(stack, fast_events, None)
+        _run_both(stack, fast_deployment, "fast")
+        fast = _fleetopt_decisions(stack, fast_deployment)
+        assert fast == live
 
-    _publish(stack, fast_events, None)
-    _run_both(stack, fast_deployment, "fast")
-    fast = _fleetopt_decisions(stack, fast_deployment)
-    assert fast == live
-
-    store = RedisStore.from_url(stack.redis_url, fast_deployment, 5.0)
-    assert store.flush_deployment() > 0
-    store.close()
-    _run_both(stack, fast_deployment, "rebuild")
-    rebuilt = _fleetopt_decisions(stack, fast_deployment)[len(fast) :]
-    for deployment in (live_deployment, fast_deployment):
-        cleanup = RedisStore.from_url(stack.redis_url, deployment, 5.0)
-        cleanup.flush_deployment()
-        cleanup.close()
-    assert rebuilt == live
+        _flush(stack, fast_deployment)
+        _run_both(stack, fast_deployment, "rebuild")
+        rebuilt = _fleetopt_decisions(stack, fast_deployment)[len(fast) :]
+        assert rebuilt == live
+    finally:
+        _flush(stack, live_deployment)
+        _flush(stack, fast_deployment)

@@ -103,5 +103,5 @@ def test_twenty_random_kills_of_either_service_leave_the_uninterrupted_estimates
     }
     assert len(expected) > 50
     accepted = _accepted(stack, deployment)
-    differing = {key: (accepted.get(key), expected.get(key)) for key in accepted.keys() | expected.keys()}
-    assert {key: pair for key, pair in differing.items() if pair[0] != pair[1]} == {}
+    assert sorted(accepted) == sorted(expected)
+    assert {key: payloads for key, payloads in accepted.items() if payloads != expected[key]} == {}
