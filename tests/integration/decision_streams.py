@@ -106,12 +106,13 @@ def logged_snapshots(bootstrap: str, deployment: str) -> list[Snapshot]:
 
 
 def folded_snapshots(events: list[Event], deployment: str) -> set[Snapshot]:
-    """The snapshots the pure fold of ``events`` takes."""
+    """The snapshots the pure fold of ``events`` takes, the fleet contributions it holds back included."""
     folder = Folder(deployment, default_registry())
     taken: set[Snapshot] = set()
     for offset, event in enumerate(events):
         for snapshot in folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)):
             taken.add((snapshot.scope, snapshot.version, snapshot.snapshot_id))
+    taken.update((s.scope, s.version, s.snapshot_id) for s in folder.release(None))
     return taken
 
 

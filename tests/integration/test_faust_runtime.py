@@ -61,17 +61,18 @@ def _values_since(bootstrap: str, topic: str, start: Marks) -> list[bytes]:
     return [value for partition in sorted(values) for value in values[partition]]
 
 
-def _snapshots_by_version(bootstrap: str, deployment: str, start: Marks) -> dict[tuple[str, int], list[object]]:
-    """The deployment's snapshots since ``start``, by (scope, version), in the order read.
+def _snapshots_by_version(bootstrap: str, deployment: str, start: Marks) -> dict[tuple[str, str, int], list[object]]:
+    """The deployment's snapshots since ``start``, by (scope, summary type, version), in the order read.
 
-    Each run folds from empty state, so every run takes each (scope, version) once; fleet
-    contributions sit in their own partition, so runs are told apart by version, not by position.
+    Each run folds from empty state, so every run takes each of them once; fleet contributions sit in
+    their own partition and are numbered by slot, so runs are told apart by version, not by position.
     """
-    found: dict[tuple[str, int], list[object]] = {}
+    found: dict[tuple[str, str, int], list[object]] = {}
     for value in _values_since(bootstrap, ESTIMATES_TOPIC, start):
         snapshot = json.loads(value)
         if snapshot["deployment"] == deployment:
-            found.setdefault((snapshot["scope"], snapshot["version"]), []).append(snapshot)
+            key = (snapshot["scope"], snapshot["estimates"]["summary_type"], snapshot["version"])
+            found.setdefault(key, []).append(snapshot)
     return found
 
 
@@ -137,7 +138,7 @@ def test_both_runtimes_fold_the_same_records_to_identical_redis_state_snapshots_
 
     def snapshots_twice_alike() -> bool:
         found = _snapshots_by_version(stack.kafka_bootstrap, deployment, before[ESTIMATES_TOPIC])
-        return sorted({scope for scope, _ in found}) == engines and all(
+        return sorted({scope for scope, _, _ in found}) == engines and all(
             len(pair) == 2 and pair[0] == pair[1] for pair in found.values()
         )
 

@@ -59,8 +59,8 @@ def _run_both(stack: StackState, deployment: str, suffix: str, publish: object =
     """Run both services until idle, in threads, while ``publish`` (if given) feeds the telemetry topic."""
     processor, service = _services(stack, deployment, suffix)
     threads = [
-        threading.Thread(target=processor.run, kwargs={"idle_exit_s": 8.0}),
-        threading.Thread(target=service.run, kwargs={"idle_exit_s": 10.0}),
+        threading.Thread(target=processor.run, kwargs={"idle_exit_s": 10.0}),
+        threading.Thread(target=service.run, kwargs={"idle_exit_s": 20.0}),
     ]
     for thread in threads:
         thread.start()
