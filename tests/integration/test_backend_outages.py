@@ -162,7 +162,10 @@ def test_the_broker_paused_mid_stream_stops_no_service_and_loses_nothing(
     assert services["policy"].wait(timeout=300) == 0
     for path in logs.values():
         names = _log_events(path)
-        assert names.count("backend_unavailable") == names.count("backend_recovered") <= 1
+        # Each outage a service notices is said once as it starts and once as it ends. How many it
+        # notices depends on where each stood when the broker stopped (caught up, it may notice none;
+        # a broker slow to answer after SIGCONT can make a second), so only the pairing is asserted.
+        assert names.count("backend_unavailable") == names.count("backend_recovered")
         assert "Traceback" not in path.read_text()
     _assert_nothing_lost(stack, deployment, events, stack.redis_url)
 
