@@ -166,7 +166,10 @@ def test_the_broker_paused_mid_stream_stops_no_service_and_loses_nothing(
         # notices depends on where each stood when the broker stopped (caught up, it may notice none;
         # a broker slow to answer after SIGCONT can make a second), so only the pairing is asserted.
         assert names.count("backend_unavailable") == names.count("backend_recovered")
-        assert "Traceback" not in path.read_text()
+        # kafka-python's own network thread may log an error with its traceback while the broker is
+        # stopped; no traceback may come from Governor's code.
+        ours = [line for line in path.read_text().splitlines() if "site-packages/kafka/" not in line]
+        assert not [line for line in ours if "Traceback" in line]
     _assert_nothing_lost(stack, deployment, events, stack.redis_url)
 
 
