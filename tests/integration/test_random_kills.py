@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import random
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
@@ -29,7 +28,7 @@ from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
-from tests.integration.processes import ROOT, applied_total, summaries
+from tests.integration.processes import applied_total, start_service, summaries
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -37,17 +36,6 @@ pytestmark = [pytest.mark.integration, pytest.mark.slow]
 KILLS = 20
 PUBLISH_S = 60.0  # the telemetry arrives over a minute, while the services are being killed
 SERVICES = ("stream", "policy")
-
-
-def _start(
-    name: str, stack: StackState, deployment: str, log: Path, idle_exit_s: float | None = None
-) -> subprocess.Popen[bytes]:
-    argv = [sys.executable, "-m", "services.cli", "run", name, "--deployment", deployment]
-    argv += ["--kafka-bootstrap", stack.kafka_bootstrap, "--redis-url", stack.redis_url, "--metrics-port", "0"]
-    if idle_exit_s is not None:
-        argv += ["--idle-exit-s", str(idle_exit_s)]
-    with log.open("ab") as out:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT)
 
 
 def _accepted(stack: StackState, deployment: str) -> dict[tuple[str, str, int], set[str]]:
@@ -72,7 +60,7 @@ def test_twenty_random_kills_of_either_service_leave_the_uninterrupted_estimates
     rng = random.Random(KILLS)
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     progress = []
-    running = {name: _start(name, stack, deployment, tmp_path / f"{name}.log") for name in SERVICES}
+    running = {name: start_service(stack, name, deployment, tmp_path / f"{name}.log") for name in SERVICES}
     for _ in range(KILLS):
         victim = rng.choice(SERVICES)
         progress.append(applied_total(store))
@@ -85,7 +73,7 @@ def test_twenty_random_kills_of_either_service_leave_the_uninterrupted_estimates
             raise AssertionError(
                 f"the {victim} service exited by itself: {(tmp_path / f'{victim}.log').read_text()[-2000:]}"
             )
-        running[victim] = _start(victim, stack, deployment, tmp_path / f"{victim}.log")
+        running[victim] = start_service(stack, victim, deployment, tmp_path / f"{victim}.log")
     feeding.join(timeout=300)
     assert publisher.flush(60.0)
     publisher.close()
@@ -93,7 +81,7 @@ def test_twenty_random_kills_of_either_service_leave_the_uninterrupted_estimates
         process.kill()
         process.wait(timeout=30)
     for name in SERVICES:
-        final = _start(name, stack, deployment, tmp_path / f"{name}.log", idle_exit_s=6.0)
+        final = start_service(stack, name, deployment, tmp_path / f"{name}.log", idle_exit_s=6.0)
         assert final.wait(timeout=300) == 0, (tmp_path / f"{name}.log").read_text()[-2000:]
 
     finished = applied_total(store)
