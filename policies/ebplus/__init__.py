@@ -22,7 +22,14 @@ from policies.ebplus.phase_machine import (
     live_payload,
     step,
 )
-from policies.ebplus.tbt_guard import TbtGuard, apply_tbt_guard, refill_stall_s, tbt_guard
+from policies.ebplus.tbt_guard import (
+    TbtGuard,
+    apply_tbt_guard,
+    mb_step_budget_tokens,
+    mixed_step_s,
+    refill_stall_s,
+    tbt_guard,
+)
 
 __all__ = [
     "BaseThreshold",
@@ -53,6 +60,8 @@ __all__ = [
     "kv_gate_fraction",
     "kv_gate_passes",
     "live_payload",
+    "mb_step_budget_tokens",
+    "mixed_step_s",
     "n_star",
     "n_star_clt",
     "n_star_eq6",

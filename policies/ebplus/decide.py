@@ -6,7 +6,8 @@ completions have arrived since the last update and the hazard window holds W_min
 Eq. 8 with hysteresis (mode_selection.py) whenever the window is usable, and pushes (mode, theta, k, N,
 KV gate, fallback) with every clamp flagged. Everything that carries over lives in ``EbplusState``.
 With ``params.tbt_guard`` and a TBT SLO among the engine's tiers, EB is refused (or left at once)
-when its refill stall would break the tightest SLO (tbt_guard.py; Governor's, not the paper's).
+when its refill stall would break the tightest SLO, and MB steps get a token budget that fits it
+(tbt_guard.py; Governor's, not the paper's).
 
 Deviation: the reference code keeps the hazard fit, the EMAs and the mode in the engine. Here the
 estimators fit the hazard and the policy floors it as the code's estimator does (p0 >= 1/mu_O,
@@ -27,7 +28,7 @@ from policies.ebplus.inputs import CostModel, EbplusInputs
 from policies.ebplus.mode_selection import crossover_signal, select_mode
 from policies.ebplus.online_update import update_threshold
 from policies.ebplus.params import EbplusParams, RhsThreshold
-from policies.ebplus.tbt_guard import apply_tbt_guard, tbt_guard
+from policies.ebplus.tbt_guard import apply_tbt_guard, mb_step_budget_tokens, tbt_guard
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 
@@ -230,6 +231,15 @@ def decide(
             delta_to_mb=choice.delta_to_mb_s_per_token,
         )
     diagnostics.update(cooldown_remaining=cooldown, switch_count=switch_count)
+    mb_budget = None
+    if params.tbt_guard and params.mb_step_budget and inputs.tbt_slo_min_s is not None:
+        mb_budget = mb_step_budget_tokens(
+            cost=cost,
+            max_num_seqs=inputs.max_num_seqs,
+            tbt_slo_min_s=inputs.tbt_slo_min_s,
+            token_budget_tokens=inputs.token_budget_tokens,
+        )
+        diagnostics.update(mb_token_budget_tokens=mb_budget)
     payload = EbplusPayload(
         mode=mode,
         theta=theta_push,
@@ -242,6 +252,7 @@ def decide(
         mu_o_tokens=inputs.mu_o_tokens,
         calib_id=calib_id,
         fallback=EbplusFallback(mode="MB", theta=params.theta_default, n=inputs.max_num_seqs),
+        mb_token_budget_tokens=mb_budget,
     )
     state = EbplusState(
         mode=mode,

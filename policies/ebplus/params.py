@@ -55,6 +55,7 @@ class EbplusParams:
     kv_gate_f_min: float = 0.05  # paper Eq. 23 lower clip
     kv_gate_f_max: float = 0.6  # paper Eq. 23 upper clip; code VLLM_PD_KV_THRESHOLD_MAX
     tbt_guard: bool = True  # Governor (not the paper): EB only when its refill stall fits the tightest TBT SLO
+    mb_step_budget: bool = True  # Governor (with tbt_guard): MB steps under a token budget that fits that SLO
     valid_for_s: float = 60.0  # Governor: about 6 T_max ticks of spec section 8 P11; engines then fall back to MB
 
     def __post_init__(self) -> None:

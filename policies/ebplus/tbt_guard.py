@@ -1,4 +1,4 @@
-"""The TBT guard of EB+ mode selection: EB only where its refill stall fits the tightest TBT SLO (Governor's).
+"""The TBT guard of EB+: EB only where its refill stall fits the tightest TBT SLO, MB steps bounded to fit it.
 
 EB(k) stops decoding while it refills (specs/seed-001-ebplus.md section 3.4, phase 2): every
 running request waits through the prefill of the k new requests and then one decode step, so its
@@ -13,8 +13,20 @@ demo's paid tier at 100 ms) fails every request that sees a few stalls longer th
 demo fleet the Eq. 8 rule put the RTX PRO 6000 engines into EB with k ~ 20, a ~0.5 s stall, and
 paid-tier SLO attainment fell from 96% (ungoverned) to 90% over five seeds (docs/results.md).
 
+Mixed batching has the same hazard in a milder form: a mixed step carries every running request's
+decode and up to the token budget of prefill chunks, priced alpha_MB + beta_MB(r) n_tok, so under
+vLLM's 8,192-token budget a full step costs ~0.5 s on the RTX PRO 6000 (0.2 s on the H200), and a step
+that picks up two or three queued prompts already passes 0.1 s there. On the demo fleet such steps
+(0.11-0.17 s) made every paid-tier SLO miss, in every arm (docs/results.md). ``mb_step_budget_tokens``
+is the largest step token budget whose step, carrying a decode for each of the engine's
+``max_num_seqs`` slots, still fits the tightest TBT SLO: Sarathi-Serve's rule of sizing the chunk from
+the TBT target, priced with the engine's cost model. The engine obeys it in its MB steps
+(``EbplusPayload.mb_token_budget_tokens``).
+
 Deviation: not in the paper or its code. The stall uses the minimum refill (k slots; under light load
 the machine may refill more), so the guard only blocks EB when even the smallest refill breaks the SLO.
+The MB budget prices the most decodes a step can carry (max_num_seqs), so it holds at any occupancy;
+at lower occupancy the engine's steps stay below the SLO with room to spare.
 """
 
 from __future__ import annotations
@@ -26,6 +38,20 @@ from policies.ebplus.inputs import CostModel
 from policies.ebplus.mode_selection import ModeChoice
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusMode
+
+_UNKNOWN_BUDGET_TOKENS = 1 << 20  # the search's ceiling for an engine that registered no token budget
+
+
+def _require(checks: tuple[tuple[str, object, bool], ...], what: str) -> None:
+    """Raise on the first (name, value, ok) whose ``ok`` is false.
+
+    Raises:
+        InvalidInputError: naming the argument and ``what`` it was for.
+    """
+    for name, value, ok in checks:
+        if not ok:
+            msg = f"{name} out of range for {what}, got {value}"
+            raise InvalidInputError(msg, field=name, value=value)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,10 +88,7 @@ def refill_stall_s(*, cost: CostModel, k: int, n: int, mu_l_tokens: float, token
         ("mu_l_tokens", mu_l_tokens, math.isfinite(mu_l_tokens) and mu_l_tokens > 0.0),
         ("token_budget_tokens", token_budget_tokens, token_budget_tokens is None or token_budget_tokens >= 1),
     )
-    for name, value, ok in checks:
-        if not ok:
-            msg = f"{name} out of range for the EB refill stall, got {value}"
-            raise InvalidInputError(msg, field=name, value=value)
+    _require(checks, "the EB refill stall")
     prefill_tokens = k * mu_l_tokens
     chunks = 1 if token_budget_tokens is None else max(1, math.ceil(prefill_tokens / token_budget_tokens))
     prefill_s = chunks * cost.alpha_p_s + cost.beta_p_s_per_token * prefill_tokens
@@ -95,6 +118,65 @@ def tbt_guard(
         raise InvalidInputError(msg, field="tbt_slo_min_s", value=tbt_slo_min_s)
     stall = refill_stall_s(cost=cost, k=k, n=n, mu_l_tokens=mu_l_tokens, token_budget_tokens=token_budget_tokens)
     return TbtGuard(refill_stall_s=stall, tbt_slo_min_s=tbt_slo_min_s, blocks_eb=stall > tbt_slo_min_s)
+
+
+def mixed_step_s(*, cost: CostModel, tokens: int, decodes: int) -> float:
+    """Seconds of one MB step of ``tokens`` tokens of which ``decodes`` are decodes (one token each).
+
+    The mixed formula alpha_MB + beta_MB(r) n_tok with r = decodes / tokens, never below the exclusive
+    decode step alpha_d + beta_d decodes (services/sim/timing.py ``EbTiming`` prices steps the same
+    way). Without a beta_MB profile the step is priced as its parts on one overhead:
+    max(alpha_p, alpha_d) + beta_p prefill tokens + beta_d decodes.
+    """
+    decode_s = cost.alpha_d_s + cost.beta_d_s_per_seq * decodes
+    if cost.beta_mb is None:
+        overhead = max(cost.alpha_p_s, cost.alpha_d_s)
+        return overhead + cost.beta_p_s_per_token * (tokens - decodes) + cost.beta_d_s_per_seq * decodes
+    mixed = cost.alpha_mb_s + cost.beta_mb.at(decodes / tokens) * tokens
+    return max(mixed, decode_s)
+
+
+def mb_step_budget_tokens(
+    *, cost: CostModel, max_num_seqs: int, tbt_slo_min_s: float, token_budget_tokens: int | None
+) -> int | None:
+    """The largest MB step token budget whose step fits the tightest TBT SLO with every slot decoding.
+
+    The budget counts a step's decode and prefill tokens, as vLLM's ``max_num_batched_tokens`` does;
+    it leaves at least one prefill token beside ``max_num_seqs`` decodes.
+
+    Args:
+        cost: the engine's cost model.
+        max_num_seqs: the engine's slot limit, the most decodes one step carries (>= 1).
+        tbt_slo_min_s: the tightest TBT SLO of the engine's tiers, seconds (> 0).
+        token_budget_tokens: the engine's own budget, or None when unknown.
+
+    Returns:
+        the budget, or None when no bound is needed (the engine's own budget already fits the SLO) or
+        none helps (a step of ``max_num_seqs`` decodes and one prefill token already breaks it).
+
+    Raises:
+        InvalidInputError: a non-positive slot limit, SLO or budget.
+    """
+    checks = (
+        ("max_num_seqs", max_num_seqs, max_num_seqs >= 1),
+        ("tbt_slo_min_s", tbt_slo_min_s, math.isfinite(tbt_slo_min_s) and tbt_slo_min_s > 0.0),
+        ("token_budget_tokens", token_budget_tokens, token_budget_tokens is None or token_budget_tokens >= 1),
+    )
+    _require(checks, "the MB step budget")
+
+    def fits(tokens: int) -> bool:
+        return mixed_step_s(cost=cost, tokens=tokens, decodes=max_num_seqs) <= tbt_slo_min_s
+
+    lo = max_num_seqs + 1
+    hi = token_budget_tokens if token_budget_tokens is not None else _UNKNOWN_BUDGET_TOKENS
+    if hi < lo or fits(hi) or not fits(lo):
+        return None
+    # The step time is convex in its token count (a constant, c0 n_tok and c2 decodes^2 / n_tok), so the
+    # budgets that fit form one interval from lo: bisect for its upper end.
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
 
 
 def apply_tbt_guard(

@@ -39,7 +39,7 @@ class EbplusFallback(ContractModel):
 
 
 class EbplusPayload(ContractModel):
-    """What an engine obeys: mode, threshold and batch size, KV gate, fallback."""
+    """What an engine obeys: mode, threshold and batch size, KV gate, fallback, MB step budget."""
 
     mode: EbplusMode = Field(description="EB: exclusive batching EB(k); MB: mixed batching")
     theta: float = Field(gt=0.0, lt=1.0, description="smoothed threshold theta*^ = k/N the ratio test uses")
@@ -50,6 +50,15 @@ class EbplusPayload(ContractModel):
     mu_o_tokens: float = Field(gt=0.0, le=1e7, description="mean output length the decision used, tokens")
     calib_id: str = Field(min_length=1, max_length=128, description="cost-model source: profile id or 'online'")
     fallback: EbplusFallback
+    mb_token_budget_tokens: int | None = Field(
+        default=None,
+        ge=1,
+        le=1_000_000,
+        description=(
+            "token budget of a mixed-batching step (decodes plus prefill chunks), below the engine's own so "
+            "that a step fits the tightest TBT SLO of its tiers (Governor's TBT guard); None: the engine's own"
+        ),
+    )
 
 
 class EbplusState(ContractModel):
@@ -117,6 +126,7 @@ class EbplusParamsInput(ContractModel):
     cold_start_mode: EbplusMode | None = None
     calibration_id: str | None = Field(default=None, min_length=1, max_length=128)
     tbt_guard: bool | None = None
+    mb_step_budget: bool | None = None
     valid_for_s: float | None = Field(default=None, gt=0.0, le=86_400.0)
 
 

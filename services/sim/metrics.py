@@ -113,6 +113,7 @@ class MetricsRecorder:
         self.preemptions = 0
         self.rejections: list[tuple[str, str, str]] = []
         self.finishes: list[tuple[str, float, float | None, list[float], float | None, int, int]] = []
+        self.finish_engines: list[str] = []  # the engine of each entry of ``finishes``, in the same order
         self.step_samples: list[tuple[str, float, float, int, float, int, int]] = []
         self.rank_samples: list[tuple[float, float, float]] = []
         self.kv_latest: dict[str, tuple[float, int, int]] = {}
@@ -132,8 +133,9 @@ class MetricsRecorder:
         self.preemptions += 1
 
     def finished(self, engine_id: str, request: SimRequest, now_s: float, reason: str) -> None:
-        """Record a finished request's tier, TTFT, token gaps and prompt/output tokens."""
-        del engine_id, reason
+        """Record a finished request's engine, tier, TTFT, token gaps and prompt/output tokens."""
+        del reason
+        self.finish_engines.append(engine_id)
         spec = request.spec
         ttft = None if request.first_token_s is None else request.first_token_s - spec.arrival_s
         self.finishes.append(
@@ -157,6 +159,15 @@ class MetricsRecorder:
     def rank_step(self, *, imbalance_tokens: float, idle_s: float, capacity_s: float) -> None:
         """Record one DP step: Eq. 2 imbalance, summed rank idle time at the barrier, G * step time."""
         self.rank_samples.append((imbalance_tokens, idle_s, capacity_s))
+
+    def slo_met_by_engine(self, tier: str) -> dict[str, tuple[int, int]]:
+        """Per engine: finished requests of ``tier`` and how many met its SLO (the summary's per-request rule)."""
+        counts: dict[str, tuple[int, int]] = {}
+        for engine_id, record in zip(self.finish_engines, self.finishes, strict=True):
+            if record[0] == tier:
+                finished, met = counts.get(engine_id, (0, 0))
+                counts[engine_id] = (finished + 1, met + _meets_slo(record[3], record[4]))
+        return counts
 
     def summarize(
         self, duration_s: float, *, timeline_step_s: float = 1.0, tier_timeline_step_s: float = 5.0

@@ -53,6 +53,7 @@ pytestmark = [
 ]
 
 SCHEDULERS = "services.engines.vllm.scheduler"
+MB_STEP_BUDGET_TOKENS = 64  # 16 slots' decodes and 48 prefill tokens: under the engine's own 512, above its slots
 _ENGINES: list[Any] = []  # engines a test started, shut down (their Governor links closed) at its teardown
 
 
@@ -65,6 +66,11 @@ def _engine(scheduler_cls: str | None, *, plugin: bool = False) -> LLMEngine:
     )
     _ENGINES.append(engine)
     return engine
+
+
+def _step_tokens(step: StepReport) -> int:
+    """The tokens one step carried: its prefill chunks and one per decode."""
+    return step.sum_prefill_tokens + step.num_decode_requests
 
 
 def _serve(engine: LLMEngine, count: int, *, prefix: str, max_tokens: int = 48, seed: int = 0) -> None:
@@ -242,14 +248,14 @@ def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
     decided = governed.get_policy("ebplus", "vllm-eb")
     assert decided is not None, "the policy service decided EB+ from the engine's own telemetry"
 
-    for version, mode in ((100, "EB"), (101, "MB")):
-        document = pinned_ebplus(deployment, "vllm-eb", version, mode, now_s=time.time())
+    for version, mode, budget in ((100, "EB", None), (101, "MB", None), (102, "MB", MB_STEP_BUDGET_TOKENS)):
+        document = pinned_ebplus(deployment, "vllm-eb", version, mode, now_s=time.time(), mb_token_budget_tokens=budget)
         assert governed.put_policy("ebplus", "vllm-eb", version, document.model_dump_json())
         _await_ack(engine, "ebplus", version)
-        _serve(engine, 48, prefix=f"{mode}", seed=version)
-    stale = pinned_ebplus(deployment, "vllm-eb", 102, "EB", now_s=time.time(), valid_for_s=0.5)
-    assert governed.put_policy("ebplus", "vllm-eb", 102, stale.model_dump_json())
-    _await_ack(engine, "ebplus", 102)
+        _serve(engine, 48, prefix=f"{mode}-{version}", seed=version)
+    stale = pinned_ebplus(deployment, "vllm-eb", 103, "EB", now_s=time.time(), valid_for_s=0.5)
+    assert governed.put_policy("ebplus", "vllm-eb", 103, stale.model_dump_json())
+    _await_ack(engine, "ebplus", 103)
     time.sleep(1.0)
     _serve(engine, 48, prefix="stale", seed=7)
     assert scheduler.link.publisher.flush(30.0)
@@ -264,11 +270,15 @@ def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
     assert {s.batch_kind for s in eb} == {"prefill", "decode"}
     mb = [s for s in by_version[101] if s.scheduler_mode == "mb"]
     assert any(s.batch_kind == "mixed" for s in mb), "MB mixes prefills into decode batches"
-    stale_steps = by_version[102]
+    assert max(_step_tokens(s) for s in mb) > MB_STEP_BUDGET_TOKENS, "without a budget a step takes in more"
+    bounded = [s for s in by_version[102] if s.scheduler_mode == "mb"]
+    assert any(s.batch_kind == "mixed" for s in bounded)
+    assert max(_step_tokens(s) for s in bounded) <= MB_STEP_BUDGET_TOKENS, "MB steps keep to the document's budget"
+    stale_steps = by_version[103]
     assert stale_steps[-1].scheduler_mode == "stock"
     assert any(s.batch_kind == "mixed" for s in stale_steps if s.scheduler_mode == "stock")
     acks = [e for e in _events(stack, deployment) if e.event_type == "policy.applied"]
-    assert [a.version for a in acks if a.kind == "ebplus"][-3:] == [100, 101, 102]  # type: ignore[attr-defined]
+    assert [a.version for a in acks if a.kind == "ebplus"][-4:] == [100, 101, 102, 103]  # type: ignore[attr-defined]
     service.close()
 
 

@@ -97,9 +97,17 @@ def build_engine(
 
 
 def pinned_ebplus(
-    deployment: str, engine_id: str, version: int, mode: str, *, now_s: float, valid_for_s: float = 600.0
+    deployment: str,
+    engine_id: str,
+    version: int,
+    mode: str,
+    *,
+    now_s: float,
+    valid_for_s: float = 600.0,
+    mb_token_budget_tokens: int | None = None,
 ) -> EbplusPolicy:
-    """A hand-made EB+ document (mode EB or MB, theta 0.5, N 16) for driving an engine without a decision."""
+    """A hand-made EB+ document (mode EB or MB, theta 0.5, N 16, the MB step budget given) for driving an engine
+    without a decision."""
     return EbplusPolicy(
         scope=engine_id,
         deployment=deployment,
@@ -117,6 +125,7 @@ def pinned_ebplus(
             mu_o_tokens=32.0,
             calib_id="pinned",
             fallback=EbplusFallback(n=16),
+            mb_token_budget_tokens=mb_token_budget_tokens,
         ),
         state=EbplusState(),
     )

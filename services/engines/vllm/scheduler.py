@@ -11,7 +11,8 @@ Three classes, each a subclass of vLLM's own ``Scheduler``, chosen with
 - ``EbplusScheduler`` runs the EB(k) phase machine of ``policies.ebplus.phase_machine`` under the
   engine's EB+ document (specs/seed-001-ebplus.md section 3.4): a DECODE step hides the running
   requests that still prefill and admits nobody; a PREFILL step hides the decoding requests and admits
-  at most the phase machine's count. Mode MB, or no valid document, is stock vLLM.
+  at most the phase machine's count. Mode MB is stock vLLM under the document's MB step budget when it
+  sets one (``mb_token_budget_tokens``, EB+'s TBT guard); no valid document is stock vLLM.
 - ``SlaiScheduler`` keeps the last schedulable time C = e + TBT - delta tbar of every decoding request
   (paper eq. 8, ``policies.slai.deadline``) with delta from the pushed offset rule at the engine's KV
   use; while prompt work can run (a paused prefill, or a queued request and a free slot) it runs only
@@ -256,7 +257,16 @@ class EbplusScheduler(GovernorScheduler):
             kind = StepKind.DECODE
         if kind in (StepKind.MIXED, StepKind.IDLE):
             self._prefill_was_empty = False
-            output = super().schedule_under(None, now_s, throttle_prefills)
+            budget = None if payload is None else payload.mb_token_budget_tokens
+            if budget is None:
+                output = super().schedule_under(None, now_s, throttle_prefills)
+            else:
+                output = self.schedule_only(
+                    lambda request: True,
+                    admit_seqs=self.max_num_running_reqs - len(self.running),
+                    throttle_prefills=throttle_prefills,
+                    token_budget=budget,
+                )
             self.scheduler_mode = STOCK_MODE if payload is None else MB_MODE
             return output
         self.scheduler_mode = EB_MODE

@@ -9,9 +9,10 @@ phase 2 refill) and turns its action into a ``BatchPlan``:
   exclusive decode formula alpha_d + beta_d n (``BatchPlan.exclusive``).
 - PREFILL: partial prefills first, then up to ``admit_seqs`` new requests FCFS, in chunks under the
   token budget and the free KV; no decode. Priced alpha_p + beta_p tokens.
-- MIXED: vLLM v1 mixed batching (``pack_decode_first``), priced by the mixed formula.
+- MIXED: vLLM v1 mixed batching (``pack_decode_first``), priced by the mixed formula, under the
+  document's MB step budget when it sets one (``mb_token_budget_tokens``, EB+'s TBT guard).
 
-``EbplusScheduler`` obeys the engine's EB+ document (mode, theta, N, KV gate, mean lengths) read from
+``EbplusScheduler`` obeys the engine's EB+ document (mode, theta, N, KV gate, mean lengths, MB budget) read from
 ``view.policy`` and falls back to mixed batching while the document is missing or past its
 ``valid_until`` (DESIGN principle 5; spec section 8 P12). ``FixedEbScheduler`` is EB(k) with a
 constant theta and N and no control plane: the benchmark's "EB with fixed k".
@@ -91,11 +92,11 @@ def prefill_plan(view: EngineView, *, admit_seqs: int) -> BatchPlan:
     return BatchPlan(prefills=tuple(prefills), mode=EB_MODE_LABEL, exclusive=True)
 
 
-def plan_for(view: EngineView, step: PhaseStep) -> BatchPlan:
-    """Turn one phase-machine step into the engine's batch."""
+def plan_for(view: EngineView, step: PhaseStep, *, mb_budget_tokens: int | None = None) -> BatchPlan:
+    """Turn one phase-machine step into the engine's batch (MIXED steps under ``mb_budget_tokens``, if set)."""
     action = step.action
     if action.kind is StepKind.MIXED:
-        return pack_decode_first(view, mode=MB_MODE_LABEL)
+        return pack_decode_first(view, mode=MB_MODE_LABEL, budget_tokens=mb_budget_tokens)
     if action.kind is StepKind.IDLE:
         return BatchPlan(mode=EB_MODE_LABEL, exclusive=True)
     if action.kind is StepKind.PREFILL:
@@ -127,11 +128,12 @@ class EbplusScheduler:
     def schedule(self, view: EngineView) -> BatchPlan:
         """Advance the phase machine under the live EB+ payload (mixed batching without one)."""
         policy = view.policy if isinstance(view.policy, EbplusPolicy) else None
-        step = advance(phase_view(view), self.state, live_payload(policy, view.now_s))
+        payload = live_payload(policy, view.now_s)
+        step = advance(phase_view(view), self.state, payload)
         self.state = step.state
         if step.action.fallback:
             self.fallback_steps += 1
-        plan = plan_for(view, step)
+        plan = plan_for(view, step, mb_budget_tokens=None if payload is None else payload.mb_token_budget_tokens)
         if plan.exclusive:
             self.eb_steps += 1
         return plan

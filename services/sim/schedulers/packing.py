@@ -123,21 +123,23 @@ def pack_prefills(
     return prefills
 
 
-def pack_decode_first(view: EngineView, *, mode: str) -> BatchPlan:
+def pack_decode_first(view: EngineView, *, mode: str, budget_tokens: int | None = None) -> BatchPlan:
     """vLLM v1 mixed batching: decodes (``pack_decodes``), then prefill chunks (``pack_prefills``).
 
     Args:
         view: the engine's state.
         mode: the label the step report carries.
+        budget_tokens: a policy's step budget below the engine's own (EB+'s MB budget), or None.
 
     Returns:
         The plan; preempted requests come from the newest end of ``running``. A request preempted
         here re-enters at the front of the queue only next iteration, so FCFS order holds.
     """
+    budget = view.token_budget_tokens if budget_tokens is None else min(view.token_budget_tokens, budget_tokens)
     packed = pack_decodes(
         list(view.running),
         free_blocks=view.kv_blocks_free,
-        budget_tokens=view.token_budget_tokens,
+        budget_tokens=budget,
         block_size_tokens=view.block_size_tokens,
     )
     prefills = pack_prefills(

@@ -43,7 +43,14 @@ def _requests(outputs: tuple[int, ...] = OUTPUTS, prompt: int = 8) -> list[Reque
     ]
 
 
-def _policy(mode: EbplusMode = "EB", *, n: int = 4, theta: float = 0.5, valid_until: float = 100.0) -> EbplusPolicy:
+def _policy(
+    mode: EbplusMode = "EB",
+    *,
+    n: int = 4,
+    theta: float = 0.5,
+    valid_until: float = 100.0,
+    mb_budget_tokens: int | None = None,
+) -> EbplusPolicy:
     payload = EbplusPayload(
         mode=mode,
         theta=theta,
@@ -54,6 +61,7 @@ def _policy(mode: EbplusMode = "EB", *, n: int = 4, theta: float = 0.5, valid_un
         mu_o_tokens=3.0,
         calib_id="test",
         fallback=EbplusFallback(n=n),
+        mb_token_budget_tokens=mb_budget_tokens,
     )
     return EbplusPolicy(
         scope="e0",
@@ -148,6 +156,18 @@ class TestFallback:
         events, _ = _run(scheduler, _requests(), source=StaticPolicySource([_policy("MB")]))
         assert {s.scheduler_mode for s in _steps(events)} == {"mb"}
         assert scheduler.fallback_steps == 0
+
+    def test_pushed_mb_budget_bounds_every_mixed_step(self) -> None:
+        """A 6-token budget: r0's 8-token prompt takes two chunks, and no step computes more than 6 tokens."""
+        scheduler = EbplusScheduler()
+        source = StaticPolicySource([_policy("MB", mb_budget_tokens=6)])
+        events, _ = _run(scheduler, _requests(), source=source)
+        steps = _steps(events)
+        assert max(s.sum_prefill_tokens + s.num_decode_requests for s in steps) == 6
+        assert (steps[0].sum_prefill_tokens, steps[1].sum_prefill_tokens) == (6, 6)
+        assert sum(isinstance(e, RequestFinished) for e in events) == 6
+        unbounded, _ = _run(EbplusScheduler(), _requests(), source=StaticPolicySource([_policy("MB")]))
+        assert max(s.sum_prefill_tokens for s in _steps(unbounded)) > 6
 
     def test_stale_policy_falls_back_to_mixed_batching_after_valid_until(self) -> None:
         """Valid until 0.05 s: the EB steps run first, every step starting later is mixed."""
