@@ -11,6 +11,15 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
   commits to Kafka are never read back;
 - revocation commits to Redis after faust has drained the agent (faust acks a taken batch only
   after the agent's loop body returns), then forgets the revoked partitions' engines;
+- Redis and broker outages of any length are waited out, never raised, with ``BackendOutage``'s
+  pacing (one log line when an outage starts, one when it ends). faust cannot be rewound mid-stream
+  (it keeps events buffered past a seek), so the worker keeps the records it handed to the batch
+  handling since the last commit: a batch that failed before its delivery was confirmed (the batch
+  handling then forgets everything uncommitted) is retried by folding those kept records again from
+  the committed state, and a failed commit by committing again. The agent (or the timer) holds its
+  turn while it retries, so nothing else folds or commits in between and faust's flow control stops
+  fetching once its buffers are full. Partitions assigned while Redis is down stay paused until
+  their applied offsets can be read;
 - a timer commits when no batch came for a tick, reports progress and ends an ``idle_exit_s`` run;
   every tick it also measures the lag (health: lag with nothing folded is a stall) and checks each
   assigned partition's log end against its applied offset (services/log_reset.py; aiokafka gives
@@ -25,7 +34,9 @@ same dead letters, snapshots, metrics and offset-fenced Redis commit. Only the c
 - a refused commit (a newer owner of a partition committed past this worker, so this worker is a
   zombie of an old generation) stops the worker with an error: faust keeps events buffered past
   any seek, so the only safe resume point is a restart from Redis, which the supervisor (compose's
-  ``restart: unless-stopped``) provides.
+  ``restart: unless-stopped``) provides. A refusal that leaves every partition where this worker
+  had folded it is not that: it is the retry of this worker's own commit, which a stalled Redis
+  applied after the reply was lost, and the worker goes on.
 
 The broker-dependent timeouts are the services' (``GOVERNOR_KAFKA_*``, services/settings.py); their
 local-broker defaults were measured on Tansu (DESIGN section 7, docs/contracts.md "Runtimes"):
@@ -41,24 +52,29 @@ Redis offset fence gives the effect).
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
 from typing import Any, cast
 
 import aiokafka
 import faust
+import structlog
 from faust.transport.drivers.aiokafka import AIOKafkaConsumerThread, Transport
 from faust.transport.drivers.aiokafka import Consumer as AIOKafkaConsumer
 from faust.types import TP, StreamT
 from faust.types.transports import ConsumerT
+from kafka.errors import KafkaError
 from mode.types.signals import BaseSignalT
 
-from schemas.errors import GovernorError
+from schemas.errors import BackendUnavailableError, GovernorError
 from schemas.names import TELEMETRY_TOPIC
+from services.backends import BackendOutage
 from services.health import ServiceMetrics
-from services.kafka_clients import record_producer
+from services.kafka_clients import ConsumedRecord, record_producer
 from services.log_reset import LogWatch
 from services.settings import DEFAULT_LIFECYCLE, LOCAL_BROKER_TIMEOUTS, EngineLifecycle, KafkaClientTimeouts
 from services.store.protocol import Store
@@ -71,6 +87,8 @@ TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured for
 TAKE_WITHIN_S = 0.2  # the longest a partial batch waits for more events
 TICK_S = 0.2  # idle commits, progress and the idle-exit check
 QUIET_LOGGERS = ("faust", "mode", "aiokafka")  # their INFO lines narrate every rebalance step
+
+log = structlog.get_logger(__name__)
 
 
 class FencedWorkerError(GovernorError):
@@ -110,20 +128,28 @@ class _RedisPositionConsumer(AIOKafkaConsumer):
         faust's own step keeps its bookkeeping of committed offsets; the seek that follows moves
         the fetch position and faust's read offset, so no record after the applied one is dropped.
         A partition with nothing applied starts at offset 0 (out of range -> the earliest offset).
+        With Redis down the partitions are paused instead; the worker's timer positions and resumes
+        them once Redis answers.
         """
         await super().perform_seek()
         assigned = self.assignment()
         app: _GovernorApp = self.app  # type: ignore[assignment]
         positions = app.resume_positions(assigned)
+        if positions is None:
+            self.pause_partitions(assigned)
+            return
         await self.seek_wait({tp: positions.get(tp, 0) for tp in assigned})
 
 
 class _GovernorApp(faust.App):
-    """A faust app whose consumer resumes from Redis (``resume_positions`` is set by the processor)."""
+    """A faust app whose consumer resumes from Redis (``resume_positions`` is set by the processor).
+
+    ``resume_positions`` returns None when Redis does not answer: the partitions are then paused.
+    """
 
     logger = logging.getLogger("faust.app")
 
-    resume_positions: Callable[[set[TP]], Mapping[TP, int]]
+    resume_positions: Callable[[set[TP]], Mapping[TP, int] | None]
     fetch_max_wait_ms: int
 
     def _new_consumer(self) -> ConsumerT:
@@ -140,9 +166,8 @@ class _GovernorApp(faust.App):
 class _FaustConsumerView:
     """The batch handling's view of the faust app's consumer."""
 
-    def __init__(self, app: _GovernorApp, on_fenced: Callable[[], None]) -> None:
+    def __init__(self, app: _GovernorApp) -> None:
         self._app = app
-        self._on_fenced = on_fenced
 
     def assigned(self) -> list[Partition]:
         return [(tp.topic, tp.partition) for tp in self._app.consumer.assignment()]
@@ -152,13 +177,22 @@ class _FaustConsumerView:
         return high
 
     def rewind(self, positions: dict[Partition, int]) -> None:
-        self._on_fenced()
+        """Nothing to seek: the worker folds its kept records again after a failed batch, and stops when fenced."""
 
     def topic_id(self, topic: str) -> str | None:
         return None
 
     def partitions(self, topic: str) -> int:
         return self._app.consumer.topic_partitions(topic) or 0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _CommitMarks:
+    """The batch handling's commit counts and next offsets before a step, to tell what its commits did."""
+
+    commits: int
+    refused: int
+    next_offsets: dict[Partition, int]
 
 
 class FaustStreamProcessor:
@@ -184,6 +218,7 @@ class FaustStreamProcessor:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
         self._clock = clock
+        self.outage = BackendOutage("stream", clock=clock)
         self._loop = asyncio.new_event_loop()
         self._datadir = tempfile.TemporaryDirectory(prefix="governor-faust-")
         self._app = _GovernorApp(
@@ -200,7 +235,7 @@ class FaustStreamProcessor:
             autodiscover=False,
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts)
-        self._view = _FaustConsumerView(self._app, self._fenced)
+        self._view = _FaustConsumerView(self._app)
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,
@@ -231,6 +266,9 @@ class FaustStreamProcessor:
         self._idle_exit_s: float | None = None
         self._last_records_at = clock()
         self._had_batch = False
+        self._turn = asyncio.Lock()  # held by the agent or the timer while it folds, commits or retries
+        self._uncommitted: list[ConsumedRecord] = []  # handed to the batch handling since the last commit
+        self._unpositioned: set[TP] = set()  # assigned while Redis was down: paused until positioned
 
     @property
     def counters(self) -> StreamCounters:
@@ -242,9 +280,9 @@ class FaustStreamProcessor:
         self._loop.call_soon_threadsafe(self._stop_requested.set)
 
     def close(self) -> None:
-        """Commit what is folded (unless fenced), then close the clients and the event loop."""
+        """Commit what is folded (unless fenced; with Redis down a restart re-folds it), close the clients and loop."""
         if not self._fenced_worker:
-            self._batches.commit()
+            self._final_commit()
         self._producer.close(timeout=5)
         self._loop.close()
         self._datadir.cleanup()
@@ -270,34 +308,127 @@ class FaustStreamProcessor:
         try:
             await self._stop_requested.wait()
             self._stopping = True
-            if not self._fenced_worker:
-                self._batches.commit()
+            async with self._turn:
+                if not self._fenced_worker:
+                    self._final_commit()
         finally:
             await self._app.stop()
+
+    def _final_commit(self) -> None:
+        before = self._commit_marks()
+        try:
+            self._batches.commit()
+        except BackendUnavailableError as exc:
+            log.warning("final_commit_failed", error=str(exc)[:300])
+        self._settle_commits(before)
 
     async def _fold(self, stream: StreamT[Any]) -> None:
         taken = cast(faust.Stream[Any], stream).take_events(self._take_max, self._take_within_s)
         async for events in taken:
             if self._stopping or self._fenced_worker:
                 continue
-            self._last_records_at = self._clock()
-            self._had_batch = True
-            self._batches.process([event.message for event in events])
+            records: list[ConsumedRecord] = [event.message for event in events]
+            async with self._turn:
+                self._last_records_at = self._clock()
+                self._had_batch = True
+                self._uncommitted.extend(records)
+                await self._until_done(functools.partial(self._batches.process, records))
             if self._metrics is not None:
                 self._metrics.folded()
 
+    async def _until_done(self, step: Callable[[], object]) -> None:
+        """Run one step of the batch handling; through an outage, retry it with ``BackendOutage``'s pacing.
+
+        A failed batch (the batch handling discarded everything uncommitted) is retried by folding
+        every record kept since the last commit again, then committing; a failed commit by
+        committing again. Only a stop or a fenced commit ends the retries early.
+        """
+        failed_backend: str | None = None
+        fold_again = False
+        while not (self._stopping or self._fenced_worker):
+            discarded = self.counters.batches_discarded
+            before = self._commit_marks()
+            try:
+                step()
+            except (BackendUnavailableError, KafkaError) as exc:
+                failed_backend = exc.backend if isinstance(exc, BackendUnavailableError) else "kafka"
+                pause_s = self.outage.failed(exc, failed_backend)
+                fold_again = fold_again or self.counters.batches_discarded > discarded
+                step = self._fold_uncommitted_again if fold_again else self._batches.commit
+                self._settle_commits(before)
+                await asyncio.sleep(pause_s)
+                self._last_records_at = self._clock()
+                continue
+            self._settle_commits(before)
+            if failed_backend is not None:
+                self.outage.succeeded(failed_backend)
+            return
+
+    def _fold_uncommitted_again(self) -> None:
+        """Fold the kept records of the assigned partitions again from the committed state, then commit them.
+
+        A cheap read of Redis goes first: while Redis is down nothing is folded (nor discarded again).
+        """
+        self._store.applied_offsets(CONSUMER_NAME)
+        assigned = set(self._view.assigned())
+        self._uncommitted = [r for r in self._uncommitted if (r.topic, r.partition) in assigned]
+        self._batches.process(self._uncommitted)
+        self._batches.commit()
+
+    def _commit_marks(self) -> _CommitMarks:
+        return _CommitMarks(
+            commits=self.counters.commits,
+            refused=self.counters.commits_refused,
+            next_offsets=self._batches.next_offsets(),
+        )
+
+    def _settle_commits(self, before: _CommitMarks) -> None:
+        """Account for the commits since ``before``: drop the kept records they applied, or stop when fenced.
+
+        A refused commit that leaves every partition where this worker had folded it is this worker's
+        own earlier try, applied by Redis after its reply was lost (a stalled Redis does that): the
+        store holds what the worker folded, so it goes on. A refusal that moves a partition means a
+        newer owner committed past this worker: it stops (``FencedWorkerError``).
+        """
+        if self.counters.commits_refused > before.refused and self._batches.next_offsets() != before.next_offsets:
+            self._fenced()
+        elif self.counters.commits > before.commits or self.counters.commits_refused > before.refused:
+            self._uncommitted.clear()
+
     async def _tick(self) -> None:
-        if self._stopping or self._fenced_worker:
+        if self._stopping or self._fenced_worker or self._turn.locked():
             return
-        self._watch_logs()
-        if self._had_batch:
-            self._had_batch = False
-            return
-        self._batches.idle()
-        if not self._app.consumer.assignment():
+        async with self._turn:
+            if self._unpositioned:
+                await self._position_paused()
+            await self._until_done(self._watch_logs)
+            if self._had_batch:
+                self._had_batch = False
+                return
+            await self._until_done(self._batches.idle)
+            if not self._app.consumer.assignment() or self._unpositioned:
+                self._last_records_at = self._clock()
+            elif (
+                self._idle_exit_s is not None
+                and self._clock() - self._last_records_at > self._idle_exit_s
+                and not self._batches.pending
+            ):
+                self._stop_requested.set()
+
+    async def _position_paused(self) -> None:
+        """Seek the partitions paused at assignment to their applied offsets + 1 and resume them, once Redis answers."""
+        while self._unpositioned and not self._stopping:
+            assigned = self._unpositioned & self._app.consumer.assignment()
+            try:
+                positions = self._read_positions(assigned)
+            except BackendUnavailableError as exc:
+                await asyncio.sleep(self.outage.failed(exc, exc.backend))
+                continue
+            await self._app.consumer.seek_wait({tp: positions.get((tp.topic, tp.partition), 0) for tp in assigned})
+            self._app.consumer.resume_partitions(assigned)
+            self._unpositioned = set()
             self._last_records_at = self._clock()
-        elif self._idle_exit_s is not None and self._clock() - self._last_records_at > self._idle_exit_s:
-            self._stop_requested.set()
+            self.outage.succeeded("redis")
 
     def _watch_logs(self) -> None:
         """Measure the lag; reset every partition found on a new log and stop the worker for a restart."""
@@ -315,15 +446,34 @@ class FaustStreamProcessor:
             self._log_reset = True
             self._stop_requested.set()
 
-    def _resume_positions(self, assigned: set[TP]) -> dict[TP, int]:
+    def _resume_positions(self, assigned: set[TP]) -> dict[TP, int] | None:
+        """Where each assigned partition resumes; None (they stay paused) while Redis does not answer.
+
+        faust reads every assigned partition again from these positions, so the records kept for a
+        retry are dropped: they are read again.
+        """
         self._last_records_at = self._clock()
-        positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in assigned)
+        self._uncommitted.clear()
+        try:
+            positions = self._read_positions(assigned)
+        except BackendUnavailableError as exc:
+            self.outage.failed(exc, exc.backend)
+            self._unpositioned = set(assigned)
+            return None
+        self._unpositioned = set()
         return {TP(topic, partition): offset for (topic, partition), offset in positions.items()}
+
+    def _read_positions(self, assigned: set[TP]) -> dict[Partition, int]:
+        """The batch handling's resume positions of ``assigned`` (it reads Redis, and may raise)."""
+        count = self._view.partitions(TELEMETRY_TOPIC)
+        return self._batches.resume_positions(((tp.topic, tp.partition) for tp in assigned), count)
 
     async def _on_revoked(self, sender: object, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
         revoked: set[TP] = args[0]
         if not self._fenced_worker:
+            before = self._commit_marks()
             self._batches.revoked((tp.topic, tp.partition) for tp in revoked)
+            self._settle_commits(before)
 
     def _fenced(self) -> None:
         self._fenced_worker = True

@@ -7,6 +7,7 @@ their consumer loop only. docs/contracts.md ("Runtimes") gives the measured trad
 from __future__ import annotations
 
 import importlib.util
+import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
@@ -53,7 +54,7 @@ def stream_processor(
             differently; docs/security.md).
     """
     if runtime == "faust":
-        if importlib.util.find_spec("faust") is None:
+        if not _faust_installed():
             msg = "the faust runtime needs faust-streaming: pip install 'llm-governor[faust]' (or use --runtime kafka)"
             raise ConfigError(msg)
         if security != PLAINTEXT:
@@ -85,3 +86,12 @@ def stream_processor(
         security=security,
         limits=limits,
     )
+
+
+def _faust_installed() -> bool:
+    """True when faust-streaming can be imported.
+
+    Once imported, faust replaces its module with a lazy one whose ``__spec__`` is None, on which
+    ``find_spec`` raises ValueError; so an imported faust is taken as installed.
+    """
+    return "faust" in sys.modules or importlib.util.find_spec("faust") is not None

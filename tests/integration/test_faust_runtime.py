@@ -4,7 +4,10 @@ Both runtimes feed the same batch handling (services/stream/batches.py), so they
 trace: the same estimates and states in Redis, the same snapshots on ``gov.estimates`` and the same
 dead letters, for the same records. The faust runtime must also keep the exactly-once effect through
 a SIGKILL, a SIGSTOP longer than its session timeout, and a rebalance between two workers; the
-reference is the pure fold of the same events in one uninterrupted pass.
+reference is the pure fold of the same events in one uninterrupted pass. Records of every bad shape
+(on a broker of its own: other tests read the shared topic as JSON) are dead-lettered with their code,
+and the event guard (duplicates, restarts, event-time bounds, stale epochs) holds as it does under the
+kafka runtime.
 """
 
 from __future__ import annotations
@@ -16,16 +19,23 @@ import time
 from pathlib import Path
 
 import pytest
+import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
-from schemas.events import Event, encode_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from schemas.estimates import EngineSummary
+from schemas.events import MAX_EVENT_BYTES, Event, encode_event
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.records import DeadLetter
+from services.policy.specs import default_registry
 from services.settings import LOCAL_BROKER_TIMEOUTS
-from services.stack.launcher import StackState
+from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
+from services.stream.batches import SUMMARY_NAME
+from services.stream.faust_runtime import FaustStreamProcessor
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
 from tests.integration.test_crash_and_rebalance import _expected, _publish
-from tests.unit.stream.synthetic import synthetic_stream
+from tests.unit.stream.synthetic import restart_case, synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
@@ -203,27 +213,108 @@ def test_two_faust_workers_share_the_stream_and_rebalances_lose_and_double_nothi
     _publish(stack, events[:third])
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     survivor = start_stream(stack, deployment, tmp_path / "survivor.log", idle_exit_s=100.0, runtime="faust")
-    wait_until(lambda: applied_total(store) > 0, 90.0, "the first faust worker to commit a batch")
-    joiner_log = tmp_path / "joiner.log"
-    joiner = start_stream(stack, deployment, joiner_log, runtime="faust")
-    wait_until(
-        lambda: re.search(rb'"partitions": \[\d[^\]]*\], "event": "partitions_assigned"', joiner_log.read_bytes()),
-        90.0,
-        "the second faust worker to get partitions",
-    )
-    _publish(stack, events[third : 2 * third])
-    two_thirds = _expected(events[: 2 * third], deployment)
-    wait_until(lambda: summaries(store, deployment, engines) == two_thirds, 150.0, "the two workers to fold 2/3")
-    joiner.send_signal(signal.SIGTERM)
-    assert joiner.wait(timeout=30) == 0
-    assert _folded(joiner_log) > 0
-    _publish(stack, events[2 * third :])
-    expected = _expected(events, deployment)
-    wait_until(
-        lambda: summaries(store, deployment, engines) == expected,
-        150.0,
-        "the survivor to take the leaver's partitions back and fold every event exactly once",
-    )
-    survivor.send_signal(signal.SIGTERM)
-    assert survivor.wait(timeout=30) == 0
+    joiner = None
+    try:
+        wait_until(lambda: applied_total(store) > 0, 90.0, "the first faust worker to commit a batch")
+        joiner_log = tmp_path / "joiner.log"
+        joiner = start_stream(stack, deployment, joiner_log, runtime="faust")
+        wait_until(
+            lambda: _assigned_some(joiner_log),
+            90.0,
+            "the second faust worker to get partitions",
+        )
+        _publish(stack, events[third : 2 * third])
+        two_thirds = _expected(events[: 2 * third], deployment)
+        wait_until(lambda: summaries(store, deployment, engines) == two_thirds, 150.0, "the two workers to fold 2/3")
+        joiner.send_signal(signal.SIGTERM)
+        assert joiner.wait(timeout=30) == 0
+        assert _folded(joiner_log) > 0
+        _publish(stack, events[2 * third :])
+        expected = _expected(events, deployment)
+        wait_until(
+            lambda: summaries(store, deployment, engines) == expected,
+            150.0,
+            "the survivor to take the leaver's partitions back and fold every event exactly once",
+        )
+        survivor.send_signal(signal.SIGTERM)
+        assert survivor.wait(timeout=30) == 0
+    finally:
+        for process in (survivor, joiner):
+            if process is not None and process.poll() is None:
+                process.kill()
+                process.wait(timeout=30)
     store.close()
+
+
+def _assigned_some(log_path: Path) -> bool:
+    """True once the worker logging to ``log_path`` has been assigned at least one partition."""
+    for line in log_path.read_text().splitlines():
+        if '"partitions_assigned"' in line and json.loads(line).get("partitions"):
+            return True
+    return False
+
+
+def _poisoned_stream(deployment: str) -> tuple[list[Event], list[tuple[bytes | None, bytes | None]], list[str]]:
+    """Valid events of one engine, with every bad record shape and every case of the event guard among them.
+
+    Two events are left out (a ``seq`` gap); 40 are sent twice; the engine restarts (a new epoch) and
+    an event of its old epoch follows; one event lies 700 s ahead.
+
+    Returns the valid events produced, the (key, value) records to produce, and the dead-letter codes expected.
+    """
+    first, restarted, future, stale = restart_case(deployment)
+    wrong_schema = json.loads(encode_event(first[3])) | {"seq": "seven"}
+    key = first[0].engine_id.encode()
+    poison: list[tuple[bytes | None, bytes | None]] = [
+        (key, None),
+        (None, b"\xff\xfe not utf-8"),
+        (key, b"{not json"),
+        (key, encode_event(first[4]) + b" " * MAX_EVENT_BYTES),
+        (key, json.dumps(wrong_schema).encode()),
+    ]
+    events = [*first[:60], *first[62:150], *first[100:140], future, *restarted[:10], stale]
+    records = [(e.engine_id.encode(), encode_event(e)) for e in events[:50]] + poison[:3]
+    records += [(e.engine_id.encode(), encode_event(e)) for e in events[50:]] + poison[3:]
+    records += [(e.engine_id.encode(), encode_event(e)) for e in restarted[10:]]
+    codes = ["contract", "event_time_ahead", "no_value", "not_json", "not_json", "oversized", "stale_epoch"]
+    return [*first[:60], *first[62:], *restarted], records, codes
+
+
+def test_a_faust_worker_dead_letters_every_bad_record_shape_keeps_going_and_folds_through_the_event_guard(
+    stack: StackState, deployment: str, tmp_path: Path, redis_client: redis.Redis
+) -> None:
+    valid, records, codes = _poisoned_stream(deployment)
+    own = stack_up(tmp_path / "stack", stack.redis_url, free_port())
+    try:
+        producer = KafkaProducer(bootstrap_servers=own.kafka_bootstrap, linger_ms=5)
+        for key, value in records:
+            producer.send(TELEMETRY_TOPIC, key=key, value=value)
+        producer.flush()
+        producer.close()
+        store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
+        worker = FaustStreamProcessor(
+            deployment=deployment, bootstrap=own.kafka_bootstrap, store=store, registry=default_registry()
+        )
+        counters = worker.run(idle_exit_s=4.0)
+        worker.close()
+        letters = [
+            DeadLetter.model_validate_json(value)
+            for value in _values_since(own.kafka_bootstrap, DEADLETTER_TOPIC, _starts(own.kafka_bootstrap))
+        ]
+        store.close()
+    finally:
+        stack_down(tmp_path / "stack")
+    assert (counters.folded, counters.duplicates, counters.restarts) == (len(valid), 40, 1)
+    assert (counters.seq_gaps, counters.seq_missing) == (1, 2)
+    assert sorted(letter.code for letter in letters) == codes
+    assert {letter.source.topic for letter in letters} == {TELEMETRY_TOPIC}
+    stored = redis_client.get(estimate_key(deployment, valid[0].engine_id, SUMMARY_NAME))
+    assert isinstance(stored, bytes)
+    summary = EngineSummary.model_validate_json(stored)
+    assert (summary.duplicate_events, summary.restarts, summary.seq_gaps) == (40, 1, 1)
+    assert summary.events_folded == len(valid)
+
+
+def _starts(bootstrap: str) -> Marks:
+    """Offset 0 of every partition of the dead-letter topic."""
+    return dict.fromkeys(_ends(bootstrap, DEADLETTER_TOPIC), 0)

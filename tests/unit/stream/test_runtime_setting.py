@@ -32,3 +32,13 @@ def test_the_faust_runtime_refuses_kafka_security_settings_it_cannot_apply() -> 
             registry=[],
             security=security,
         )
+
+
+def test_the_faust_runtime_is_found_installed_in_a_process_that_has_imported_faust() -> None:
+    """faust swaps its module for one without ``__spec__``, on which ``importlib.util.find_spec`` raises."""
+    pytest.importorskip("faust")
+    security = KafkaSecurity(protocol="SASL_SSL", sasl_mechanism="SCRAM-SHA-512", sasl_username="governor")
+    with pytest.raises(ConfigError, match="does not take Kafka security settings"):
+        stream_processor(
+            "faust", deployment="dep", bootstrap="127.0.0.1:1", store=MemoryStore(), registry=[], security=security
+        )
