@@ -22,7 +22,7 @@ class TopicSpec:
 
 
 TOPICS: tuple[TopicSpec, ...] = (
-    TopicSpec(name=TELEMETRY_TOPIC, partitions=4),
+    TopicSpec(name=TELEMETRY_TOPIC, partitions=8),
     TopicSpec(name=ESTIMATES_TOPIC, partitions=1),
     TopicSpec(name=DECISIONS_TOPIC, partitions=1),
     TopicSpec(name=DEADLETTER_TOPIC, partitions=1),

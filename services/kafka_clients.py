@@ -16,17 +16,35 @@ The clients are built by services/kafka_factory.py, which adds the deployment's 
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable
+from typing import Protocol
 
 from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from services.backends import kafka_answers
+from services.engine_partitions import EnginePartitioner
 from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 
 METADATA_MAX_AGE_MS = 10_000
+
+
+class ConsumedRecord(Protocol):
+    """What the services read of a consumed record (kafka-python's and faust's records both have it)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def partition(self) -> int: ...
+    @property
+    def offset(self) -> int: ...
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes | None: ...
 
 
 def group_consumer(
@@ -56,8 +74,32 @@ def group_consumer(
 def record_producer(
     bootstrap: str, *, timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS, security: KafkaSecurity = PLAINTEXT
 ) -> KafkaProducer:
-    """A producer for the control plane's own records (snapshots, decisions, dead letters)."""
-    return kafka_producer(bootstrap, security, linger_ms=timeouts.linger_ms, acks=1, enable_idempotence=False)
+    """A producer for the control plane's own records (snapshots, decisions, dead letters).
+
+    Records keyed by an engine's scope go where the engine rule puts them (services/engine_partitions.py),
+    so a partitioned ``gov.estimates`` spreads a numbered fleet's snapshots evenly too.
+    """
+    return kafka_producer(
+        bootstrap,
+        security,
+        linger_ms=timeouts.linger_ms,
+        acks=1,
+        enable_idempotence=False,
+        partitioner=EnginePartitioner(),
+    )
+
+
+def subscribe(consumer: KafkaConsumer, topic: str, listener: ConsumerRebalanceListener) -> None:
+    """Subscribe ``consumer`` to ``topic`` with its metadata already fetched.
+
+    A kafka-python group leader that learns the topic's partitions only after it joined rejoins at
+    once, and every join waits out the broker's initial rebalance delay (3 s on Tansu): fetching the
+    metadata first makes the first join the only one. A broker that does not answer yet is left to
+    the join itself.
+    """
+    with contextlib.suppress(KafkaError):
+        consumer.partitions_for_topic(topic)
+    consumer.subscribe([topic], listener=listener)
 
 
 class Rebalance(ConsumerRebalanceListener):  # type: ignore[misc]
@@ -112,12 +154,8 @@ class KafkaLogView:
         return None if topic_id is None else str(topic_id)
 
 
-def reader(
-    bootstrap: str, *, timeout_s: float, idle_s: float | None = None, security: KafkaSecurity = PLAINTEXT
-) -> KafkaConsumer:
+def reader(bootstrap: str, *, timeout_s: float, security: KafkaSecurity = PLAINTEXT) -> KafkaConsumer:
     """A group-less consumer for the command-line tools (record, status, explain): it never creates topics.
-
-    Iterating it stops after ``idle_s`` without records (never, when None).
 
     Raises:
         BackendUnavailableError: no broker of ``bootstrap`` answers.
@@ -133,7 +171,6 @@ def reader(
             allow_auto_create_topics=False,
             request_timeout_ms=int(timeout_s * 1000) + 1000,
             bootstrap_timeout_ms=int(timeout_s * 1000),
-            consumer_timeout_ms=float("inf") if idle_s is None else int(idle_s * 1000),
         )
     except KafkaError as exc:
         msg = f"kafka at {bootstrap} did not answer ({type(exc).__name__})"

@@ -85,7 +85,7 @@ def _states_ms(values: list[bytes], engines: int, repeat: int) -> float:
         snapshot_body = json.loads(values[0])
         snapshot_body["scope"] = f"eng-{n}"
         snapshot_body["offsets"] = [SourceOffset(topic="t", partition=0, offset=n).model_dump()]
-        handler.ledger.check(EstimateSnapshot.model_validate(snapshot_body))
+        handler.ledger(0).check(EstimateSnapshot.model_validate(snapshot_body))
     best = float("inf")
     for _ in range(repeat):
         started = time.thread_time()

@@ -39,40 +39,23 @@ import tempfile
 import threading
 import time
 import uuid
-from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
+from ops.bench.backlog import fleet_events, publish_backlog
 from schemas.events import Event
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, policy_channel
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
-from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import Settings
-from services.sim import load_scenario, run_offline
 from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.runtimes import RUNTIMES, Runtime, stream_processor
-
-
-def _events(deployment: str, seconds: float) -> list[Event]:
-    scenario = replace(load_scenario("fleet-8", duration_s=seconds), deployment=deployment)
-    sink = ListSink()
-    run_offline(scenario, sink=sink, policy_source=StaticPolicySource())
-    return sink.events
-
-
-def _publish_all(bootstrap: str, events: list[Event]) -> None:
-    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1)
-    for event in events:
-        publisher.publish(event)
-    publisher.flush(600.0)
-    publisher.close()
 
 
 def bench_ingest(
@@ -391,9 +374,9 @@ def main() -> int:
     try:
         run = uuid.uuid4().hex[:6]
         deployment = f"bench-ingest-{run}"
-        events = _events(deployment, args.seconds)
+        events = fleet_events(deployment, args.seconds)
         print(f"telemetry: {len(events)} events of fleet-8 over {args.seconds:.0f} simulated seconds")
-        _publish_all(state.kafka_bootstrap, events)
+        publish_backlog(state.kafka_bootstrap, events)
         bare = [bench_bare_consumer(state.kafka_bootstrap, len(events))]
         ingest: dict[str, dict[str, float]] = {}
         for runtime in args.runtimes:
@@ -418,7 +401,7 @@ def main() -> int:
             estimate[runtime] = bench_estimate_latency(
                 state.kafka_bootstrap,
                 state.redis_url,
-                _events(fresh, args.seconds),
+                fleet_events(fresh, args.seconds),
                 fresh,
                 runtime,
                 rate=args.estimate_rate,
@@ -433,7 +416,9 @@ def main() -> int:
         latency = []
         for rate in args.rate:
             fresh = f"bench-latency-{run}-{rate:.0f}"
-            figures = bench_latency(state.kafka_bootstrap, state.redis_url, _events(fresh, args.seconds), fresh, rate)
+            figures = bench_latency(
+                state.kafka_bootstrap, state.redis_url, fleet_events(fresh, args.seconds), fresh, rate
+            )
             latency.append(figures)
             print(
                 f"latency:  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms event-to-policy-visible "

@@ -9,8 +9,9 @@ seconds until Ctrl-C. The columns are described in docs/observability.md.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
-import time
+import threading
 
 from services.cli.options import add_settings_flags, settings_from_args
 from services.cli.table import MISSING, aligned, number, version
@@ -110,12 +111,18 @@ def run(args: argparse.Namespace) -> int:
             text = CLEAR_SCREEN + text
         print(text, flush=True)
 
-    show()
     if args.watch is None:
+        show()
         return 0
+    # Ctrl-C sets a flag instead of raising wherever the main thread happens to be: a
+    # KeyboardInterrupt inside the Kafka client (building or closing its reader) could leave its
+    # network thread running, and the process would never exit.
+    interrupted = threading.Event()
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: interrupted.set())
     try:
-        while True:
-            time.sleep(args.watch)
+        show()
+        while not interrupted.wait(args.watch):
             show()
-    except KeyboardInterrupt:
-        return 0
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    return 0

@@ -108,6 +108,7 @@ class EbplusSection(Section):
     )
     online_cost_model: bool | None = None
     tbt_guard: bool | None = None
+    mb_step_budget: bool | None = None
     kv_gate_s_kv: NonNegative | None = None
     kv_gate_f_min: NonNegative | None = None
     kv_gate_f_max: Fraction | None = None

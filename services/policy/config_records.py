@@ -66,7 +66,10 @@ def shadow_assignment(text: str) -> tuple[str, Path]:
 def publish_configs(
     bootstrap: str, records: list[PolicyConfigRecord], timeout_s: float, security: KafkaSecurity = PLAINTEXT
 ) -> None:
-    """Append ``records`` to ``gov.estimates`` and wait until the broker has them.
+    """Append ``records`` to every partition of ``gov.estimates`` and wait until the broker has them.
+
+    Every policy-service member owns some partitions and applies a configuration where its log has
+    it, so each partition carries a copy (with one partition, one copy, as always).
 
     Raises:
         BackendUnavailableError: the broker did not take them within ``timeout_s``.
@@ -77,9 +80,11 @@ def publish_configs(
         msg = f"kafka at {bootstrap} did not answer: {exc}"
         raise BackendUnavailableError(msg, backend="kafka") from exc
     try:
+        partitions = sorted(producer.partitions_for(ESTIMATES_TOPIC))
         futures = [
-            producer.send(ESTIMATES_TOPIC, key=CONFIG_KEY, value=record.model_dump_json().encode())
+            producer.send(ESTIMATES_TOPIC, key=CONFIG_KEY, value=record.model_dump_json().encode(), partition=p)
             for record in records
+            for p in partitions
         ]
         producer.flush(timeout=timeout_s)
         for future in futures:

@@ -15,7 +15,16 @@ class owns everything a record changes, so it can be driven and tested without a
   to apply once the sink has confirmed delivery;
 - ``states`` is what a commit stores beside the offsets, and ``restore`` puts it back.
 
-Only ``BackendUnavailableError`` leaves ``handle``: an outage, for which the service retries the batch.
+Several members of one group share ``gov.estimates`` by partition (docs/operations.md, "Scaling by
+partitions"), and each partition is a log of its own: an engine's snapshots all travel on its
+scope's partition, the fleet's on the ``fleet`` partition, and every configuration record is copied
+to every partition. So the handler keeps, per partition, what that partition's log has set: the
+applied configurations (the live one decides that partition's snapshots), the shadows and the
+snapshot ledger, each committed under its own store scope (``partition_scope``; partition 0 keeps
+the names of the single-partition topic). The fleet aggregators live only in the member that owns
+the ``fleet`` partition (the service restores them nowhere else). A member never writes a scope
+another member's partition decides, and a stale member's commit is refused by the offset fence of
+the partition it lost.
 """
 
 from __future__ import annotations
@@ -36,8 +45,9 @@ from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, Policy
 from schemas.signing import PolicyKeyring
 from services.headline import parse_document
 from services.health import ServiceMetrics
+from services.kafka_clients import ConsumedRecord
 from services.policy.config import PolicySet, config_policy_set
-from services.policy.decisions import DecisionMaker, PolicyWrite
+from services.policy.decisions import FLEET_STATE_PREFIX, DecisionMaker, PolicyWrite
 from services.policy.intake import Refusal, SnapshotLedger, read_record
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
@@ -55,19 +65,40 @@ FOREIGN_DEPLOYMENTS_LOGGED = 100
 DEAD_LETTER_RAW_CHARS = 70_000
 
 
-class PolicyRecord(Protocol):
-    """What the service reads of a consumed record (kafka-python's records have it)."""
+def partition_scope(name: str, partition: int) -> str:
+    """Store scope of the state ``name`` of one ``gov.estimates`` partition.
 
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
+    Partition 0 keeps the plain name the single-partition topic always used, so its stored state stays valid.
+    """
+    return name if partition == 0 else f"{name}:{partition}"
+
+
+def ledger_scope(partition: int) -> str:
+    """Store scope of the snapshot ledger of one ``gov.estimates`` partition."""
+    return partition_scope(LEDGER_STATE_SCOPE, partition)
+
+
+def config_scope(partition: int) -> str:
+    """Store scope of the configurations applied from one ``gov.estimates`` partition."""
+    return partition_scope(CONFIG_STATE_SCOPE, partition)
+
+
+def _scope_partition(name: str, scope: str) -> int | None:
+    """The partition whose state ``name`` the store scope ``scope`` is, or None when it is not one."""
+    if scope == name:
+        return 0
+    prefix, _, partition = scope.rpartition(":")
+    return int(partition) if prefix == name and partition.isdigit() and partition != "0" else None
+
+
+@dataclass(slots=True)
+class _Partition:
+    """What one partition's log has set: its applied configurations, live policy set, shadows and ledger."""
+
+    policy_set: PolicySet
+    configs: dict[str, PolicyConfigRecord] = field(default_factory=dict)
+    shadows: dict[str, ShadowPolicy] = field(default_factory=dict)
+    ledger: SnapshotLedger = field(default_factory=SnapshotLedger)
 
 
 class RecordSink(Protocol):
@@ -128,42 +159,104 @@ class PolicyHandler:
         self._fleet_slot_s = fleet_slot_s
         self.decider = DecisionMaker(registry, store, pins=pins, keyring=keyring)
         self._sink = sink
-        self._configs: dict[str, PolicyConfigRecord] = {}
-        self.shadows: dict[str, ShadowPolicy] = {}
-        self.ledger = SnapshotLedger()
+        self._partitions: dict[int, _Partition] = {}
         self._clock = clock
         self._metrics = metrics
         self.counters = PolicyCounters()
         self._foreign_logged: set[str] = set()
 
-    def state_scopes(self, configs_state: str | None) -> list[str]:
-        """The store scopes ``restore`` needs besides the configs: the shadows' and the fleet aggregators'."""
-        self._restore_configs(configs_state)
-        return [shadow.state_scope for shadow in self.shadows.values()] + self.decider.fleet_scopes()
+    @property
+    def shadows(self) -> dict[str, ShadowPolicy]:
+        """The shadow policies running, by name (of the lowest partition that runs each)."""
+        found: dict[str, ShadowPolicy] = {}
+        for _, part in sorted(self._partitions.items(), reverse=True):
+            found.update(part.shadows)
+        return found
+
+    def partitions(self) -> list[int]:
+        """The partitions whose state this handler holds."""
+        return sorted(self._partitions)
+
+    def policy_set(self, partition: int) -> PolicySet:
+        """The live policy set that decides ``partition``'s snapshots now."""
+        return self._partition(partition).policy_set
+
+    def fleet_scopes(self, partition: int) -> list[str]:
+        """Store scopes of the fleet aggregators that ``partition``'s live configuration registers."""
+        self.decider.configure(self._partition(partition).policy_set)
+        return self.decider.fleet_scopes()
+
+    def ledger(self, partition: int) -> SnapshotLedger:
+        """The snapshot ledger of one ``gov.estimates`` partition (empty when new)."""
+        return self._partition(partition).ledger
+
+    def state_scopes(self, configs: dict[str, str], fleet_partition: int | None) -> list[str]:
+        """The store scopes ``restore`` needs besides the configs and ledgers: the shadows' and the fleet's.
+
+        Args:
+            configs: the stored configuration states of the partitions to restore, by store scope.
+            fleet_partition: the ``fleet`` partition where this member owns it (its aggregators are
+                restored), else None.
+        """
+        scopes: list[str] = []
+        restored = {
+            p: self._restored(p, state)
+            for scope, state in configs.items()
+            if (p := _scope_partition(CONFIG_STATE_SCOPE, scope)) is not None
+        }
+        for partition, part in sorted(restored.items()):
+            scopes += [partition_scope(shadow.state_scope, partition) for shadow in part.shadows.values()]
+        if fleet_partition is not None:
+            fleet = restored.get(fleet_partition) or _Partition(PolicySet(registry=self._default_registry))
+            self.decider.configure(fleet.policy_set)
+            scopes += self.decider.fleet_scopes()
+        return scopes
 
     def restore(self, states: dict[str, str]) -> None:
-        """Return to ``states`` (as ``states()`` made them): configs, shadows, aggregators, ledger; nothing staged."""
+        """Return to ``states`` (as ``states()`` made them): configs, shadows, aggregators, ledgers; nothing staged.
+
+        Only the partitions and aggregators ``states`` holds are kept: a member restored with the
+        states of its partitions forgets those of partitions it no longer owns.
+        """
         self.decider.discard_staged()
-        self._restore_configs(states.get(CONFIG_STATE_SCOPE))
-        for shadow in self.shadows.values():
-            if shadow.state_scope in states:
-                shadow.load(states[shadow.state_scope])
+        self._partitions = {}
+        for scope, state in states.items():
+            partition = _scope_partition(CONFIG_STATE_SCOPE, scope)
+            if partition is not None:
+                part = self._restored(partition, state)
+                for shadow in part.shadows.values():
+                    shadow_state = states.get(partition_scope(shadow.state_scope, partition))
+                    if shadow_state is not None:
+                        shadow.load(shadow_state)
+                self._partitions[partition] = part
+        for scope, state in states.items():
+            partition = _scope_partition(LEDGER_STATE_SCOPE, scope)
+            if partition is not None:
+                self._partition(partition).ledger = SnapshotLedger.from_json(state)
         self.decider.aggregators.clear()
-        self.decider.load_aggregators({s: states[s] for s in self.decider.fleet_scopes() if s in states})
-        ledger = states.get(LEDGER_STATE_SCOPE)
-        self.ledger = SnapshotLedger() if ledger is None else SnapshotLedger.from_json(ledger)
+        self.decider.load_aggregators({s: v for s, v in states.items() if s.startswith(FLEET_STATE_PREFIX)})
 
-    def reset_fleet_and_ledger(self) -> None:
-        """Start the fleet aggregators and the snapshot ledger empty (a log reset; the configs and shadows stay)."""
-        self.decider.aggregators.clear()
-        self.ledger = SnapshotLedger()
+    def reset_fleet_and_ledger(self, partition: int, *, fleet: bool) -> None:
+        """Start a partition's snapshot ledger, and with ``fleet`` the fleet aggregators, empty (a log reset).
 
-    def _restore_configs(self, configs_state: str | None) -> None:
-        self.decider.configure(PolicySet(registry=self._default_registry))
-        self._configs.clear()
-        self.shadows.clear()
-        for body in json.loads(configs_state).values() if configs_state is not None else []:
-            self._apply_config(PolicyConfigRecord.model_validate_json(json.dumps(body)), announce=False)
+        The configs and shadows stay.
+        """
+        if fleet:
+            self.decider.aggregators.clear()
+        self._partition(partition).ledger = SnapshotLedger()
+
+    def _partition(self, partition: int) -> _Partition:
+        part = self._partitions.get(partition)
+        if part is None:
+            part = self._partitions[partition] = _Partition(PolicySet(registry=self._default_registry))
+        return part
+
+    def _restored(self, partition: int, configs_state: str) -> _Partition:
+        """A partition's state rebuilt from its stored configurations (shadows without their documents yet)."""
+        part = _Partition(PolicySet(registry=self._default_registry))
+        for body in json.loads(configs_state).values():
+            self._apply_config(PolicyConfigRecord.model_validate_json(json.dumps(body)), part, announce=False)
+        return part
 
     def apply(self, batch: PendingBatch) -> bool:
         """Write the batch's documents (their records are delivered); send a correction for each one refused.
@@ -183,16 +276,17 @@ class PolicyHandler:
     def states(self) -> dict[str, str]:
         """What a commit stores with the offsets: aggregators, applied configs, shadows' documents, the ledger."""
         states = self.decider.aggregator_states()
-        states[CONFIG_STATE_SCOPE] = json.dumps(
-            {name: json.loads(record.model_dump_json()) for name, record in sorted(self._configs.items())}
-        )
-        for shadow in self.shadows.values():
-            states[shadow.state_scope] = shadow.state()
-        states[LEDGER_STATE_SCOPE] = self.ledger.to_json()
+        for partition, part in self._partitions.items():
+            states[config_scope(partition)] = json.dumps(
+                {name: json.loads(record.model_dump_json()) for name, record in sorted(part.configs.items())}
+            )
+            for shadow in part.shadows.values():
+                states[partition_scope(shadow.state_scope, partition)] = shadow.state()
+            states[ledger_scope(partition)] = part.ledger.to_json()
         return states
 
-    def _apply_config(self, record: PolicyConfigRecord, *, announce: bool = True) -> None:
-        """Decide with ``record`` from here on: the live configuration, or a shadow's (logged when ``announce``)."""
+    def _apply_config(self, record: PolicyConfigRecord, part: _Partition, *, announce: bool = True) -> None:
+        """Decide ``part``'s snapshots with ``record`` from here on: the live configuration, or a shadow's."""
         source = f"config record {record.name!r} ({record.source or 'no file'})"
         try:
             policy_set = config_policy_set(record.config, source=source, fleet_slot_s=self._fleet_slot_s)
@@ -201,18 +295,18 @@ class PolicyHandler:
             log.warning("config_invalid", name=record.name, reason=str(exc))
             return
         self.counters.configs += 1
-        self._configs[record.name] = record
+        part.configs[record.name] = record
         if record.name == LIVE_CONFIG:
-            self.decider.configure(policy_set)
+            part.policy_set = policy_set
         elif record.config is None:
-            self.shadows.pop(record.name, None)
-            del self._configs[record.name]
-        elif record.name not in self.shadows or self.shadows[record.name].policy_set.digest != policy_set.digest:
-            self.shadows[record.name] = ShadowPolicy(record.name, policy_set)
+            part.shadows.pop(record.name, None)
+            del part.configs[record.name]
+        elif record.name not in part.shadows or part.shadows[record.name].policy_set.digest != policy_set.digest:
+            part.shadows[record.name] = ShadowPolicy(record.name, policy_set)
         if announce:
             log.info("config_applied", name=record.name, digest=policy_set.digest, source=record.source)
 
-    def handle(self, record: PolicyRecord, batch: PendingBatch) -> None:
+    def handle(self, record: ConsumedRecord, batch: PendingBatch) -> None:
         """Read one record and act on it; dead-letter what cannot be taken. Raises only for outages.
 
         Raises:
@@ -226,21 +320,25 @@ class PolicyHandler:
         if parsed.deployment != self._deployment:
             self._foreign(parsed.deployment)
             return
+        part = self._partition(record.partition)
         if isinstance(parsed, PolicyConfigRecord):
-            self._apply_config(parsed)
+            self._apply_config(parsed, part)
             return
         if parsed.scope != FLEET_SCOPE and not isinstance(parsed.estimates, FleetContribution):
-            verdict = self.ledger.check(parsed)
+            verdict = part.ledger.check(parsed)
             if verdict.refused is not None:
                 self.counters.inconsistent += 1
                 self._dead_letter(record, verdict.refused, "version")
                 return
             if verdict.resynced:
                 log.warning("snapshot_ledger_resynced", scope=parsed.scope, version=parsed.version)
-        self._snapshot(parsed, record, batch)
+        self._snapshot(parsed, record, batch, part)
 
-    def _snapshot(self, snapshot: EstimateSnapshot, record: PolicyRecord, batch: PendingBatch) -> None:
+    def _snapshot(
+        self, snapshot: EstimateSnapshot, record: ConsumedRecord, batch: PendingBatch, part: _Partition
+    ) -> None:
         self.counters.snapshots += 1
+        self.decider.configure(part.policy_set)
         if self._metrics is not None:
             self._metrics.snapshot_seen(snapshot.scope, snapshot.ts)
         try:
@@ -260,7 +358,7 @@ class PolicyHandler:
         for decision in handled.records:
             self._record(decision, batch.started_s)
         batch.writes.extend(handled.writes)
-        for shadow in self.shadows.values():
+        for shadow in part.shadows.values():
             try:
                 shadow_records = shadow.on_snapshot(snapshot, handled.fleet_snapshots)
             except Exception as exc:  # a shadow's failure never touches the live policy
@@ -286,7 +384,7 @@ class PolicyHandler:
             self._foreign_logged.add(deployment)
             log.info("foreign_deployment_records", deployment=deployment, ours=self._deployment)
 
-    def _dead_letter(self, record: PolicyRecord, reason: str, field_name: str | None) -> None:
+    def _dead_letter(self, record: ConsumedRecord, reason: str, field_name: str | None) -> None:
         raw = record.value.decode("utf-8", errors="replace")[:DEAD_LETTER_RAW_CHARS] if record.value else ""
         letter = DeadLetter(
             reason=reason[:2048],

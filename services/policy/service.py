@@ -1,7 +1,10 @@
 """The live policy service: ``gov.estimates`` snapshots -> decisions in Redis and on ``gov.policy.decisions``.
 
-It reads the single-partition snapshot topic in order, so every policy sees its snapshots in the
-order the processors took them. Each poll is one batch, handled in the outbox order (issue 19
+It reads its partitions of the snapshot topic in order: an engine's snapshots all travel on its
+scope's partition and every fleet contribution on the ``fleet`` partition, so every policy sees its
+snapshots in the order the processors took them, however many members share the topic (each
+member restores and commits the state of its own partitions only: services/policy/handler.py).
+Each poll is one batch, handled in the outbox order (issue 19
 item 5):
 
 1. every record is read (services/policy/intake.py); one it cannot read, or an inconsistent
@@ -53,17 +56,26 @@ from schemas.names import ESTIMATES_TOPIC
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, Delivery, no_checkpoint
+from services.engine_partitions import key_partition
 from services.health import ServiceMetrics
-from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer
+from services.kafka_clients import (
+    ConsumedRecord,
+    KafkaLogView,
+    Rebalance,
+    consumer_lag,
+    group_consumer,
+    record_producer,
+    subscribe,
+)
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LogReset, LogWatch
 from services.policy.handler import (
-    CONFIG_STATE_SCOPE,
-    LEDGER_STATE_SCOPE,
+    FLEET_SCOPE,
     PendingBatch,
     PolicyCounters,
     PolicyHandler,
-    PolicyRecord,
+    config_scope,
+    ledger_scope,
 )
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
@@ -130,7 +142,7 @@ class PolicyService:
             fleet_slot_s=fleet_slot_s,
             keyring=keyring,
         )
-        self._consumer.subscribe([ESTIMATES_TOPIC], listener=Rebalance(self.on_assigned))
+        subscribe(self._consumer, ESTIMATES_TOPIC, Rebalance(self.on_assigned))
         self._stopped = False
 
     @property
@@ -156,10 +168,23 @@ class PolicyService:
             self._consumer.pause(*partitions)
             self.outage.failed(exc, exc.backend)
 
+    def fleet_partition(self) -> int:
+        """The ``gov.estimates`` partition the ``fleet`` key puts fleet contributions on: its owner owns the fleet."""
+        partitions = len(self._consumer.partitions_for_topic(ESTIMATES_TOPIC) or ()) or 1
+        return key_partition(FLEET_SCOPE.encode(), partitions)
+
     def _load(self, partitions: list[TopicPartition]) -> None:
+        """Restore the state of the assigned ``partitions`` only.
+
+        That is their configurations, shadows and ledgers, and the fleet aggregators where this member
+        owns the ``fleet`` partition.
+        """
         applied = self._store.applied_offsets(CONSUMER_NAME)
-        states = self._store.load_states([CONFIG_STATE_SCOPE, LEDGER_STATE_SCOPE])
-        scopes = self.handler.state_scopes(states.get(CONFIG_STATE_SCOPE))
+        owned = sorted({tp.partition for tp in partitions})
+        fleet_partition = self.fleet_partition()
+        configs = self._store.load_states([config_scope(p) for p in owned])
+        states = configs | self._store.load_states([ledger_scope(p) for p in owned])
+        scopes = self.handler.state_scopes(configs, fleet_partition if fleet_partition in owned else None)
         states.update(self._store.load_states(scopes))
         self.handler.restore(states)
         self._applied = applied
@@ -176,9 +201,10 @@ class PolicyService:
             "partitions_assigned",
             partitions=sorted(tp.partition for tp in partitions),
             aggregators=sorted(self.handler.decider.aggregators),
-            config=self.handler.decider.policy_set.digest,
+            configs=[self.handler.policy_set(p).digest for p in owned],
             shadows=sorted(self.handler.shadows),
-            ledger_scopes=len(self.handler.ledger),
+            ledger_scopes=sum(len(self.handler.ledger(p)) for p in owned),
+            fleet_owner=fleet_partition in owned,
         )
 
     def stop(self) -> None:
@@ -243,14 +269,15 @@ class PolicyService:
         return [record for record in records if (record.topic, record.partition) not in rebuilt]
 
     def _rebuild(self, reset: LogReset) -> None:
-        """Forget the partition's applied offset, the fleet aggregators and the ledger; read it from its beginning.
+        """Forget the partition's applied offset and ledger (and the fleet aggregators on the fleet's partition).
 
         The ledger goes too: the processors rebuilt from a new telemetry log take snapshots at new
         (lower) positions, which it would otherwise refuse as out of order.
         """
         self._applied.pop(reset.field, None)
-        dropped = [*self.handler.decider.fleet_scopes(), LEDGER_STATE_SCOPE]
-        self.handler.reset_fleet_and_ledger()
+        fleet = reset.partition == self.fleet_partition()
+        dropped = [*(self.handler.fleet_scopes(reset.partition) if fleet else []), ledger_scope(reset.partition)]
+        self.handler.reset_fleet_and_ledger(reset.partition, fleet=fleet)
         self._store.reset_partition(CONSUMER_NAME, reset.field, reset.topic_id, {}, dropped)
         self._committed_states = self.handler.states()
         self._consumer.seek_to_beginning(TopicPartition(reset.topic, reset.partition))
@@ -262,7 +289,7 @@ class PolicyService:
         self._consumer.poll(timeout_ms=int(pause_s * 1000))
         self._consumer.resume(*(tp for tp in self._consumer.assignment() if tp not in self._unpositioned))
 
-    def _process(self, records: list[PolicyRecord]) -> None:
+    def _process(self, records: list[ConsumedRecord]) -> None:
         """Steps 1-3 of the outbox order; an outage in them forgets the batch and seeks back to its start."""
         starts: dict[TopicPartition, int] = {}
         for record in records:

@@ -16,7 +16,15 @@ from hypothesis import strategies as st
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot
-from services.policy.handler import PendingBatch, PolicyHandler
+from services.policy.config_records import config_record
+from services.policy.handler import (
+    CONFIG_STATE_SCOPE,
+    LEDGER_STATE_SCOPE,
+    PendingBatch,
+    PolicyHandler,
+    config_scope,
+    ledger_scope,
+)
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches
@@ -207,7 +215,7 @@ class TestFleetContributionsBesideTheLedger:
             consumer=Consumer(),
             commit_interval_s=3600.0,
         )
-        batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+        batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         events = synthetic_stream(engines=2, requests=600, deployment="dep", seed=8)
         records = [
             TelemetryRecordStub(TELEMETRY_TOPIC, 0, offset, e.engine_id.encode(), encode_event(e))
@@ -225,3 +233,57 @@ class TestFleetContributionsBesideTheLedger:
             handler.handle(Record(ESTIMATES_TOPIC, 0, offset, None, value), batch)
         assert handler.counters.inconsistent == 0
         assert sink.on(DEADLETTER_TOPIC) == []
+
+
+class TestPartitionedState:
+    """Members of one group each commit the state of their own ``gov.estimates`` partitions only."""
+
+    def _on(self, handler: PolicyHandler, partition: int, scope: str, versions: range) -> None:
+        batch = PendingBatch()
+        for offset, version in enumerate(versions):
+            snapshot = admission_snapshot(SUMMARY, version=version, ts=5.0 * version, scope=scope)
+            handler.handle(
+                Record(ESTIMATES_TOPIC, partition, offset, scope.encode(), snapshot.model_dump_json().encode()), batch
+            )
+        handler.apply(batch)
+
+    def test_each_partition_has_its_own_ledger_scope_and_partition_zero_keeps_the_old_name(self) -> None:
+        handler = _handler(MemoryStore(), ListSink())
+        self._on(handler, 0, "eng-0", range(1, 4))
+        self._on(handler, 3, "eng-3", range(1, 3))
+        states = handler.states()
+        assert {scope for scope in states if scope.startswith(LEDGER_STATE_SCOPE)} == {
+            LEDGER_STATE_SCOPE,
+            ledger_scope(3),
+        }
+        assert "eng-3" not in states[LEDGER_STATE_SCOPE]
+        assert "eng-0" not in states[ledger_scope(3)]
+
+    def test_a_member_restored_with_its_partitions_states_forgets_the_others_and_writes_none_of_them(self) -> None:
+        store = MemoryStore()
+        first = _handler(store, ListSink())
+        self._on(first, 0, "eng-0", range(1, 4))
+        self._on(first, 3, "eng-3", range(1, 3))
+        states = first.states()
+        second = _handler(store, ListSink())
+        second.restore({scope: state for scope, state in states.items() if scope.endswith(":3")})
+        assert second.partitions() == [3]
+        assert not {LEDGER_STATE_SCOPE, CONFIG_STATE_SCOPE} & set(second.states())
+        sink = ListSink()
+        second._sink = sink
+        self._on(second, 3, "eng-3", range(2, 4))  # a replayed snapshot and the next one
+        assert _decided(sink) == [(3, True)]
+        assert sink.on(DEADLETTER_TOPIC) == []
+
+    def test_a_configuration_decides_the_partition_whose_log_carries_it_from_its_position_on(self) -> None:
+        handler = _handler(MemoryStore(), ListSink())
+        default_digest = handler.policy_set(3).digest
+        live = config_record("dep", "live", {"admission": {"kv_comfort_frac": 0.3}}, "live.toml")
+        handler.handle(Record(ESTIMATES_TOPIC, 0, 0, b"config", live.model_dump_json().encode()), PendingBatch())
+        assert handler.policy_set(0).digest == live.digest != default_digest
+        assert handler.policy_set(3).digest == default_digest  # partition 3's copy is not read yet
+        states = handler.states()
+        restarted = _handler(MemoryStore(), ListSink())
+        restarted.restore(states)
+        assert (restarted.policy_set(0).digest, restarted.policy_set(3).digest) == (live.digest, default_digest)
+        assert config_scope(3) == f"{CONFIG_STATE_SCOPE}:3"
