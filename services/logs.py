@@ -25,6 +25,7 @@ def configure_logging(log_format: str, log_level: str = "info") -> None:
     level = _LEVELS[log_level]
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
+        structlog.stdlib.add_logger_name,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
