@@ -50,7 +50,9 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
 def run_record(args: argparse.Namespace) -> int:
     """Record the topic from its beginning until idle."""
     settings = settings_from_args(args)
-    records = read_topic(settings.kafka_bootstrap, args.topic, idle_s=args.idle_s, security=settings.kafka_security())
+    records = read_topic(
+        settings.kafka_bootstrap, args.topic, idle_s=args.idle_s, to_end=False, security=settings.kafka_security()
+    )
     first = next(records, None)  # the broker and the topic are checked before the file is created
     count = write_lines(args.out, records if first is None else itertools.chain([first], records))
     print(f"{args.out}: {count} records of {args.topic}")

@@ -12,6 +12,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from kafka import KafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.envelope import Identifier
@@ -24,6 +25,8 @@ from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
 from services.settings import KafkaSecurity
+
+READ_POLL_MS = 200  # one empty poll of this long, at the end offsets, ends a read_topic
 
 IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
@@ -104,27 +107,52 @@ def decision_lines(decisions: Iterable[DecisionRecord]) -> Iterator[bytes]:
 
 
 def read_topic(
-    bootstrap: str, topic: str, *, idle_s: float = 3.0, timeout_s: float = 10.0, security: KafkaSecurity = PLAINTEXT
+    bootstrap: str,
+    topic: str,
+    *,
+    idle_s: float = 3.0,
+    timeout_s: float = 10.0,
+    to_end: bool = True,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> Iterator[bytes]:
-    """Yield every record value of ``topic`` from the beginning, each partition in order, until idle for ``idle_s``.
+    """Yield every record value of ``topic`` from the beginning, each partition in order.
 
-    It reads until the topic has been quiet for ``idle_s`` rather than up to the end offsets read
-    at the start: the Tansu broker reports as a partition's end the offset after its last record
-    *batch's base*, so stopping there would lose the rest of that batch.
+    With ``to_end`` it stops as soon as a poll brings nothing and every partition's position is at
+    its end offset, asked again at that moment; in any case it stops after ``idle_s`` without
+    records. The end alone is not enough: the Tansu broker reports as a partition's end the offset
+    after its last record *batch's base*, so a reader stopping there would lose the rest of that
+    batch. Every record of a fetched batch is handed out before a poll comes back empty, so
+    "empty poll and at the end" loses nothing, and costs one poll instead of ``idle_s`` of waiting.
 
     Raises:
         BackendUnavailableError: the broker does not answer.
         InvalidInputError: the topic does not exist.
     """
-    consumer = reader(bootstrap, timeout_s=timeout_s, idle_s=idle_s, security=security)
+    consumer = reader(bootstrap, timeout_s=timeout_s, security=security)
     try:
         assigned = require_topic(consumer, topic, bootstrap)
         consumer.assign(assigned)
         consumer.seek_to_beginning(*assigned)
         if not any(consumer.end_offsets(assigned).values()):
             return
-        for message in consumer:
-            if message.value is not None:  # a tombstone carries no event: nothing to record
-                yield message.value
+        quiet_since = time.monotonic()
+        while True:
+            fetched = consumer.poll(timeout_ms=READ_POLL_MS)
+            if fetched:
+                quiet_since = time.monotonic()
+                for partition in sorted(fetched):
+                    for message in fetched[partition]:
+                        if message.value is not None:  # a tombstone carries no event: nothing to record
+                            yield message.value
+                continue
+            if to_end and _at_end(consumer, assigned):
+                return
+            if time.monotonic() - quiet_since >= idle_s:
+                return
     finally:
         consumer.close()
+
+
+def _at_end(consumer: KafkaConsumer, assigned: list[TopicPartition]) -> bool:
+    ends = consumer.end_offsets(assigned)
+    return all(consumer.position(partition) >= ends[partition] for partition in assigned)

@@ -1,7 +1,9 @@
 """``TelemetryPublisher``: the engine's non-blocking Kafka producer (DESIGN principle 5).
 
 ``publish`` puts the event on a bounded queue and returns at once; a background thread hands it
-to a Kafka producer that batches by ``linger_ms`` and sends to ``gov.telemetry`` keyed by engine.
+to a Kafka producer that batches by ``linger_ms`` and sends to ``gov.telemetry`` keyed by engine,
+on the partition the engine rule gives the id (services/engine_partitions.py: an id ending in an
+ordinal is placed round robin, so a numbered fleet loads every partition evenly).
 When the queue is full or the broker is away, events are dropped and counted, with a warning at
 most every few seconds: the engine's loop is never blocked and never sees an exception.
 
@@ -26,12 +28,15 @@ from kafka.errors import KafkaError
 
 from schemas.events import Event, encode_event
 from schemas.names import TELEMETRY_TOPIC
+from services.engine_partitions import EnginePartitioner
 from services.kafka_factory import PLAINTEXT, kafka_producer
 from services.settings import KafkaSecurity
 
 log = structlog.get_logger(__name__)
 
 WARN_EVERY_S = 5.0
+ENGINE_SEND_TIMEOUT_S = 5.0  # an engine drops telemetry the broker has not taken by then, and goes on
+TOOL_SEND_TIMEOUT_S = 60.0  # a tool that must lose nothing waits out a slow broker
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -53,7 +58,7 @@ class TelemetryPublisher:
         *,
         topic: str = TELEMETRY_TOPIC,
         max_queue: int = 100_000,
-        send_timeout_s: float = 5.0,
+        send_timeout_s: float | None = None,
         linger_ms: int = 5,
         block_when_full: bool = False,
         security: KafkaSecurity = PLAINTEXT,
@@ -64,10 +69,15 @@ class TelemetryPublisher:
             bootstrap: Kafka bootstrap servers.
             topic: where events go (keyed by engine).
             max_queue: events held for the sending thread; past it an engine's events are dropped.
-            send_timeout_s: how long a send may wait for the broker's acknowledgement.
+            send_timeout_s: how long a send may wait for the broker's acknowledgement before its
+                events count as dropped: ``ENGINE_SEND_TIMEOUT_S`` by default, ``TOOL_SEND_TIMEOUT_S``
+                when ``block_when_full``.
             linger_ms: how long the producer batches before sending.
             block_when_full: wait for room instead of dropping when the queue is full. For tools that
-                must lose nothing (``governor replay``), never for an engine's step loop.
+                must lose nothing (``governor replay``), never for an engine's step loop. Such a tool
+                also waits longer for acknowledgements: a replay that outruns a loaded broker, or
+                shares its process with busy threads, builds batches faster than they are sent, and
+                batches older than an engine's timeout would expire and be lost.
             security: SASL credentials and TLS files (``SecuritySettings.kafka_security``).
         """
         self._bootstrap = bootstrap
@@ -75,6 +85,8 @@ class TelemetryPublisher:
         self._block_when_full = block_when_full
         self._topic = topic
         self._queue: queue.Queue[Event | None] = queue.Queue(maxsize=max_queue)
+        if send_timeout_s is None:
+            send_timeout_s = TOOL_SEND_TIMEOUT_S if block_when_full else ENGINE_SEND_TIMEOUT_S
         self._send_timeout_s = send_timeout_s
         self._linger_ms = linger_ms
         self._published = 0
@@ -133,7 +145,7 @@ class TelemetryPublisher:
             self._queue.put_nowait(None)
         self._thread.join(timeout=timeout_s)
 
-    def _drop(self, count: int, *, reason: str) -> None:
+    def _drop(self, count: int, *, reason: str, error: BaseException | None = None) -> None:
         with self._lock:
             self._dropped += count
             now = time.monotonic()
@@ -142,14 +154,14 @@ class TelemetryPublisher:
                 self._last_warning_s = now
             dropped = self._dropped
         if warn:
-            log.warning("telemetry_dropped", reason=reason, dropped_total=dropped)
+            log.warning("telemetry_dropped", reason=reason, dropped_total=dropped, error=repr(error) if error else None)
 
     def _delivered(self, metadata: object) -> None:
         with self._lock:
             self._delivered_count += 1
 
     def _failed(self, exc: BaseException) -> None:
-        self._drop(1, reason="delivery_failed")
+        self._drop(1, reason="delivery_failed", error=exc)
 
     def _connect(self) -> KafkaProducer | None:
         # Records the broker cannot take expire after the delivery timeout (their futures fail and
@@ -162,6 +174,7 @@ class TelemetryPublisher:
                 linger_ms=self._linger_ms,
                 acks="all",
                 enable_idempotence=True,
+                partitioner=EnginePartitioner(),
                 request_timeout_ms=timeout_ms,
                 max_block_ms=timeout_ms,
                 delivery_timeout_ms=timeout_ms + self._linger_ms,

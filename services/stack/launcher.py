@@ -22,7 +22,7 @@ from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.errors import BackendUnavailableError, ConfigError
-from schemas.names import TOPICS
+from schemas.names import TOPICS, TopicSpec
 from services.kafka_factory import kafka_admin, kafka_consumer
 from services.settings import RedisSecurity
 from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port
@@ -145,8 +145,8 @@ def _start_valkey(state_dir: Path, security: RedisSecurity | None) -> tuple[str,
     return f"redis://127.0.0.1:{port}/0", pid
 
 
-def create_topics(bootstrap: str, timeout_s: float) -> None:
-    """Create every topic of ``schemas.names.TOPICS`` with its partition count; existing ones are kept."""
+def create_topics(bootstrap: str, timeout_s: float, topics: tuple[TopicSpec, ...] = TOPICS) -> None:
+    """Create every topic of ``topics`` (``schemas.names.TOPICS``) with its partition count; existing ones are kept."""
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -159,7 +159,7 @@ def create_topics(bootstrap: str, timeout_s: float) -> None:
             time.sleep(0.2)
     try:
         existing = set(admin.list_topics())
-        missing = [NewTopic(t.name, t.partitions, 1) for t in TOPICS if t.name not in existing]
+        missing = [NewTopic(t.name, t.partitions, 1) for t in topics if t.name not in existing]
         if missing:
             with contextlib.suppress(TopicAlreadyExistsError):
                 admin.create_topics(missing)
@@ -173,8 +173,13 @@ def stack_up(
     broker_port: int | None,
     timeout_s: float = START_TIMEOUT_S,
     redis_security: RedisSecurity | None = None,
+    *,
+    topics: tuple[TopicSpec, ...] = TOPICS,
 ) -> StackState:
     """Start what is missing of the stack and return it; a running stack is reported as it is.
+
+    ``topics`` names the partition counts a new broker's topics are created with (a scaled
+    deployment gives ``gov.estimates`` more than one: docs/operations.md, "Scaling by partitions").
 
     The local broker is plaintext on 127.0.0.1; ``redis_security`` is used to reach ``redis_url``
     and, where it has a password, the embedded Valkey started in its place requires it.
@@ -197,7 +202,7 @@ def stack_up(
     bootstrap, broker_pid = _start_broker(state_dir, broker_port)
     state = StackState(kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid)
     _state_path(state_dir).write_text(state.to_json())
-    create_topics(bootstrap, timeout_s)
+    create_topics(bootstrap, timeout_s, topics)
     log.info("stack_up", kafka=bootstrap, redis=chosen_redis)
     return state
 

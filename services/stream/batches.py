@@ -40,11 +40,14 @@ what it would have written, for the next one. A crash between a produce and the 
 re-folds those events after restart and re-produces the same snapshots, which the policy service
 recognises as duplicates (same scope, version and id). On assignment the runtime seeks each
 partition to ``resume_positions`` (the applied offset + 1); on revocation the engines of revoked
-partitions are forgotten, so their new owner rebuilds them from Redis.
+partitions are forgotten, so their new owner rebuilds them from Redis. Engines whose stored state
+holds fleet contributions are loaded eagerly, at assignment and before the batch after a refused
+commit or a discarded batch forgot them, never only at their next event, which may never come.
 """
 
 from __future__ import annotations
 
+import json
 import math
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -57,11 +60,13 @@ from kafka import KafkaProducer
 from schemas.engines import PolicyApplied
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event, parse_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, ack_key, estimate_key
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, ack_key, estimate_key
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from services.delivery import Checkpoint, Delivery, no_checkpoint
+from services.engine_partitions import engine_partition
 from services.health import ServiceMetrics
+from services.kafka_clients import ConsumedRecord
 from services.settings import DEFAULT_LIFECYCLE, EngineLifecycle
 from services.store.protocol import Store
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
@@ -78,21 +83,6 @@ UNADMITTED_RETENTION_S = 600
 FLEET_KEY = b"fleet"  # the key of every fleet contribution: one partition, one order, one owner
 
 Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
-
-
-class TelemetryRecord(Protocol):
-    """What the batch handling reads of a consumed record (kafka-python's and faust's records both have it)."""
-
-    @property
-    def topic(self) -> str: ...
-    @property
-    def partition(self) -> int: ...
-    @property
-    def offset(self) -> int: ...
-    @property
-    def key(self) -> bytes | None: ...
-    @property
-    def value(self) -> bytes | None: ...
 
 
 class ConsumerView(Protocol):
@@ -139,7 +129,7 @@ def tp_field(topic: str, partition: int) -> str:
     return f"{topic}:{partition}"
 
 
-def read_record(record: TelemetryRecord) -> Event | DeadLetter:
+def read_record(record: ConsumedRecord) -> Event | DeadLetter:
     """Turn one consumed record into the event to fold, or the dead letter that says why it is none.
 
     It never raises, whatever the record holds: a null or non-bytes value, bytes that are not UTF-8
@@ -162,7 +152,7 @@ def dead_letter(value: object, exc: InvalidInputError, position: SourceOffset) -
     return DeadLetter(code=exc.code, reason=str(exc)[:2048], field=exc.field, source=position, raw=raw)
 
 
-def read_position(record: TelemetryRecord) -> SourceOffset:
+def read_position(record: ConsumedRecord) -> SourceOffset:
     """Where ``record`` was read."""
     return SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
 
@@ -216,6 +206,7 @@ class TelemetryBatches:
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
         self._partition_ts: dict[str, float] = {}
+        self._dropped: dict[str, str] = {}  # engine -> its partition's field, forgotten by ``_drop``
 
     @property
     def pending(self) -> bool:
@@ -226,17 +217,82 @@ class TelemetryBatches:
         """The engines whose estimates this member holds in memory now."""
         return sorted(self._folder.engines)
 
-    def resume_positions(self, partitions: Iterable[Partition]) -> dict[Partition, int]:
+    def resume_positions(self, partitions: Iterable[Partition], partition_count: int) -> dict[Partition, int]:
         """Read the applied offsets from Redis; return where each assigned partition resumes (applied + 1).
 
-        A partition without an applied offset is left out: the runtime reads it from its earliest offset.
+        A partition without an applied offset is left out: the runtime reads it from its earliest
+        offset. The engines of the assigned partitions whose stored state holds fleet contributions
+        are loaded now (``partition_count``: the telemetry topic's partitions, to tell which engines
+        are whose), not at their next event.
+
+        Raises:
+            BackendUnavailableError: Redis failed.
         """
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
         self._folded = dict(self._applied)
         assigned = sorted(partitions)
         positions = {tp: self._applied[tp_field(*tp)] + 1 for tp in assigned if tp_field(*tp) in self._applied}
-        log.info("partitions_assigned", partitions=sorted(partition for _, partition in assigned))
+        holding = self._load_holding(assigned, partition_count)
+        log.info("partitions_assigned", partitions=sorted(partition for _, partition in assigned), holding=holding)
         return positions
+
+    def _load_holding(self, assigned: list[Partition], partition_count: int) -> int:
+        """Load the assigned partitions' engines whose stored state holds fleet contributions; return how many.
+
+        A contribution held at the last commit reaches the fleet only when its engine is in memory
+        and the watermark passes it. An engine loaded lazily, at its next event, would keep it from
+        the fleet for as long as the engine stays quiet, and for good when the previous owner had
+        folded the engine's last event before it died: the fleet slot would close without it.
+        """
+        numbers = {partition for topic, partition in assigned if topic == TELEMETRY_TOPIC}
+        if partition_count <= 0 or not numbers:
+            return 0
+        candidates = {
+            engine: tp_field(TELEMETRY_TOPIC, engine_partition(engine, partition_count))
+            for engine in self._store.estimate_scopes(SUMMARY_NAME)
+        }
+        return self._load_if_holding(
+            {engine: tp for engine, tp in candidates.items() if _partition_of(tp)[1] in numbers}
+        )
+
+    def _load_if_holding(self, candidates: dict[str, str]) -> int:
+        """Load those of ``candidates`` (engine -> its partition's field) not in memory whose stored state
+        holds fleet contributions; return how many.
+
+        Raises:
+            BackendUnavailableError: Redis failed.
+        """
+        engines = sorted(engine for engine in candidates if not self._folder.has(engine))
+        loaded = 0
+        for engine, stored in self._store.load_states(engines).items():
+            if not json.loads(stored).get("held_contributions"):
+                continue
+            self._folder.load(engine, stored)
+            self._engine_partition[engine] = candidates[engine]
+            loaded += 1
+        return loaded
+
+    def _drop(self, engines: list[str]) -> None:
+        """Forget ``engines`` folded since the last commit; they are reloaded before the next batch (``_reload``).
+
+        Loaded lazily, at its next event, an engine whose stored state holds fleet contributions
+        would keep them from the fleet for as long as it stays quiet (the same hole as at assignment).
+        """
+        for engine in engines:
+            tp = self._engine_partition.pop(engine, None)
+            if tp is not None:
+                self._dropped[engine] = tp
+        self._folder.drop(engines)
+
+    def _reload(self) -> None:
+        """Reload the engines ``_drop`` forgot whose stored state holds fleet contributions.
+
+        Raises:
+            BackendUnavailableError: Redis failed (they stay to be reloaded).
+        """
+        if self._dropped:
+            self._load_if_holding(self._dropped)
+            self._dropped.clear()
 
     def revoked(self, partitions: Iterable[Partition]) -> None:
         """Commit, then forget the engines of revoked partitions: their next owner loads them from Redis.
@@ -253,6 +309,7 @@ class TelemetryBatches:
         self._folder.drop(engines)
         for engine in engines:
             del self._engine_partition[engine]
+        self._dropped = {e: tp for e, tp in self._dropped.items() if tp not in revoked}
         log.info("partitions_revoked", partitions=sorted(_partition_of(tp)[1] for tp in revoked), engines=len(engines))
 
     def next_offsets(self) -> dict[Partition, int]:
@@ -272,19 +329,24 @@ class TelemetryBatches:
         engines = sorted(e for e, tp in self._engine_partition.items() if tp == field_name)
         versions = {e: self._folder.engines[e].snapshot_version for e in engines if self._folder.has(e)}
         self._folder.drop(engines)
+        self._dropped = {e: tp for e, tp in self._dropped.items() if tp != field_name}
         for engine in engines:
             del self._engine_partition[engine]
             self._pending_engines.discard(engine)
         return versions
 
     def idle(self) -> None:
-        """Called by the consumer loop when a poll brought nothing: release what is held, commit, report progress.
+        """Called by the consumer loop when a poll brought nothing: release what the watermark passed, commit, report.
 
-        A poll that brought nothing means every assigned partition is read to its end, so the
-        watermark holds nothing back.
+        An empty poll does not mean every partition is read to its end: under load a fetch can come
+        back late while records wait on the broker. Releasing everything held then let one engine's
+        contributions reach the fleet slots before the others' (the fleet closed slots with that
+        engine alone), so the watermark is the same as after a batch; it holds nothing back once
+        every partition's high watermark is reached.
         """
         try:
-            if self._release(None):
+            self._reload()
+            if self._release(self._watermark()):
                 self._delivery.confirm()
         except BaseException:
             self._discard(set(), {})
@@ -293,7 +355,7 @@ class TelemetryBatches:
         if self._metrics is not None:
             self._metrics.progressed()
 
-    def process(self, records: Sequence[TelemetryRecord]) -> None:
+    def process(self, records: Sequence[ConsumedRecord]) -> None:
         """Fold one batch and confirm its snapshots delivered; commit when the commit interval has passed.
 
         Raises:
@@ -313,6 +375,7 @@ class TelemetryBatches:
             if record.offset > self._folded.get(tp, -1):
                 batch_from[tp] = min(batch_from.get(tp, record.offset), record.offset)
         try:
+            self._reload()
             for record in records:
                 tp = tp_field(record.topic, record.partition)
                 if record.offset <= self._folded.get(tp, -1):
@@ -377,9 +440,7 @@ class TelemetryBatches:
         the batch never reached were consumed all the same.
         """
         engines = sorted(self._pending_engines | touched)
-        self._folder.drop(engines)
-        for engine in engines:
-            self._engine_partition.pop(engine, None)
+        self._drop(engines)
         starts = dict(self._pending_from)
         for field_name, first in batch_from.items():
             starts[field_name] = min(starts.get(field_name, first), first)
@@ -433,7 +494,7 @@ class TelemetryBatches:
         self.counters.commits_refused += 1
         log.warning("commit_refused", offsets=offsets)
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
-        self._folder.drop(engines)
+        self._drop(engines)
         assigned = set(self._consumer.assigned())
         rewind: dict[Partition, int] = {}
         for field_name in offsets:
@@ -563,7 +624,7 @@ class TelemetryBatches:
             if self._metrics is not None:
                 self._metrics.acked(event)
 
-    def _send_dead_letter(self, record: TelemetryRecord, letter: DeadLetter) -> None:
+    def _send_dead_letter(self, record: ConsumedRecord, letter: DeadLetter) -> None:
         key = record.key if isinstance(record.key, bytes) else None
         self._delivery.send(DEADLETTER_TOPIC, key, letter.model_dump_json().encode())
         self.counters.dead_lettered += 1

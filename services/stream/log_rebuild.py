@@ -3,8 +3,8 @@
 A ``gov.telemetry`` partition found on a new log is read again from that log's beginning, and the
 engines whose telemetry it carries start over with empty estimates, so what is folded from now on
 is a function of the new log alone. Which engines those are: every engine the processor holds for
-the partition in memory, and every engine with a summary in Redis that the Kafka default
-partitioner (murmur2 of the engine id, the key the engine SDK publishes with) puts on it.
+the partition in memory, and every engine with a summary in Redis that the engine rule the SDK
+publishes with (services/engine_partitions.py) puts on it.
 
 Each reset engine keeps two things of its old state:
 
@@ -23,20 +23,14 @@ from __future__ import annotations
 import json
 
 import structlog
-from kafka.partitioner import murmur2
 
+from services.engine_partitions import engine_partition
 from services.log_reset import LogReset
 from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, SUMMARY_NAME, TelemetryBatches
 from services.stream.estimates import EngineEstimates
 
 log = structlog.get_logger(__name__)
-
-
-def engine_partition(engine_id: str, partitions: int) -> int:
-    """The partition the Kafka default partitioner gives ``engine_id`` as a key, among ``partitions``."""
-    hashed: int = murmur2(engine_id.encode())
-    return (hashed & 0x7FFFFFFF) % partitions
 
 
 def reset_state(engine_id: str, stored: str | None, snapshot_version: int) -> str:

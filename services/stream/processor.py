@@ -33,7 +33,7 @@ from schemas.names import TELEMETRY_TOPIC
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
-from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer
+from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer, subscribe
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LogWatch
 from services.settings import (
@@ -120,7 +120,7 @@ class StreamProcessor:
         self._metrics = metrics
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
-        self._consumer.subscribe([TELEMETRY_TOPIC], listener=Rebalance(self.on_assigned, self.on_revoked))
+        subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
 
     @property
@@ -138,7 +138,8 @@ class StreamProcessor:
             self.outage.failed(exc, exc.backend)
 
     def _position(self, partitions: list[TopicPartition]) -> None:
-        positions = self._batches.resume_positions((tp.topic, tp.partition) for tp in partitions)
+        count = len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ())
+        positions = self._batches.resume_positions(((tp.topic, tp.partition) for tp in partitions), count)
         for (topic, partition), offset in positions.items():
             self._consumer.seek(TopicPartition(topic, partition), offset)
         self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])

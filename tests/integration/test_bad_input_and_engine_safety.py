@@ -31,7 +31,7 @@ from services.store.redis_store import RedisStore
 from services.stream.batches import SUMMARY_NAME, UNADMITTED_RETENTION_S
 from services.stream.processor import StreamProcessor
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
-from tests.unit.stream.synthetic import synthetic_stream
+from tests.unit.stream.synthetic import restart_case, synthetic_stream
 
 pytestmark = pytest.mark.integration
 
@@ -249,25 +249,18 @@ def test_duplicates_are_skipped_and_an_old_epoch_and_a_far_future_event_are_dead
 ) -> None:
     """One stream carries every case: each event of a slice produced twice (a retried batch), a
     request.arrived 700 s ahead, and after the engine's restart an event of its old epoch."""
-    valid = synthetic_stream(engines=1, requests=80, deployment=deployment, seed=6)
-    first, second = valid[:150], valid[150:]
-    restarted = [
-        e.model_copy(update={"source_epoch": 1, "seq": i, "event_id": f"{e.event_id}-restarted"})
-        for i, e in enumerate(second)
-    ]
-    future = first[-1].model_copy(update={"ts": first[-1].ts + 700.0, "event_id": "from-the-future"})
-    stale = first[-1].model_copy(update={"event_id": "old-epoch", "ts": restarted[5].ts})
+    first, restarted, future, stale = restart_case(deployment)
     records = _records([*first, *first[100:140], future, *restarted[:10], stale, *restarted[10:]])
     metrics = ServiceMetrics("stream", deployment)
     processor = _fold_records(stack, deployment, records, metrics)
     counters = processor.counters
-    assert (counters.folded, counters.duplicates, counters.restarts) == (len(valid), 40, 1)
+    assert (counters.folded, counters.duplicates, counters.restarts) == (len(first) + len(restarted), 40, 1)
     assert sorted(letter.code for letter in _dead_letters(stack, deployment)) == ["event_time_ahead", "stale_epoch"]
     stored = redis_client.get(estimate_key(deployment, "eng-0", SUMMARY_NAME))
     assert isinstance(stored, bytes)
     summary = EngineSummary.model_validate_json(stored)
     assert (summary.duplicate_events, summary.restarts, summary.seq_gaps) == (40, 1, 0)
-    assert summary.events_folded == len(valid)
+    assert summary.events_folded == len(first) + len(restarted)
 
 
 def test_the_engine_publisher_is_idempotent_and_a_batch_sent_twice_folds_once(

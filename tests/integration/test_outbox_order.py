@@ -80,7 +80,14 @@ def test_a_policy_service_killed_between_records_writes_and_commit_loses_no_deci
     _publish(stack, events)
     stream = start_crash_driver(stack, "stream", deployment, tmp_path / "stream.log")
     dying = start_crash_driver(
-        stack, "policy", deployment, tmp_path / "dying.log", "--die-at", point, "--after", "2", "--how", "kill"
+        stack,
+        "policy",
+        deployment,
+        tmp_path / "dying.log",
+        *("--die-at", point, "--after", "2", "--how", "kill"),
+        # It dies at the point; the long idle exit only keeps it waiting, on a busy machine, for the
+        # stream processor (started just before, joining its group) to produce the first snapshots.
+        *("--idle-exit-s", "60"),
     )
     assert dying.wait(timeout=180) == KILLED
     at_kill = stored_documents(redis_client, deployment)

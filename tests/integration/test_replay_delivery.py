@@ -1,7 +1,8 @@
 """Replay at full speed loses nothing: a publisher that waits for room delivers every event of the file.
 
 The second test replays a 100k-event file through ``governor replay --max-speed`` and counts, per
-partition, what reached the broker against where each event's key hashes (the producer's murmur2).
+partition, what reached the broker against where the engine rule puts each event's engine
+(services/engine_partitions.py).
 """
 
 from __future__ import annotations
@@ -12,11 +13,11 @@ from pathlib import Path
 
 import pytest
 from kafka import KafkaConsumer, TopicPartition
-from kafka.partitioner.default import murmur2
 
 from schemas.events import parse_event
 from schemas.names import TELEMETRY_TOPIC
 from services.cli.main import main
+from services.engine_partitions import engine_partition
 from services.replay.files import write_events
 from services.replay.replay import replay_events
 from services.sdk.publisher import TelemetryPublisher
@@ -75,7 +76,5 @@ def test_governor_replay_at_max_speed_delivers_a_100k_event_file_partition_by_pa
         if message.value is not None and json.loads(message.value).get("deployment") == deployment:
             received[message.partition] += 1
     consumer.close()
-    expected = collections.Counter(
-        (murmur2(event.engine_id.encode()) & 0x7FFFFFFF) % len(partitions) for event in events
-    )
+    expected = collections.Counter(engine_partition(event.engine_id, len(partitions)) for event in events)
     assert received == expected

@@ -102,3 +102,21 @@ def synthetic_stream(*, engines: int = 2, requests: int = 400, seed: int = 7, de
             )
         )
     return events
+
+
+def restart_case(deployment: str) -> tuple[list[Event], list[Event], Event, Event]:
+    """One engine's stream that restarts, for the event guard's tests: (first, restarted, future, stale).
+
+    ``first`` is the old producer generation's first 150 events; ``restarted`` the rest, sent again by
+    a new generation (``source_epoch`` 1, ``seq`` from 0, new event ids); ``future`` lies 700 s ahead
+    of ``first``; ``stale`` is an event of the old generation sent after the restart.
+    """
+    valid = synthetic_stream(engines=1, requests=80, deployment=deployment, seed=6)
+    first, second = valid[:150], valid[150:]
+    restarted = [
+        e.model_copy(update={"source_epoch": 1, "seq": i, "event_id": f"{e.event_id}-restarted"})
+        for i, e in enumerate(second)
+    ]
+    future = first[-1].model_copy(update={"ts": first[-1].ts + 700.0, "event_id": "from-the-future"})
+    stale = first[-1].model_copy(update={"event_id": "old-epoch", "ts": restarted[5].ts})
+    return first, restarted, future, stale

@@ -16,11 +16,12 @@ import structlog.testing
 from kafka.errors import KafkaTimeoutError
 
 from schemas.errors import BackendUnavailableError
-from schemas.estimates import EngineSummary
+from schemas.estimates import EngineSummary, FleetContribution
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from schemas.records import EstimateSnapshot
 from services.delivery import no_checkpoint
+from services.engine_partitions import engine_partition
 from services.health import ServiceMetrics
 from services.policy.specs import default_registry
 from services.settings import EngineLifecycle
@@ -74,16 +75,20 @@ class KeptProducer:
 
 @dataclass
 class Consumer:
-    """A consumer holding partition 0 (or ``partitions``) of the telemetry topic; remembers rewinds."""
+    """A consumer holding partition 0 (or ``partitions``) of the telemetry topic; remembers rewinds.
+
+    ``ends`` are the partitions' high watermarks as the last fetch reported them (none: not fetched).
+    """
 
     rewinds: list[dict[Partition, int]] = field(default_factory=list)
     partitions: tuple[int, ...] = (0,)
+    ends: dict[int, int] = field(default_factory=dict)
 
     def assigned(self) -> list[Partition]:
         return [(TELEMETRY_TOPIC, p) for p in self.partitions]
 
     def highwater(self, partition: Partition) -> int | None:
-        return None
+        return self.ends.get(partition[1])
 
     def rewind(self, positions: dict[Partition, int]) -> None:
         self.rewinds.append(positions)
@@ -140,11 +145,11 @@ class DownStore(MemoryStore):
 def test_a_restart_resumes_after_the_applied_offset_and_skips_what_is_at_or_below_it() -> None:
     store, records = MemoryStore(), _records("dep")
     first = _batches(store, KeptProducer(), Consumer())
-    assert first.resume_positions([(TELEMETRY_TOPIC, 0)]) == {}
+    assert first.resume_positions([(TELEMETRY_TOPIC, 0)], 1) == {}
     first.process(records[:40])
     assert first.commit()
     second = _batches(store, KeptProducer(), Consumer())
-    assert second.resume_positions([(TELEMETRY_TOPIC, 0)]) == {(TELEMETRY_TOPIC, 0): 40}
+    assert second.resume_positions([(TELEMETRY_TOPIC, 0)], 1) == {(TELEMETRY_TOPIC, 0): 40}
     second.process(records)
     assert second.counters.skipped == 40
     assert second.counters.folded == len(records) - 40
@@ -155,7 +160,7 @@ def test_a_restart_resumes_after_the_applied_offset_and_skips_what_is_at_or_belo
 def test_an_invalid_record_is_dead_lettered_with_its_source_offset_and_still_advances_the_offset() -> None:
     store, producer = MemoryStore(), KeptProducer()
     batches = _batches(store, producer, Consumer())
-    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process([Record(TELEMETRY_TOPIC, 0, 7, b"k", b'{"event_type": "nope"')])
     assert batches.commit()
     letters = [json.loads(value) for topic, value in producer.sent if topic == DEADLETTER_TOPIC]
@@ -167,9 +172,9 @@ def test_an_invalid_record_is_dead_lettered_with_its_source_offset_and_still_adv
 def test_a_commit_refused_at_the_fence_drops_the_folded_state_and_rewinds_to_what_the_store_holds() -> None:
     store, records, consumer = MemoryStore(), _records("dep"), Consumer()
     stale = _batches(store, KeptProducer(), consumer)
-    stale.resume_positions([(TELEMETRY_TOPIC, 0)])
+    stale.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     newer = _batches(store, KeptProducer(), Consumer())
-    newer.resume_positions([(TELEMETRY_TOPIC, 0)])
+    newer.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     newer.process(records[:50])
     assert newer.commit()
     stale.process(records[:30])
@@ -187,7 +192,7 @@ def test_a_commit_refused_at_the_fence_drops_the_folded_state_and_rewinds_to_wha
 def test_snapshots_go_to_the_estimates_topic() -> None:
     producer = KeptProducer()
     batches = _batches(MemoryStore(), producer, Consumer())
-    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process(_records("dep", requests=400))
     estimates = [json.loads(value) for topic, value in producer.sent if topic == ESTIMATES_TOPIC]
     assert estimates
@@ -198,12 +203,12 @@ def test_snapshots_go_to_the_estimates_topic() -> None:
 def test_a_commit_by_the_previous_owner_between_assignment_and_first_event_is_not_folded_twice() -> None:
     store, records = MemoryStore(), _records("dep")
     previous = _batches(store, KeptProducer(), Consumer())
-    previous.resume_positions([(TELEMETRY_TOPIC, 0)])
+    previous.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     previous.process(records[:50])
     successor = _batches(store, KeptProducer(), Consumer())
     # The race: the successor reads the applied offsets (none yet) before the previous owner's commit
     # on revocation lands, and loads the engine's state only at its first event, after that commit.
-    assert successor.resume_positions([(TELEMETRY_TOPIC, 0)]) == {}
+    assert successor.resume_positions([(TELEMETRY_TOPIC, 0)], 1) == {}
     assert previous.commit()
     successor.process(records)
     assert successor.counters.skipped == 50
@@ -211,7 +216,7 @@ def test_a_commit_by_the_previous_owner_between_assignment_and_first_event_is_no
     assert successor.commit()
     uninterrupted_store = MemoryStore()
     uninterrupted = _batches(uninterrupted_store, KeptProducer(), Consumer())
-    uninterrupted.resume_positions([(TELEMETRY_TOPIC, 0)])
+    uninterrupted.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     uninterrupted.process(records)
     assert uninterrupted.commit()
     engines = sorted({json.loads(record.value)["engine_id"] for record in records if record.value is not None})
@@ -231,7 +236,7 @@ def test_keys_of_registered_engines_live_for_the_retention_and_those_of_stray_en
         commit_interval_s=3600.0,
         lifecycle=EngineLifecycle(registration_grace_s=60.0, retention_s=3600.0),
     )
-    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process([*records, Record(TELEMETRY_TOPIC, 0, len(records), b"made-up", json.dumps(stray).encode())])
     assert batches.commit()
     assert store.expiries["eng-0"] == 3600
@@ -261,7 +266,7 @@ def test_engines_silent_for_the_retention_in_event_time_are_forgotten_from_memor
         commit_interval_s=3600.0,
         lifecycle=EngineLifecycle(registration_grace_s=60.0, retention_s=1000.0),
     )
-    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process(records)
     assert batches.commit()
     assert batches.engines_in_memory() == ["eng-1"]
@@ -295,7 +300,7 @@ def _fleet_snapshots_when_read(chunks: list[list[Record]], ends: dict[Partition,
         consumer=TwoPartitions(ends),
         commit_interval_s=3600.0,
     )
-    batches.resume_positions(sorted(ends))
+    batches.resume_positions(sorted(ends), 2)
     for chunk in chunks:
         batches.process(chunk)
     batches.idle()
@@ -354,12 +359,12 @@ def test_a_retried_batch_produced_again_at_new_offsets_is_skipped_and_counted_no
         metrics=metrics,
         commit_interval_s=3600.0,
     )
-    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process([Record(TELEMETRY_TOPIC, 0, offset, b"eng-0", value) for offset, value in enumerate(retried)])
     assert batches.commit()
     once = MemoryStore()
     clean = _batches(once, KeptProducer(), Consumer())
-    clean.resume_positions([(TELEMETRY_TOPIC, 0)])
+    clean.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     clean.process(_records("dep"))
     assert clean.commit()
     assert (batches.counters.folded, batches.counters.duplicates) == (len(values), 30)
@@ -403,7 +408,7 @@ def _reference(records: list[Record]) -> tuple[dict[str, str], list[bytes]]:
     """The committed states and the snapshots of one uninterrupted pass over ``records``."""
     store, producer = MemoryStore(), KeptProducer()
     batches = _batches(store, producer, Consumer())
-    batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process(records)
     assert batches.commit()
     return store.states, [value for topic, value in producer.sent if topic == ESTIMATES_TOPIC]
@@ -420,7 +425,7 @@ class TestOutboxOrder:
                 raise CrashError(point)
 
         crashing = _batches(store, producer, consumer, crash)
-        crashing.resume_positions([(TELEMETRY_TOPIC, 0)])
+        crashing.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         with pytest.raises(CrashError):
             crashing.process(records)
         assert crashing.commit()
@@ -428,7 +433,7 @@ class TestOutboxOrder:
         assert consumer.rewinds == [{(TELEMETRY_TOPIC, 0): 0}]
         assert crashing.counters.batches_discarded == 1
         restarted = _batches(store, producer, Consumer())
-        restarted.resume_positions([(TELEMETRY_TOPIC, 0)])
+        restarted.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         restarted.process(records)
         assert restarted.commit()
         states, snapshots = _reference(records)
@@ -439,7 +444,7 @@ class TestOutboxOrder:
         store, records = MemoryStore(), _records("dep", requests=400)
         producer, consumer = KeptProducer(failing=True), Consumer()
         batches = _batches(store, producer, consumer)
-        batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+        batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         with pytest.raises(BackendUnavailableError, match="kafka did not take"):
             batches.process(records)
         assert batches.commit()
@@ -455,7 +460,7 @@ class TestOutboxOrder:
     def test_a_commit_while_redis_is_down_keeps_its_writes_for_the_next_one(self) -> None:
         store, records = DownStore(), _records("dep", requests=400)
         batches = _batches(store, KeptProducer(), Consumer())
-        batches.resume_positions([(TELEMETRY_TOPIC, 0)])
+        batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         half = len(records) // 2
         batches.process(records[:half])
         store.down = True
@@ -479,7 +484,7 @@ class TestOutboxOrder:
             for r in _records("dep", requests=100)
         ]
         batches = _batches(store, KeptProducer(), consumer)
-        batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)])
+        batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)], 2)
         batches.process(engine_a[:10])
         assert batches.commit()
         store.down = True
@@ -493,3 +498,130 @@ class TestOutboxOrder:
             f"{TELEMETRY_TOPIC}:0": len(engine_a) - 1,
             f"{TELEMETRY_TOPIC}:1": len(engine_b) - 1,
         }
+
+
+def _contributions(producer: KeptProducer) -> list[tuple[str, int, str]]:
+    """The fleet contributions ``producer`` sent: (engine, slot, summary JSON)."""
+    found = []
+    for snapshot in (EstimateSnapshot.model_validate_json(v) for topic, v in producer.sent if topic == ESTIMATES_TOPIC):
+        if isinstance(snapshot.estimates, FleetContribution):
+            found.append((snapshot.scope, snapshot.estimates.slot_index, snapshot.estimates.model_dump_json()))
+    return found
+
+
+def test_contributions_a_member_died_holding_reach_the_fleet_from_its_successor_with_nothing_left_to_fold() -> None:
+    events = synthetic_stream(engines=1, requests=400, deployment="dep", seed=3)
+    assert engine_partition("eng-0", 2) == 0
+    records = [Record(TELEMETRY_TOPIC, 0, offset, b"eng-0", encode_event(event)) for offset, event in enumerate(events)]
+    assigned = [(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)]
+
+    def member(
+        store: MemoryStore, producer: KeptProducer, partitions: tuple[int, ...], ends: dict[int, int]
+    ) -> TelemetryBatches:
+        return TelemetryBatches(
+            deployment="dep",
+            store=store,
+            registry=default_registry(fleet_slot_s=5.0),
+            producer=producer,  # type: ignore[arg-type]
+            consumer=Consumer(partitions=partitions, ends=ends),
+            commit_interval_s=3600.0,
+        )
+
+    uninterrupted_producer = KeptProducer()
+    uninterrupted = member(MemoryStore(), uninterrupted_producer, (0,), {0: len(records)})
+    uninterrupted.resume_positions(assigned[:1], 2)
+    uninterrupted.process(records)
+    uninterrupted.idle()
+    expected = _contributions(uninterrupted_producer)
+    assert len(expected) >= 3
+
+    store, died_producer = MemoryStore(), KeptProducer()
+    died = member(store, died_producer, (0, 1), {})
+    died.resume_positions(assigned, 2)
+    died.process(records)  # partition 1 not read yet: the watermark holds every contribution back
+    assert died.commit()
+    assert _contributions(died_producer) == []
+    successor_producer = KeptProducer()
+    successor = member(store, successor_producer, (0,), {0: len(records)})
+    successor.resume_positions(assigned[:1], 2)
+    successor.idle()  # every event is folded already: only the stored state knows the contributions
+    assert _contributions(successor_producer) == expected
+
+
+class LandsThenFails(MemoryStore):
+    """A store whose next commit lands but answers with an error, as when Redis's reply is lost."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.lose_next = False
+
+    def commit(  # type: ignore[override]
+        self, consumer: str, offsets: object, states: object, summaries: object, expire_s: object = None
+    ) -> bool:
+        done = super().commit(consumer, offsets, states, summaries, expire_s)  # type: ignore[arg-type]
+        if self.lose_next:
+            self.lose_next = False
+            msg = "redis commit failed: Timeout reading from socket"
+            raise BackendUnavailableError(msg, backend="redis")
+        return done
+
+
+def test_contributions_of_engines_dropped_by_a_refused_retry_are_released_with_nothing_left_to_fold() -> None:
+    events = synthetic_stream(engines=1, requests=400, deployment="dep", seed=3)
+    records = [Record(TELEMETRY_TOPIC, 0, offset, b"eng-0", encode_event(event)) for offset, event in enumerate(events)]
+    uninterrupted_producer = KeptProducer()
+    uninterrupted = TelemetryBatches(
+        deployment="dep",
+        store=MemoryStore(),
+        registry=default_registry(fleet_slot_s=5.0),
+        producer=uninterrupted_producer,  # type: ignore[arg-type]
+        consumer=Consumer(ends={0: len(records)}),
+        commit_interval_s=3600.0,
+    )
+    uninterrupted.resume_positions([(TELEMETRY_TOPIC, 0)], 2)
+    uninterrupted.process(records)
+    uninterrupted.idle()
+    expected = _contributions(uninterrupted_producer)
+    assert len(expected) >= 3
+
+    store, producer, consumer = LandsThenFails(), KeptProducer(), Consumer(partitions=(0, 1))
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=store,
+        registry=default_registry(fleet_slot_s=5.0),
+        producer=producer,  # type: ignore[arg-type]
+        consumer=consumer,
+        commit_interval_s=3600.0,
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)], 2)
+    batches.process(records)  # partition 1 not read yet: every contribution is held
+    store.lose_next = True
+    with pytest.raises(BackendUnavailableError):
+        batches.commit()  # landed, with the held contributions in the engine's state
+    assert not batches.commit()  # the retry offers the same offsets: refused, the engine dropped
+    assert consumer.rewinds == [{(TELEMETRY_TOPIC, 0): len(records)}]  # nothing left to fold
+    consumer.ends = {0: len(records), 1: 0}
+    batches.idle()
+    assert _contributions(producer) == expected
+
+
+def test_an_empty_poll_releases_only_what_every_partition_still_behind_has_passed() -> None:
+    """Under load a poll comes back empty while records wait on the broker: that is no watermark."""
+    events = synthetic_stream(engines=1, requests=400, deployment="dep", seed=3)
+    records = [Record(TELEMETRY_TOPIC, 0, offset, b"eng-0", encode_event(event)) for offset, event in enumerate(events)]
+    producer, consumer = KeptProducer(), Consumer(partitions=(0, 1), ends={0: len(records), 1: 5})
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=MemoryStore(),
+        registry=default_registry(fleet_slot_s=5.0),
+        producer=producer,  # type: ignore[arg-type]
+        consumer=consumer,
+        commit_interval_s=3600.0,
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)], 2)
+    batches.process(records)
+    batches.idle()  # partition 1 has five records not fetched yet
+    assert _contributions(producer) == []
+    consumer.ends[1] = 0
+    batches.idle()
+    assert len(_contributions(producer)) >= 3
