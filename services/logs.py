@@ -25,14 +25,13 @@ def configure_logging(log_format: str, log_level: str = "info") -> None:
     level = _LEVELS[log_level]
     shared: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,
-        structlog.stdlib.add_logger_name,
         structlog.processors.add_log_level,
         structlog.processors.TimeStamper(fmt="iso", utc=True),
     ]
     renderer: structlog.typing.Processor
     if log_format == "json":
         renderer = structlog.processors.JSONRenderer()
-        shared.append(structlog.processors.format_exc_info)
+        shared += [structlog.stdlib.add_logger_name, structlog.processors.format_exc_info]
     else:
         renderer = structlog.dev.ConsoleRenderer(colors=sys.stderr.isatty())
     structlog.configure(
