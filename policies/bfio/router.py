@@ -34,6 +34,7 @@ import numpy.typing as npt
 
 from policies.bfio.baselines import fcfs_index_fill, jsq_load
 from policies.bfio.greedy import SolveBudget, solve_fast
+from policies.bfio.kernels import warm_up
 from policies.bfio.lookahead import ClassPredictor, SurvivalCurve, rank_base_loads_by_offset
 from policies.bfio.objective import fillable_slots
 from policies.bfio.params import BfioMode, NewRequestModel
@@ -119,6 +120,9 @@ class Routing:
 class BfioRouter:
     """Assigns waiting requests to DP ranks at each decode step under the last pushed BF-IO bundle.
 
+    Building one loads the solver's compiled kernels (``kernels.warm_up``), so the engine pays for
+    that at start-up and not in its first step.
+
     Args:
         clock: monotonic seconds for the solver budget (the engine passes time.perf_counter).
         policy: the bundle in force, or None until the first one arrives.
@@ -133,6 +137,7 @@ class BfioRouter:
         self._move_reserve_s = 0.0
         self._finish_reserve_s = 0.0
         self._default_predictor: ClassPredictor | None = None
+        warm_up()
         if policy is not None:
             self.reload(policy)
 

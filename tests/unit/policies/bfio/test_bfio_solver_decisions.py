@@ -4,12 +4,15 @@
 exchange moves that ``solve_fast`` returned at commit a24b0fc (before the incremental greedy state, the
 vectorised pick loop and the one-table exchange); it was recorded by running ``_instances()`` through
 that solver (``python -m tests.unit.policies.bfio.test_bfio_solver_decisions OUT.json`` on that tree).
-The rewrite changed how the work is done, not the algorithm, so every decision must match: small
+Two rewrites since (the incremental numpy rounds, then the compiled kernels of policies/bfio/kernels.py)
+changed how the work is done, not the algorithm, so every decision must match: small
 integer instances full of ties (with and without forced requests) and production-size instances with
 real-valued loads (G = 16 and 32, 64-128 waiting, the dyadic H = 20 grid), and instances whose
 requests repeat a few prompt lengths (as the simulator's integer prompts do), where identical requests
 tie exactly and only the scores' last bits order the ranks: an earlier draft of the rewrite summed the
-score's matrix products in another memory order and broke such ties differently.
+score's matrix products in another memory order and broke such ties differently. The compiled
+kernels sum each score in one fixed order, so identical requests score identically and the earliest
+wins, which is the rule the digests record.
 """
 
 from __future__ import annotations

@@ -124,8 +124,8 @@ class TestSolveFast:
 
             return run
 
-        monkeypatch.setattr(greedy, "_greedy_round", timed(greedy._greedy_round, ends_greedy=True))
-        monkeypatch.setattr(greedy, "_apply_best_exchange", timed(greedy._apply_best_exchange, ends_greedy=False))
+        monkeypatch.setattr(greedy, "greedy_round", timed(greedy.greedy_round, ends_greedy=True))
+        monkeypatch.setattr(greedy, "best_exchange", timed(greedy.best_exchange, ends_greedy=False))
         cut_short = 0
         for budget_s in np.arange(1.0, 20.0):
             now[0] = 0.0
@@ -149,19 +149,19 @@ class TestSolveFast:
         v = rng.uniform(1, 3000, (20, 3))
         now = [0.0]
         greedy_end = [0.0]
-        rounds, moves = greedy._greedy_round, greedy._apply_best_exchange
+        rounds, moves = greedy.greedy_round, greedy.best_exchange
 
         def timed_round(**kwargs: object) -> int:
             now[0] += 1.0
             greedy_end[0] = now[0]
-            return rounds(**kwargs)  # type: ignore[arg-type]
+            return rounds(**kwargs)
 
         def timed_move(**kwargs: object) -> bool:
             now[0] += 3.0
-            return moves(**kwargs)  # type: ignore[arg-type]
+            return moves(**kwargs)
 
-        monkeypatch.setattr(greedy, "_greedy_round", timed_round)
-        monkeypatch.setattr(greedy, "_apply_best_exchange", timed_move)
+        monkeypatch.setattr(greedy, "greedy_round", timed_round)
+        monkeypatch.setattr(greedy, "best_exchange", timed_move)
         overshoots = {0.0: 0, 3.0: 0}
         for reserve_s in overshoots:
             for budget_s in np.arange(1.0, 30.0):
