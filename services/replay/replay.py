@@ -16,7 +16,7 @@ from kafka import KafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.envelope import Identifier
-from schemas.errors import InvalidInputError
+from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event
 from schemas.records import DecisionRecord
 from services.kafka_clients import reader, require_topic
@@ -27,6 +27,7 @@ from services.sdk.protocol import TelemetrySink
 from services.settings import KafkaSecurity
 
 READ_POLL_MS = 200  # one empty poll of this long, at the end offsets, ends a read_topic
+READ_STALL_S = 60.0  # a read to the end that gets no record for this long while behind fails, loudly
 
 IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
@@ -118,14 +119,17 @@ def read_topic(
     """Yield every record value of ``topic`` from the beginning, each partition in order.
 
     With ``to_end`` it stops as soon as a poll brings nothing and every partition's position is at
-    its end offset, asked again at that moment; in any case it stops after ``idle_s`` without
-    records. The end alone is not enough: the Tansu broker reports as a partition's end the offset
-    after its last record *batch's base*, so a reader stopping there would lose the rest of that
-    batch. Every record of a fetched batch is handed out before a poll comes back empty, so
-    "empty poll and at the end" loses nothing, and costs one poll instead of ``idle_s`` of waiting.
+    its end offset, asked again at that moment. The end alone is not enough: the Tansu broker
+    reports as a partition's end the offset after its last record *batch's base*, so a reader
+    stopping there would lose the rest of that batch. Every record of a fetched batch is handed out
+    before a poll comes back empty, so "empty poll and at the end" loses nothing, and costs one poll.
+    A quiet spell while behind (a loaded machine can hold a fetch for seconds) does not end such a
+    read: it would end it short without a word; only ``READ_STALL_S`` without a record does, as an
+    error. Without ``to_end`` (a tail of a live topic) it stops after ``idle_s`` without records.
 
     Raises:
-        BackendUnavailableError: the broker does not answer.
+        BackendUnavailableError: the broker does not answer, or sends nothing for ``READ_STALL_S``
+            while records remain.
         InvalidInputError: the topic does not exist.
     """
     consumer = reader(bootstrap, timeout_s=timeout_s, security=security)
@@ -145,10 +149,15 @@ def read_topic(
                         if message.value is not None:  # a tombstone carries no event: nothing to record
                             yield message.value
                 continue
-            if to_end and _at_end(consumer, assigned):
+            quiet_s = time.monotonic() - quiet_since
+            if not to_end:
+                if quiet_s >= idle_s:
+                    return
+            elif _at_end(consumer, assigned):
                 return
-            if time.monotonic() - quiet_since >= idle_s:
-                return
+            elif quiet_s >= READ_STALL_S:
+                msg = f"{topic} on {bootstrap}: no record for {quiet_s:.0f} s while the read is behind its end offsets"
+                raise BackendUnavailableError(msg, backend="kafka")
     finally:
         consumer.close()
 

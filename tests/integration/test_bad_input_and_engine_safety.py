@@ -12,7 +12,7 @@ import redis
 import structlog.testing
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaProducer
 
 from schemas.estimates import EngineSummary
 from schemas.events import Event, encode_event
@@ -84,14 +84,8 @@ def test_a_stream_with_ten_percent_malformed_events_loses_no_valid_event(
     processor.run(idle_exit_s=4.0)
     processor.close()
     assert processor.counters.folded == len(valid)
-    consumer = KafkaConsumer(
-        DEADLETTER_TOPIC,
-        bootstrap_servers=stack.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=3000,
-    )
-    ours = [json.loads(m.value) for m in consumer if deployment.encode() in m.value]
-    consumer.close()
+    dead = read_topic(stack.kafka_bootstrap, DEADLETTER_TOPIC)
+    ours = [json.loads(value) for value in dead if deployment.encode() in value]
     by_offset = {(d["source"]["partition"], d["source"]["offset"]): d for d in ours}
     assert len(by_offset) == bad_count
     assert all(d["reason"] and d["source"]["topic"] == TELEMETRY_TOPIC for d in by_offset.values())
@@ -233,15 +227,8 @@ def test_events_of_engines_that_never_registered_make_no_snapshot_and_their_keys
 
 
 def _dead_letters(stack: StackState, deployment: str) -> list[DeadLetter]:
-    consumer = KafkaConsumer(
-        DEADLETTER_TOPIC,
-        bootstrap_servers=stack.kafka_bootstrap,
-        auto_offset_reset="earliest",
-        consumer_timeout_ms=3000,
-    )
-    letters = [DeadLetter.model_validate_json(m.value) for m in consumer if deployment.encode() in m.value]
-    consumer.close()
-    return letters
+    dead = read_topic(stack.kafka_bootstrap, DEADLETTER_TOPIC)
+    return [DeadLetter.model_validate_json(value) for value in dead if deployment.encode() in value]
 
 
 def test_duplicates_are_skipped_and_an_old_epoch_and_a_far_future_event_are_dead_lettered_with_their_codes(

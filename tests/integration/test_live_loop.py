@@ -7,13 +7,12 @@ import time
 from pathlib import Path
 
 import pytest
-from kafka import KafkaConsumer
 
 from schemas.names import DECISIONS_TOPIC, estimate_key
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.replay.files import read_events
-from services.replay.replay import replay_events, replay_offline
+from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.policy_client import PolicyClient, acknowledge
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
@@ -55,12 +54,9 @@ def _run_policy(stack: StackState, deployment: str) -> PolicyService:
 
 
 def _decisions(stack: StackState, deployment: str) -> list[tuple[str, str, int, str]]:
-    consumer = KafkaConsumer(
-        DECISIONS_TOPIC, bootstrap_servers=stack.kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
     found = []
-    for message in consumer:
-        record = json.loads(message.value)
+    for value in read_topic(stack.kafka_bootstrap, DECISIONS_TOPIC):
+        record = json.loads(value)
         if record["deployment"] == deployment and record["accepted"]:
             found.append(
                 (
@@ -70,7 +66,6 @@ def _decisions(stack: StackState, deployment: str) -> list[tuple[str, str, int, 
                     json.dumps(record["document"]["payload"], sort_keys=True),
                 )
             )
-    consumer.close()
     return found
 
 

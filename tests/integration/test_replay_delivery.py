@@ -19,7 +19,7 @@ from schemas.names import TELEMETRY_TOPIC
 from services.cli.main import main
 from services.engine_partitions import engine_partition
 from services.replay.files import write_events
-from services.replay.replay import replay_events
+from services.replay.replay import read_topic, replay_events
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from tests.unit.stream.synthetic import synthetic_stream
@@ -39,14 +39,10 @@ def test_a_max_speed_replay_through_a_small_queue_delivers_every_event_of_every_
     assert stats.events == len(events)
     assert publisher.stats().dropped == 0
     assert publisher.stats().delivered == len(events)
-    consumer = KafkaConsumer(
-        TELEMETRY_TOPIC, bootstrap_servers=stack.kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
     received: collections.Counter[str] = collections.Counter()
-    for message in consumer:
-        if message.value is not None and deployment.encode() in message.value:
-            received[parse_event(message.value).engine_id] += 1
-    consumer.close()
+    for value in read_topic(stack.kafka_bootstrap, TELEMETRY_TOPIC):
+        if deployment.encode() in value:
+            received[parse_event(value).engine_id] += 1
     assert received == collections.Counter(event.engine_id for event in events)
 
 

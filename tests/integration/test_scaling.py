@@ -112,7 +112,7 @@ def _start(stack: StackState, service: str, deployment: str, path: Path) -> subp
 def _accepted(bootstrap: str, deployment: str) -> dict[tuple[str, str, int], set[str]]:
     """The payloads of every accepted policy decision, by (kind, scope, version)."""
     found: dict[tuple[str, str, int], set[str]] = {}
-    for value in read_topic(bootstrap, DECISIONS_TOPIC, idle_s=1.0):
+    for value in read_topic(bootstrap, DECISIONS_TOPIC):
         record = json.loads(value)
         if record["deployment"] == deployment and record["accepted"] and record.get("origin", "policy") == "policy":
             key = (record["kind"], record["scope"], record["version"])

@@ -17,7 +17,6 @@ from typing import Any
 
 import numpy as np
 import pytest
-from kafka import KafkaConsumer
 
 from schemas.events import Event, parse_event
 from schemas.names import TELEMETRY_TOPIC, estimate_key
@@ -29,6 +28,7 @@ from services.cli.main import main as governor
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.policy.wiring.admission import ADMISSION_INTERVAL_S
+from services.replay.replay import read_topic
 from services.stack.launcher import StackState
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
@@ -95,15 +95,11 @@ def _scheduler(engine: LLMEngine) -> Any:
 
 
 def _events(stack: StackState, deployment: str) -> list[Event]:
-    consumer = KafkaConsumer(
-        TELEMETRY_TOPIC, bootstrap_servers=stack.kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=3000
-    )
     found = []
-    for message in consumer:
-        # The shared topic also holds other tests' records, tombstones (no value) among them.
-        if message.value is not None and json.loads(message.value).get("deployment") == deployment:
-            found.append(parse_event(message.value))
-    consumer.close()
+    # The shared topic also holds other tests' records (read_topic leaves out tombstones).
+    for value in read_topic(stack.kafka_bootstrap, TELEMETRY_TOPIC):
+        if json.loads(value).get("deployment") == deployment:
+            found.append(parse_event(value))
     return found
 
 
