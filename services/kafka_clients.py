@@ -137,6 +137,20 @@ def consumer_lag(consumer: KafkaConsumer) -> int:
     return lag
 
 
+def caught_up(consumer: KafkaConsumer) -> bool:
+    """Whether every assigned partition has been fetched and read to the end its last fetch reported.
+
+    A service asked to exit when idle (tests, batch runs) exits only when this holds as well: a quiet
+    poll alone can be a fetch that a loaded machine holds for seconds while records wait on the broker.
+    Local to the client, like ``consumer_lag``.
+    """
+    for tp in consumer.assignment():
+        high = consumer.highwater(tp)
+        if high is None or consumer.position(tp) < high:
+            return False
+    return True
+
+
 class KafkaLogView:
     """A kafka-python consumer as services/log_reset.py reads it: high watermarks and topic ids."""
 

@@ -62,6 +62,7 @@ from services.kafka_clients import (
     ConsumedRecord,
     KafkaLogView,
     Rebalance,
+    caught_up,
     consumer_lag,
     group_consumer,
     record_producer,
@@ -217,7 +218,7 @@ class PolicyService:
         self._producer.close(timeout=5)
 
     def run(self, *, idle_exit_s: float | None = None) -> PolicyCounters:
-        """Decide from snapshots until ``stop`` (or ``idle_exit_s`` without records while assigned).
+        """Decide from snapshots until ``stop`` (or ``idle_exit_s`` without records while assigned and caught up).
 
         Redis and broker outages are waited out (``BackendOutage``), never raised.
         """
@@ -242,6 +243,7 @@ class PolicyService:
                         and self._clock() - idle_since > idle_exit_s
                         and self._unfinished is None
                         and not self._unpositioned
+                        and caught_up(self._consumer)
                     ):
                         break
                     continue

@@ -33,7 +33,15 @@ from schemas.names import TELEMETRY_TOPIC
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
-from services.kafka_clients import KafkaLogView, Rebalance, consumer_lag, group_consumer, record_producer, subscribe
+from services.kafka_clients import (
+    KafkaLogView,
+    Rebalance,
+    caught_up,
+    consumer_lag,
+    group_consumer,
+    record_producer,
+    subscribe,
+)
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LogWatch
 from services.settings import (
@@ -165,7 +173,7 @@ class StreamProcessor:
         self._producer.close(timeout=5)
 
     def run(self, *, idle_exit_s: float | None = None) -> StreamCounters:
-        """Process batches until ``stop`` (or ``idle_exit_s`` without records while assigned); return the counters."""
+        """Process batches until ``stop`` (or ``idle_exit_s`` quiet, assigned and caught up); return the counters."""
         idle_since = self._clock()
         while not self._stopped:
             commits = self.counters.commits + self.counters.commits_refused
@@ -184,6 +192,7 @@ class StreamProcessor:
                         and self._clock() - idle_since > idle_exit_s
                         and not self._unpositioned
                         and not self._batches.pending
+                        and caught_up(self._consumer)
                     ):
                         break
                 else:
