@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+import llvmlite.binding.ffi
 import numba
 import numpy as np
 import numpy.typing as npt
@@ -25,6 +26,26 @@ import numpy.typing as npt
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 BoolArray = npt.NDArray[np.bool_]
+
+
+def _answer_vllm_module_scan() -> None:
+    """Give llvmlite's FFI library object a mapping for ``__dict__``, so a vLLM CPU worker can start beside us.
+
+    vLLM's CPU platform (0.32, ``register_triton_kernel_overrides``) rebinds Triton kernels by scanning
+    every loaded module and calling ``vars(value).get("kernel")`` on each attribute that has a
+    ``__dict__``. llvmlite's ``ffi.lib`` (loaded with numba) resolves unknown attributes to wrapped C
+    functions, ``__dict__`` included, so ``vars`` returns a function wrapper and the worker fails with
+    "'_lib_fn_wrapper' object has no attribute 'get'": any process that ran the BF-IO solver and then
+    builds a vLLM CPU engine (the adapter's tests do) could not start it. The wrapper caches what it
+    resolves in ``_fntab``; an empty mapping cached under ``__dict__`` is what ``vars`` then returns.
+    Measured: that attribute is the only one of all loaded modules that ``vars`` turns into a non-mapping.
+    """
+    table = getattr(llvmlite.binding.ffi.lib, "_fntab", None)
+    if isinstance(table, dict):
+        table.setdefault("__dict__", {})
+
+
+_answer_vllm_module_scan()
 
 
 def _greedy_round(
