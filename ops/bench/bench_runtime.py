@@ -23,7 +23,8 @@ Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or 
 prints the figures and writes JSON to ``--out``.
 
     PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000] [--rate 1000 5000]
-        [--runtimes kafka faust] [--out out/bench/runtime.json]
+        [--runtimes kafka faust] [--publisher-linger-ms 5] [--service-fetch-wait-ms MS] [--service-linger-ms MS]
+        [--out out/bench/runtime.json]
 
 ``--estimate-rate 0`` skips the event -> estimate runs.
 """
@@ -136,7 +137,13 @@ def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
 
 
 def _start_service(
-    name: str, bootstrap: str, redis_url: str, deployment: str, extra: tuple[str, ...] = ()
+    name: str,
+    bootstrap: str,
+    redis_url: str,
+    deployment: str,
+    extra: tuple[str, ...] = (),
+    *,
+    kafka_env: dict[str, str] | None = None,
 ) -> subprocess.Popen[bytes]:
     argv = [
         sys.executable,
@@ -156,7 +163,8 @@ def _start_service(
         "warning",
         *extra,
     ]
-    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = {**os.environ, **(kafka_env or {})}
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
 def _telemetry_ends(bootstrap: str) -> dict[str, int]:
@@ -259,7 +267,14 @@ def _estimates_reader(bootstrap: str) -> KafkaConsumer:
 
 
 def bench_latency(
-    bootstrap: str, redis_url: str, events: list[Event], deployment: str, rate: float
+    bootstrap: str,
+    redis_url: str,
+    events: list[Event],
+    deployment: str,
+    rate: float,
+    *,
+    publisher_linger_ms: int,
+    kafka_env: dict[str, str],
 ) -> dict[str, object]:
     """Publish at ``rate`` events/s with both services running as processes; time each decision's visibility.
 
@@ -271,7 +286,9 @@ def bench_latency(
     processor's event-time watermark passes its slot (services/stream/fleet.py), so its latency is
     the slowest partition's event time, not processing.
     """
-    services = [_start_service(name, bootstrap, redis_url, deployment) for name in ("stream", "policy")]
+    services = [
+        _start_service(name, bootstrap, redis_url, deployment, kafka_env=kafka_env) for name in ("stream", "policy")
+    ]
     time.sleep(10.0)  # both consumers join their groups
     store = RedisStore.from_url(redis_url, deployment, 5.0)
     published: dict[tuple[str, float], float] = {}
@@ -316,7 +333,7 @@ def bench_latency(
     listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_estimates)]
     for listener in listeners:
         listener.start()
-    publisher = TelemetryPublisher(bootstrap)
+    publisher = TelemetryPublisher(bootstrap, linger_ms=publisher_linger_ms)
     started = time.perf_counter()
     for i, event in enumerate(events):
         due = started + i / rate
@@ -342,6 +359,8 @@ def bench_latency(
     store.close()
     return {
         "rate_events_per_s": rate,
+        "publisher_linger_ms": publisher_linger_ms,
+        "service_kafka_settings": kafka_env,
         "events": len(events),
         "decisions_timed": len(latencies),
         **_percentiles(latencies),
@@ -367,6 +386,15 @@ def main() -> int:
         "--rate", type=float, nargs="*", default=[1000.0, 5000.0], help="publish rates of the policy latency runs"
     )
     parser.add_argument("--runtimes", nargs="*", choices=RUNTIMES, default=list(RUNTIMES), help="ingest runtimes")
+    parser.add_argument(
+        "--publisher-linger-ms", type=int, default=5, help="the latency runs' publisher batching delay (the SDK's: 5)"
+    )
+    parser.add_argument(
+        "--service-fetch-wait-ms", type=int, help="the services' GOVERNOR_KAFKA_FETCH_MAX_WAIT_MS in the latency runs"
+    )
+    parser.add_argument(
+        "--service-linger-ms", type=int, help="the services' GOVERNOR_KAFKA_LINGER_MS in the latency runs"
+    )
     parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
     args = parser.parse_args()
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-"))
@@ -414,10 +442,24 @@ def main() -> int:
         offline = bench_offline(events, deployment)
         print(f"offline:  {offline['events_per_s']:,.0f} events/s folded in-process (target 100,000)")
         latency = []
+        kafka_env = {
+            name: str(value)
+            for name, value in (
+                ("GOVERNOR_KAFKA_FETCH_MAX_WAIT_MS", args.service_fetch_wait_ms),
+                ("GOVERNOR_KAFKA_LINGER_MS", args.service_linger_ms),
+            )
+            if value is not None
+        }
         for rate in args.rate:
             fresh = f"bench-latency-{run}-{rate:.0f}"
             figures = bench_latency(
-                state.kafka_bootstrap, state.redis_url, fleet_events(fresh, args.seconds), fresh, rate
+                state.kafka_bootstrap,
+                state.redis_url,
+                fleet_events(fresh, args.seconds),
+                fresh,
+                rate,
+                publisher_linger_ms=args.publisher_linger_ms,
+                kafka_env=kafka_env,
             )
             latency.append(figures)
             print(
