@@ -5,19 +5,21 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
 ``bfio`` policy from the run's own telemetry (censoring-aware survival; never true lengths):
 
 - ``lookahead``: the Table 1 setting (G = 16, B = 72, R = 64, Poisson 3,000 req/s after a full backlog)
-  and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts), 3 s runs, for
+  and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts), 3 s runs
+  (``--seconds`` sets another length of simulated time; the guard part keeps its 4 s), for
   FCFS, JSQ-by-load, BF-IO H = 0, 1, 2, 4, 8 and 20 (uniform weights, the paper's J), H = 20 with the
   reference code's decay 0.86, and H = 20 with the reference code's new-request convention (a request
-  admitted now counts its prompt at every offset, ``const_s``). With ``--oracle`` it adds, as a diagnosis
-  only, H = 20 predicted from each request's true output length (no survival curve, the output cap set
-  to the true length; the paper's setting), to separate prediction error from the objective itself.
+  admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both (``ref``). With
+  ``--oracle`` it adds, as a diagnosis only, H = 20 and H = 20 ``ref`` predicted from each request's true
+  output length (no survival curve, the output cap set to the true length; the paper's setting), to
+  separate prediction error from the objective itself.
 - ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
   pool, so waits count from arrival or from entering the candidate window), Poisson 8,000 req/s, 4 s,
   H = 20, aging deadline 2 s and 8 s against 600 s (off), and JSQ-by-load; reports the share of
   admissions the guard forced.
 
 Usage: PYTHONPATH=. python ops/bench/bench_bfio_lookahead.py [--parts lookahead guard] [--seeds 1 2 3 4 5]
-       [--oracle] [--out out/bench/bench_bfio_lookahead.json]
+       [--oracle] [--seconds 3.0] [--out out/bench/bench_bfio_lookahead.json]
 """
 
 from __future__ import annotations
@@ -48,6 +50,9 @@ WORKLOADS = {
     ),
 }
 SATURATED = dp_workload(PoissonArrivals(rate_per_s=8000.0), backlog_requests=BACKLOG)
+REFERENCE_RECIPE = BfioParams(
+    horizon_steps=20, weight_scheme=WeightScheme.DECAY, new_request_model=NewRequestModel.CONST_S
+)  # the reference code's conventions together: decay 0.86 and a new request's prompt at every offset
 VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "fcfs": ("fcfs", None),
     "jsq-load": ("jsq-load", None),
@@ -59,6 +64,11 @@ VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "bfio_h20": ("bfio", BfioParams(horizon_steps=20)),
     "bfio_h20_decay": ("bfio", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.DECAY)),
     "bfio_h20_const_s": ("bfio", BfioParams(horizon_steps=20, new_request_model=NewRequestModel.CONST_S)),
+    "bfio_h20_ref": ("bfio", REFERENCE_RECIPE),
+}
+ORACLE_VARIANTS = {
+    "bfio_h20_true_lengths": BfioParams(horizon_steps=20),
+    "bfio_h20_ref_true_lengths": REFERENCE_RECIPE,
 }
 
 
@@ -112,24 +122,26 @@ def _summary(values: list[float]) -> dict[str, Any]:
     return {"per_seed": [round(v, 4) for v in values], "mean": float(np.mean(values)), "std": float(np.std(values))}
 
 
-def lookahead(seeds: list[int], oracle: bool) -> dict[str, dict[str, dict[str, Any]]]:
-    """Imbalance (1e4 tokens) per workload and variant."""
+def lookahead(seeds: list[int], oracle: bool, seconds: float = 3.0) -> dict[str, dict[str, dict[str, Any]]]:
+    """Imbalance (1e4 tokens) per workload and variant, runs of ``seconds`` simulated seconds."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
     for name, workload in WORKLOADS.items():
         table[name] = {}
         variants = list(VARIANTS.items())
         for label, (router, params) in variants:
-            values = [_run(router, workload, seed, params).avg_imbalance_tokens / 1e4 for seed in seeds]
+            values = [
+                _run(router, workload, seed, params, duration_s=seconds).avg_imbalance_tokens / 1e4 for seed in seeds
+            ]
             table[name][label] = _summary(values)
             _print(name, label, table[name][label])
-        if oracle:
+        for label, params in ORACLE_VARIANTS.items() if oracle else ():
             with _true_lengths():
                 values = [
-                    _run("bfio", workload, seed, BfioParams(horizon_steps=20)).avg_imbalance_tokens / 1e4
+                    _run("bfio", workload, seed, params, duration_s=seconds).avg_imbalance_tokens / 1e4
                     for seed in seeds
                 ]
-            table[name]["bfio_h20_true_lengths"] = _summary(values)
-            _print(name, "bfio_h20_true_lengths", table[name]["bfio_h20_true_lengths"])
+            table[name][label] = _summary(values)
+            _print(name, label, table[name][label])
     return table
 
 
@@ -168,12 +180,15 @@ def main() -> None:
     parser.add_argument("--parts", nargs="+", choices=["lookahead", "guard"], default=["lookahead", "guard"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
     parser.add_argument("--oracle", action="store_true")
+    parser.add_argument("--seconds", type=float, default=3.0, help="simulated seconds of each lookahead run")
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_bfio_lookahead.json"))
     args = parser.parse_args()
-    print(f"G={G} B={B}, seeds {args.seeds}; AvgImbalance before admission, 1e4 tokens, mean +- std")
-    document: dict[str, Any] = {"seeds": args.seeds}
+    print(
+        f"G={G} B={B}, {args.seconds:g} s, seeds {args.seeds}; AvgImbalance before admission, 1e4 tokens, mean +- std"
+    )
+    document: dict[str, Any] = {"seeds": args.seeds, "seconds": args.seconds}
     if "lookahead" in args.parts:
-        document["lookahead"] = lookahead(args.seeds, args.oracle)
+        document["lookahead"] = lookahead(args.seeds, args.oracle, args.seconds)
     if "guard" in args.parts:
         document["guard"] = guard(args.seeds)
     args.out.parent.mkdir(parents=True, exist_ok=True)

@@ -13,18 +13,25 @@ Figures (DESIGN section 9 targets, never asserted in tests):
    published at ``--estimate-rate`` events/s; for every snapshot on ``gov.estimates``, the wall
    time from publishing the event that triggered it (same engine and event time) to receiving it;
 3. offline replay: the same events folded in-process by ``OfflineControlPlane`` (target >= 100k/s);
-4. loop latency (default runtime): events published at ``--rate`` events/s; for every decision, the
+4. loop latency (default runtime), each run on a broker of its own for ``--latency-seconds`` of
+   publishing (the local broker's fetch latency grows with the batches a partition holds, so runs
+   of one length on fresh logs compare; the p50 of each quarter of a run shows the drift):
+   events published at ``--rate`` events/s; for every decision, the
    wall time from publishing the event that triggered it to the new version being readable in
    Redis (announced on pub/sub), p50 and p99 (target p50 <= 20 ms and p99 <= 100 ms at 5k events/s),
    with the stages: the publish call, publish -> snapshot on ``gov.estimates`` (fold), and
-   snapshot -> policy readable (decide and write).
+   snapshot -> policy readable (decide and write);
+5. the loop's floor, after each latency run: the same publisher and rate through the same two broker
+   hops and a Redis write with no work in them (``ops/bench/relay.py``, one record in
+   ``--relay-every``), so the services' latency reads against what the broker, the clients and the
+   machine cost by themselves.
 
 Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or an embedded Valkey),
 prints the figures and writes JSON to ``--out``.
 
     PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000] [--rate 1000 5000]
         [--runtimes kafka faust] [--publisher-linger-ms 5] [--service-fetch-wait-ms MS] [--service-linger-ms MS]
-        [--out out/bench/runtime.json]
+        [--latency-seconds 10] [--relay-every 100] [--out out/bench/runtime.json]
 
 ``--estimate-rate 0`` skips the event -> estimate runs.
 """
@@ -32,6 +39,7 @@ prints the figures and writes JSON to ``--out``.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import subprocess
@@ -40,6 +48,7 @@ import tempfile
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -47,13 +56,14 @@ import redis
 from kafka import KafkaConsumer, TopicPartition
 
 from ops.bench.backlog import fleet_events, publish_backlog
+from ops.bench.relay import RELAY_TOPIC
 from schemas.events import Event
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, policy_channel
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TopicSpec, policy_channel
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.publisher import TelemetryPublisher
-from services.settings import Settings
-from services.stack.launcher import stack_down, stack_up
+from services.settings import LOCAL_BROKER_TIMEOUTS, Settings
+from services.stack.launcher import create_topics, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.runtimes import RUNTIMES, Runtime, stream_processor
@@ -255,6 +265,42 @@ def _percentiles(seconds: list[float]) -> dict[str, float | None]:
     }
 
 
+def _quarter_medians(seconds: list[float]) -> list[float]:
+    """Median latency (ms) of each quarter of a run, in the order the latencies were seen.
+
+    The local broker's fetch latency grows with the record batches a partition holds (measured: a
+    bare reader's lag at 1k events/s went from about 10 to over 100 ms in 45 s while the producer's
+    acknowledgements stayed at 6-8 ms), so a run's figures depend on its length; the quarters show
+    that drift.
+    """
+    return [float(np.median(part)) * 1000.0 for part in np.array_split(np.asarray(seconds), 4) if len(part)]
+
+
+def _quarters_text(figures: dict[str, object]) -> str:
+    quarters = figures["p50_ms_by_quarter"]
+    assert isinstance(quarters, list)
+    return " / ".join(f"{q:.0f}" for q in quarters) + " ms"
+
+
+def _events_for(deployment: str, count: int) -> list[Event]:
+    """The first ``count`` events of the fleet-8 telemetry for ``deployment``."""
+    seconds = 30.0
+    while len(events := fleet_events(deployment, seconds)) < count:
+        seconds *= 2.0
+    return events[:count]
+
+
+@contextlib.contextmanager
+def _fresh_stack(redis_url: str) -> Iterator[str]:
+    """A broker of its own for one latency run (a fresh log, see ``_quarter_medians``); yields its bootstrap."""
+    state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-latency-"))
+    state = stack_up(state_dir, redis_url, free_port())
+    try:
+        yield state.kafka_bootstrap
+    finally:
+        stack_down(state_dir)
+
+
 def _estimates_reader(bootstrap: str) -> KafkaConsumer:
     """A group-less reader of ``gov.estimates`` positioned at its end."""
     reader = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10, enable_auto_commit=False)
@@ -364,6 +410,7 @@ def bench_latency(
         "events": len(events),
         "decisions_timed": len(latencies),
         **_percentiles(latencies),
+        "p50_ms_by_quarter": _quarter_medians(latencies),
         "stages": {
             "publish": _percentiles(publish_calls),
             "fold": _percentiles(folds),
@@ -372,6 +419,114 @@ def bench_latency(
         "by_kind": {
             kind: {"decisions": len(values), **_percentiles(values)} for kind, values in sorted(by_kind.items())
         },
+    }
+
+
+def bench_relay_latency(
+    bootstrap: str,
+    redis_url: str,
+    events: list[Event],
+    rate: float,
+    *,
+    every: int,
+    publisher_linger_ms: int,
+    kafka_env: dict[str, str],
+) -> dict[str, object]:
+    """The loop's floor: the same publisher, rate and two hops as ``bench_latency``, with no work in them.
+
+    ``ops/bench/relay.py`` runs as two processes: one forwards every ``every``-th telemetry record to
+    ``RELAY_TOPIC``, the other writes each forwarded record to Redis and announces it. Stages as in
+    ``bench_latency``: ``hop1`` from the publish call to the record readable on the relay topic,
+    ``hop2`` from there to the announcement.
+    """
+    create_topics(bootstrap, 10.0, (TopicSpec(name=RELAY_TOPIC, partitions=1),))
+    channel = f"bench.relay.{uuid.uuid4().hex[:6]}"
+    timings = [
+        "--fetch-wait-ms",
+        kafka_env.get("GOVERNOR_KAFKA_FETCH_MAX_WAIT_MS", str(LOCAL_BROKER_TIMEOUTS.fetch_max_wait_ms)),
+    ]
+    linger = ["--linger-ms", kafka_env.get("GOVERNOR_KAFKA_LINGER_MS", str(LOCAL_BROKER_TIMEOUTS.linger_ms))]
+    hops = [
+        subprocess.Popen(
+            [sys.executable, "-m", "ops.bench.relay", hop, "--bootstrap", bootstrap, *extra, *timings],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        for hop, extra in (
+            ("hop1", ("--every", str(every), *linger)),
+            ("hop2", ("--redis-url", redis_url, "--channel", channel)),
+        )
+    ]
+    time.sleep(5.0)  # both readers positioned at their topics' ends
+    client = redis.Redis.from_url(redis_url)
+    pubsub = client.pubsub(ignore_subscribe_messages=True)
+    pubsub.subscribe(channel)
+    reader = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10, enable_auto_commit=False)
+    relay = TopicPartition(RELAY_TOPIC, 0)
+    reader.assign([relay])
+    reader.seek_to_end(relay)
+    reader.position(relay)
+    published: dict[tuple[str, float], float] = {}
+    hop1_seen: dict[tuple[str, float], float] = {}
+    latencies: list[float] = []
+    hop1s: list[float] = []
+    hop2s: list[float] = []
+    done = threading.Event()
+
+    def listen_relay() -> None:
+        while not done.is_set():
+            for records in reader.poll(timeout_ms=50).values():
+                seen = time.perf_counter()
+                for record in records:
+                    event = json.loads(record.value)
+                    hop1_seen.setdefault((event["engine_id"], event["ts"]), seen)
+
+    def listen() -> None:
+        while not done.is_set():
+            message = pubsub.get_message(timeout=0.05)
+            if message is None:
+                continue
+            seen = time.perf_counter()
+            note = json.loads(message["data"])
+            client.get(f"{channel}:last")
+            key = (note["engine_id"], note["ts"])
+            if key in published:
+                latencies.append(seen - published[key])
+                relayed_at = hop1_seen.get(key)
+                if relayed_at is not None:
+                    hop1s.append(relayed_at - published[key])
+                    hop2s.append(seen - relayed_at)
+
+    listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_relay)]
+    for listener in listeners:
+        listener.start()
+    publisher = TelemetryPublisher(bootstrap, linger_ms=publisher_linger_ms)
+    started = time.perf_counter()
+    for i, event in enumerate(events):
+        wait = started + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        published[(event.engine_id, event.ts)] = time.perf_counter()
+        publisher.publish(event)
+    publisher.flush(60.0)
+    time.sleep(5.0)
+    done.set()
+    for listener in listeners:
+        listener.join()
+    reader.close()
+    publisher.close()
+    for hop in hops:
+        hop.terminate()
+        hop.wait(timeout=30)
+    pubsub.close()
+    client.close()
+    return {
+        "rate_events_per_s": rate,
+        "every": every,
+        "relayed_timed": len(latencies),
+        **_percentiles(latencies),
+        "p50_ms_by_quarter": _quarter_medians(latencies),
+        "stages": {"hop1": _percentiles(hop1s), "hop2": _percentiles(hop2s)},
     }
 
 
@@ -394,6 +549,18 @@ def main() -> int:
     )
     parser.add_argument(
         "--service-linger-ms", type=int, help="the services' GOVERNOR_KAFKA_LINGER_MS in the latency runs"
+    )
+    parser.add_argument(
+        "--latency-seconds",
+        type=float,
+        default=10.0,
+        help="wall seconds of publishing in each latency run, each on a broker of its own",
+    )
+    parser.add_argument(
+        "--relay-every",
+        type=int,
+        default=100,
+        help="after each latency run, the no-work floor relaying one telemetry record in this many (0: skip)",
     )
     parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
     args = parser.parse_args()
@@ -450,21 +617,25 @@ def main() -> int:
             )
             if value is not None
         }
+        redis_url = state.redis_url
         for rate in args.rate:
             fresh = f"bench-latency-{run}-{rate:.0f}"
-            figures = bench_latency(
-                state.kafka_bootstrap,
-                state.redis_url,
-                fleet_events(fresh, args.seconds),
-                fresh,
-                rate,
-                publisher_linger_ms=args.publisher_linger_ms,
-                kafka_env=kafka_env,
-            )
+            count = int(rate * args.latency_seconds)
+            with _fresh_stack(redis_url) as bootstrap:
+                figures = bench_latency(
+                    bootstrap,
+                    redis_url,
+                    _events_for(fresh, count),
+                    fresh,
+                    rate,
+                    publisher_linger_ms=args.publisher_linger_ms,
+                    kafka_env=kafka_env,
+                )
             latency.append(figures)
             print(
                 f"latency:  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms event-to-policy-visible "
-                f"over {figures['decisions_timed']} decisions at {rate:,.0f} events/s (target p50 20 ms, p99 100 ms)"
+                f"over {figures['decisions_timed']} decisions at {rate:,.0f} events/s (target p50 20 ms, p99 100 ms); "
+                f"p50 by quarter of the run {_quarters_text(figures)}"
             )
             stages = figures["stages"]
             assert isinstance(stages, dict)
@@ -477,6 +648,27 @@ def main() -> int:
                     f"  {kind:<13} p50 {cut['p50_ms'] or 0.0:.2f} ms, p99 {cut['p99_ms'] or 0.0:.2f} ms "
                     f"over {cut['decisions']} decisions"
                 )
+            if args.relay_every > 0:
+                with _fresh_stack(redis_url) as bootstrap:
+                    floor = bench_relay_latency(
+                        bootstrap,
+                        redis_url,
+                        _events_for(f"{fresh}-relay", count),
+                        rate,
+                        every=args.relay_every,
+                        publisher_linger_ms=args.publisher_linger_ms,
+                        kafka_env=kafka_env,
+                    )
+                figures["relay"] = floor
+                print(
+                    f"  floor: the same two hops with no work (ops/bench/relay.py, 1 record in {args.relay_every}): "
+                    f"p50 {floor['p50_ms']:.1f} ms, p99 {floor['p99_ms']:.1f} ms over {floor['relayed_timed']} "
+                    f"records; p50 by quarter {_quarters_text(floor)}"
+                )
+                relay_stages = floor["stages"]
+                assert isinstance(relay_stages, dict)
+                for stage, cut in relay_stages.items():
+                    print(f"  {stage:<13} p50 {cut['p50_ms'] or 0.0:.2f} ms, p99 {cut['p99_ms'] or 0.0:.2f} ms")
     finally:
         stack_down(state_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
