@@ -276,6 +276,11 @@ def _quarter_medians(seconds: list[float]) -> list[float]:
     return [float(np.median(part)) * 1000.0 for part in np.array_split(np.asarray(seconds), 4) if len(part)]
 
 
+def _ms(value: object) -> str:
+    """A latency figure for the console: ``12.3 ms``, or ``-`` where a run timed nothing."""
+    return f"{value:.1f} ms" if isinstance(value, float) else "-"
+
+
 def _quarters_text(figures: dict[str, object]) -> str:
     quarters = figures["p50_ms_by_quarter"]
     assert isinstance(quarters, list)
@@ -312,6 +317,30 @@ def _estimates_reader(bootstrap: str) -> KafkaConsumer:
     return reader
 
 
+def _publish_paced(
+    bootstrap: str, events: list[Event], rate: float, *, linger_ms: int, published: dict[tuple[str, float], float]
+) -> list[float]:
+    """Publish ``events`` at ``rate`` events/s through the engine SDK and flush; return each call's duration.
+
+    Each event's publish time goes into ``published`` under its engine and event time, where the
+    runs' listeners look it up.
+    """
+    publisher = TelemetryPublisher(bootstrap, linger_ms=linger_ms)
+    calls: list[float] = []
+    started = time.perf_counter()
+    for i, event in enumerate(events):
+        wait = started + i / rate - time.perf_counter()
+        if wait > 0:
+            time.sleep(wait)
+        sent = time.perf_counter()
+        published[(event.engine_id, event.ts)] = sent
+        publisher.publish(event)
+        calls.append(time.perf_counter() - sent)
+    publisher.flush(60.0)
+    publisher.close()
+    return calls
+
+
 def bench_latency(
     bootstrap: str,
     redis_url: str,
@@ -339,7 +368,6 @@ def bench_latency(
     store = RedisStore.from_url(redis_url, deployment, 5.0)
     published: dict[tuple[str, float], float] = {}
     snapshot_seen: dict[tuple[str, float], float] = {}
-    publish_calls: list[float] = []
     latencies: list[float] = []
     folds: list[float] = []
     decides: list[float] = []
@@ -379,24 +407,12 @@ def bench_latency(
     listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_estimates)]
     for listener in listeners:
         listener.start()
-    publisher = TelemetryPublisher(bootstrap, linger_ms=publisher_linger_ms)
-    started = time.perf_counter()
-    for i, event in enumerate(events):
-        due = started + i / rate
-        wait = due - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        sent = time.perf_counter()
-        published[(event.engine_id, event.ts)] = sent
-        publisher.publish(event)
-        publish_calls.append(time.perf_counter() - sent)
-    publisher.flush(60.0)
+    publish_calls = _publish_paced(bootstrap, events, rate, linger_ms=publisher_linger_ms, published=published)
     time.sleep(5.0)
     done.set()
     for listener in listeners:
         listener.join()
     reader.close()
-    publisher.close()
     for service in services:
         service.terminate()
         service.wait(timeout=30)
@@ -500,21 +516,12 @@ def bench_relay_latency(
     listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_relay)]
     for listener in listeners:
         listener.start()
-    publisher = TelemetryPublisher(bootstrap, linger_ms=publisher_linger_ms)
-    started = time.perf_counter()
-    for i, event in enumerate(events):
-        wait = started + i / rate - time.perf_counter()
-        if wait > 0:
-            time.sleep(wait)
-        published[(event.engine_id, event.ts)] = time.perf_counter()
-        publisher.publish(event)
-    publisher.flush(60.0)
+    _publish_paced(bootstrap, events, rate, linger_ms=publisher_linger_ms, published=published)
     time.sleep(5.0)
     done.set()
     for listener in listeners:
         listener.join()
     reader.close()
-    publisher.close()
     for hop in hops:
         hop.terminate()
         hop.wait(timeout=30)
@@ -633,7 +640,7 @@ def main() -> int:
                 )
             latency.append(figures)
             print(
-                f"latency:  p50 {figures['p50_ms']:.1f} ms, p99 {figures['p99_ms']:.1f} ms event-to-policy-visible "
+                f"latency:  p50 {_ms(figures['p50_ms'])}, p99 {_ms(figures['p99_ms'])} event-to-policy-visible "
                 f"over {figures['decisions_timed']} decisions at {rate:,.0f} events/s (target p50 20 ms, p99 100 ms); "
                 f"p50 by quarter of the run {_quarters_text(figures)}"
             )
@@ -662,7 +669,7 @@ def main() -> int:
                 figures["relay"] = floor
                 print(
                     f"  floor: the same two hops with no work (ops/bench/relay.py, 1 record in {args.relay_every}): "
-                    f"p50 {floor['p50_ms']:.1f} ms, p99 {floor['p99_ms']:.1f} ms over {floor['relayed_timed']} "
+                    f"p50 {_ms(floor['p50_ms'])}, p99 {_ms(floor['p99_ms'])} over {floor['relayed_timed']} "
                     f"records; p50 by quarter {_quarters_text(floor)}"
                 )
                 relay_stages = floor["stages"]
