@@ -48,7 +48,7 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -318,13 +318,24 @@ def _estimates_reader(bootstrap: str) -> KafkaConsumer:
 
 
 def _publish_paced(
-    bootstrap: str, events: list[Event], rate: float, *, linger_ms: int, published: dict[tuple[str, float], float]
+    bootstrap: str,
+    events: list[Event],
+    rate: float,
+    *,
+    linger_ms: int,
+    published: dict[tuple[str, float], float],
+    listeners: tuple[Callable[[], None], ...],
+    done: threading.Event,
 ) -> list[float]:
-    """Publish ``events`` at ``rate`` events/s through the engine SDK and flush; return each call's duration.
+    """Publish ``events`` at ``rate`` events/s while ``listeners`` run; return each publish call's duration.
 
     Each event's publish time goes into ``published`` under its engine and event time, where the
-    runs' listeners look it up.
+    listeners look it up. They run on threads from before the first event until 5 s after the flush,
+    when ``done`` is set and they are joined.
     """
+    threads = [threading.Thread(target=target, daemon=True) for target in listeners]
+    for thread in threads:
+        thread.start()
     publisher = TelemetryPublisher(bootstrap, linger_ms=linger_ms)
     calls: list[float] = []
     started = time.perf_counter()
@@ -338,6 +349,10 @@ def _publish_paced(
         calls.append(time.perf_counter() - sent)
     publisher.flush(60.0)
     publisher.close()
+    time.sleep(5.0)
+    done.set()
+    for thread in threads:
+        thread.join()
     return calls
 
 
@@ -404,14 +419,15 @@ def bench_latency(
                     folds.append(snapshot_at - published[key])
                     decides.append(seen - snapshot_at)
 
-    listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_estimates)]
-    for listener in listeners:
-        listener.start()
-    publish_calls = _publish_paced(bootstrap, events, rate, linger_ms=publisher_linger_ms, published=published)
-    time.sleep(5.0)
-    done.set()
-    for listener in listeners:
-        listener.join()
+    publish_calls = _publish_paced(
+        bootstrap,
+        events,
+        rate,
+        linger_ms=publisher_linger_ms,
+        published=published,
+        listeners=(listen, listen_estimates),
+        done=done,
+    )
     reader.close()
     for service in services:
         service.terminate()
@@ -513,14 +529,15 @@ def bench_relay_latency(
                     hop1s.append(relayed_at - published[key])
                     hop2s.append(seen - relayed_at)
 
-    listeners = [threading.Thread(target=target, daemon=True) for target in (listen, listen_relay)]
-    for listener in listeners:
-        listener.start()
-    _publish_paced(bootstrap, events, rate, linger_ms=publisher_linger_ms, published=published)
-    time.sleep(5.0)
-    done.set()
-    for listener in listeners:
-        listener.join()
+    _publish_paced(
+        bootstrap,
+        events,
+        rate,
+        linger_ms=publisher_linger_ms,
+        published=published,
+        listeners=(listen, listen_relay),
+        done=done,
+    )
     reader.close()
     for hop in hops:
         hop.terminate()
