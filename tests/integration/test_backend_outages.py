@@ -29,7 +29,6 @@ import structlog.testing
 from schemas.errors import BackendUnavailableError
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
-from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore
@@ -44,6 +43,7 @@ from tests.integration.decision_streams import (
     stored_documents,
 )
 from tests.integration.processes import applied_total, start_service, start_stream, summaries, wait_until
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -71,12 +71,7 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
 
 
 def _publish(stack: StackState, events: list) -> None:
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    for event in events:
-        publisher.publish(event)
-    assert publisher.flush(60.0)
-    publisher.close()
-    assert publisher.stats().dropped == 0
+    publish_all(stack.kafka_bootstrap, events)
 
 
 def _log_events(path: Path) -> list[str]:

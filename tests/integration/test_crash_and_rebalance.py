@@ -15,11 +15,11 @@ import pytest
 
 from schemas.policy_docs.base import SourceOffset
 from services.policy.specs import default_registry
-from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.fold import Folder
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -33,11 +33,7 @@ def _expected(events: list, deployment: str) -> dict[str, object]:
 
 
 def _publish(stack: StackState, events: list) -> None:
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    for event in events:
-        publisher.publish(event)
-    assert publisher.flush(60.0)
-    publisher.close()
+    publish_all(stack.kafka_bootstrap, events)
 
 
 def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_estimates(

@@ -28,6 +28,7 @@ from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 from tests.integration.processes import ROOT, wait_until
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -76,13 +77,7 @@ def _run_services(stack: StackState, deployment: str) -> dict[str, ServiceMetric
 def governed(stack: StackState) -> Iterator[Governed]:
     deployment = f"test-{uuid.uuid4().hex[:10]}"
     events = synthetic_stream(engines=2, requests=400, deployment=deployment, seed=3)
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    try:
-        for event in events:
-            publisher.publish(event)
-        assert publisher.flush(30.0)
-    finally:
-        publisher.close()
+    publish_all(stack.kafka_bootstrap, events)
     first_run = _run_services(stack, deployment)
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     try:

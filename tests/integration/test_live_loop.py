@@ -19,18 +19,14 @@ from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 from tests.fixtures import recorded_sim_stream
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
 
 
 def _publish(stack: StackState, events: list) -> None:
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    for event in events:
-        publisher.publish(event)
-    assert publisher.flush(30.0)
-    publisher.close()
-    assert publisher.stats().dropped == 0
+    publish_all(stack.kafka_bootstrap, events)
 
 
 def _run_stream(stack: StackState, deployment: str, **kwargs: object) -> StreamProcessor:
@@ -104,11 +100,12 @@ def test_live_decisions_equal_the_offline_replay_of_a_recorded_simulator_stream(
 ) -> None:
     events = recorded_sim_stream(tmp_path / "fleet.jsonl.gz", duration_s=40.0, deployment=deployment)
     assert len(events) >= 10_000
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
+    publisher = TelemetryPublisher(stack.kafka_bootstrap, block_when_full=True)  # a tool's publisher: loses nothing
     stats = replay_events(read_events(tmp_path / "fleet.jsonl.gz"), publisher, speed=None)
-    assert publisher.flush(60.0)
+    assert publisher.flush(120.0)
     publisher.close()
     assert stats.events == len(events)
+    assert publisher.stats().dropped == 0
     _run_stream(stack, deployment)
     _run_policy(stack, deployment)
     live = _decisions(stack, deployment)

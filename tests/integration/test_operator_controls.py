@@ -24,11 +24,11 @@ from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.sdk.policy_client import PolicyClient
-from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
@@ -70,13 +70,7 @@ def _run_stream(stack: StackState, deployment: str) -> None:
 
 
 def _publish_telemetry(stack: StackState, deployment: str) -> None:
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    try:
-        for event in synthetic_stream(engines=2, requests=300, deployment=deployment):
-            publisher.publish(event)
-        assert publisher.flush(30.0)
-    finally:
-        publisher.close()
+    publish_all(stack.kafka_bootstrap, synthetic_stream(engines=2, requests=300, deployment=deployment))
 
 
 def _busy_summary() -> EngineSummary:

@@ -18,7 +18,6 @@ from pathlib import Path
 import pytest
 import redis
 
-from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from tests.integration.decision_streams import (
@@ -30,6 +29,7 @@ from tests.integration.decision_streams import (
     stored_documents,
 )
 from tests.integration.processes import start_crash_driver, summaries
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -39,12 +39,7 @@ RAISED = 1
 
 
 def _publish(stack: StackState, events: list) -> None:
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    for event in events:
-        publisher.publish(event)
-    assert publisher.flush(60.0)
-    publisher.close()
-    assert publisher.stats().dropped == 0
+    publish_all(stack.kafka_bootstrap, events)
 
 
 @pytest.mark.parametrize(

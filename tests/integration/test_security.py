@@ -33,13 +33,13 @@ from services.policy.decisions import DecisionMaker
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
-from services.sdk.publisher import TelemetryPublisher
 from services.settings import RedisSecurity
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore, redis_client
 from services.stream.processor import StreamProcessor
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 ADMIN_PASSWORD = "admin-password-of-the-test"
@@ -372,11 +372,7 @@ def _signed_document_json(secured: SecuredRedis, scope: str) -> str:
 def test_the_live_policy_service_signs_what_engines_with_the_key_obey_and_others_refuse(
     stack: StackState, deployment: str
 ) -> None:
-    publisher = TelemetryPublisher(stack.kafka_bootstrap)
-    for event in synthetic_stream(engines=1, requests=300, deployment=deployment):
-        publisher.publish(event)
-    assert publisher.flush(30.0)
-    publisher.close()
+    publish_all(stack.kafka_bootstrap, synthetic_stream(engines=1, requests=300, deployment=deployment))
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     processor = StreamProcessor(
         deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
