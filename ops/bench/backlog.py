@@ -1,6 +1,6 @@
 """A fleet's telemetry as a backlog on the broker: what the ingest benchmarks fold.
 
-Imported by bench_runtime.py and bench_scaling.py (run with ``PYTHONPATH=.``).
+Imported by bench_runtime.py, bench_scaling.py and bench_broker_drift.py (run with ``PYTHONPATH=.``).
 """
 
 from __future__ import annotations
@@ -19,6 +19,14 @@ def fleet_events(deployment: str, seconds: float) -> list[Event]:
     sink = ListSink()
     run_offline(scenario, sink=sink, policy_source=StaticPolicySource())
     return sink.events
+
+
+def first_fleet_events(deployment: str, count: int) -> list[Event]:
+    """The first ``count`` events of the ``fleet-8`` telemetry for ``deployment`` (a run long enough to hold them)."""
+    seconds = 30.0
+    while len(events := fleet_events(deployment, seconds)) < count:
+        seconds *= 2.0
+    return events[:count]
 
 
 def publish_backlog(bootstrap: str, events: list[Event]) -> None:

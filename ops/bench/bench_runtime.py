@@ -55,7 +55,7 @@ import numpy as np
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
-from ops.bench.backlog import fleet_events, publish_backlog
+from ops.bench.backlog import first_fleet_events, fleet_events, publish_backlog
 from ops.bench.relay import RELAY_TOPIC
 from schemas.events import Event
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TopicSpec, policy_channel
@@ -285,14 +285,6 @@ def _quarters_text(figures: dict[str, object]) -> str:
     quarters = figures["p50_ms_by_quarter"]
     assert isinstance(quarters, list)
     return " / ".join(f"{q:.0f}" for q in quarters) + " ms"
-
-
-def _events_for(deployment: str, count: int) -> list[Event]:
-    """The first ``count`` events of the fleet-8 telemetry for ``deployment``."""
-    seconds = 30.0
-    while len(events := fleet_events(deployment, seconds)) < count:
-        seconds *= 2.0
-    return events[:count]
 
 
 @contextlib.contextmanager
@@ -649,7 +641,7 @@ def main() -> int:
                 figures = bench_latency(
                     bootstrap,
                     redis_url,
-                    _events_for(fresh, count),
+                    first_fleet_events(fresh, count),
                     fresh,
                     rate,
                     publisher_linger_ms=args.publisher_linger_ms,
@@ -677,7 +669,7 @@ def main() -> int:
                     floor = bench_relay_latency(
                         bootstrap,
                         redis_url,
-                        _events_for(f"{fresh}-relay", count),
+                        first_fleet_events(f"{fresh}-relay", count),
                         rate,
                         every=args.relay_every,
                         publisher_linger_ms=args.publisher_linger_ms,
