@@ -23,9 +23,10 @@ import time
 from pathlib import Path
 
 import numpy as np
-from kafka import KafkaConsumer, KafkaProducer, TopicPartition
+from kafka import KafkaProducer
 
 from ops.bench.backlog import first_fleet_events
+from ops.bench.relay import end_reader
 from schemas.events import encode_event
 from schemas.names import TELEMETRY_TOPIC
 from services.settings import LOCAL_BROKER_TIMEOUTS, Settings
@@ -35,17 +36,7 @@ from services.stack.processes import free_port
 
 def read_lags(bootstrap: str, seconds: float, slice_s: float) -> list[dict[str, float]]:
     """Read ``gov.telemetry`` from its end for ``seconds``; the median lag and count of each slice."""
-    consumer = KafkaConsumer(
-        bootstrap_servers=bootstrap,
-        enable_auto_commit=False,
-        fetch_max_wait_ms=LOCAL_BROKER_TIMEOUTS.fetch_max_wait_ms,
-        max_poll_records=2000,
-    )
-    partitions = [TopicPartition(TELEMETRY_TOPIC, p) for p in sorted(consumer.partitions_for_topic(TELEMETRY_TOPIC))]
-    consumer.assign(partitions)
-    consumer.seek_to_end(*partitions)
-    for partition in partitions:
-        consumer.position(partition)
+    consumer = end_reader(bootstrap, TELEMETRY_TOPIC, LOCAL_BROKER_TIMEOUTS.fetch_max_wait_ms)
     print("ready", flush=True)
     slices: list[dict[str, float]] = []
     lags: list[float] = []

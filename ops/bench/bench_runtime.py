@@ -56,7 +56,7 @@ import redis
 from kafka import KafkaConsumer, TopicPartition
 
 from ops.bench.backlog import first_fleet_events, fleet_events, publish_backlog
-from ops.bench.relay import RELAY_TOPIC
+from ops.bench.relay import RELAY_TOPIC, end_reader
 from schemas.events import Event
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TopicSpec, policy_channel
 from services.policy.specs import default_registry
@@ -485,11 +485,7 @@ def bench_relay_latency(
     client = redis.Redis.from_url(redis_url)
     pubsub = client.pubsub(ignore_subscribe_messages=True)
     pubsub.subscribe(channel)
-    reader = KafkaConsumer(bootstrap_servers=bootstrap, fetch_max_wait_ms=10, enable_auto_commit=False)
-    relay = TopicPartition(RELAY_TOPIC, 0)
-    reader.assign([relay])
-    reader.seek_to_end(relay)
-    reader.position(relay)
+    reader = end_reader(bootstrap, RELAY_TOPIC, 10)
     published: dict[tuple[str, float], float] = {}
     hop1_seen: dict[tuple[str, float], float] = {}
     latencies: list[float] = []

@@ -45,8 +45,8 @@ class _Stop:
         self.stopped = True
 
 
-def _reader(bootstrap: str, topic: str, fetch_wait_ms: int) -> KafkaConsumer:
-    """A group-less reader of every partition of ``topic``, from its end."""
+def end_reader(bootstrap: str, topic: str, fetch_wait_ms: int) -> KafkaConsumer:
+    """A group-less reader of every partition of ``topic``, positioned at its end (the benchmarks' readers too)."""
     consumer = KafkaConsumer(
         bootstrap_servers=bootstrap,
         enable_auto_commit=False,
@@ -64,7 +64,7 @@ def _reader(bootstrap: str, topic: str, fetch_wait_ms: int) -> KafkaConsumer:
 def hop1(bootstrap: str, every: int, *, fetch_wait_ms: int, linger_ms: int) -> None:
     """Forward every ``every``-th telemetry record to ``RELAY_TOPIC``, flushing once per poll."""
     stop = _Stop()
-    consumer = _reader(bootstrap, TELEMETRY_TOPIC, fetch_wait_ms)
+    consumer = end_reader(bootstrap, TELEMETRY_TOPIC, fetch_wait_ms)
     producer = KafkaProducer(bootstrap_servers=bootstrap, linger_ms=linger_ms, acks=1)
     while not stop.stopped:
         sent = False
@@ -82,7 +82,7 @@ def hop1(bootstrap: str, every: int, *, fetch_wait_ms: int, linger_ms: int) -> N
 def hop2(bootstrap: str, redis_url: str, channel: str, *, fetch_wait_ms: int) -> None:
     """Write each relayed event to Redis and announce its engine and time on ``channel``."""
     stop = _Stop()
-    consumer = _reader(bootstrap, RELAY_TOPIC, fetch_wait_ms)
+    consumer = end_reader(bootstrap, RELAY_TOPIC, fetch_wait_ms)
     client = redis.Redis.from_url(redis_url)
     while not stop.stopped:
         for records in consumer.poll(timeout_ms=200).values():
