@@ -6,8 +6,17 @@ length-biased; ``length``/``abort`` finishes are right-censored), seed-003-bfio.
 DP router as log-binned tables), DESIGN.md section 5 (censored finishes are never completions).
 
 Discrete-time convention: lengths are whole output tokens. ``d_t`` counts requests that finished
-normally at exactly t tokens; ``r_t`` counts requests observed for at least t tokens, events and
-censored alike (a request censored at t was at risk at t and leaves the risk set after it).
+normally at exactly t tokens; ``r_t`` counts requests observed at age t, events and censored alike (a
+request censored at t was at risk at t and leaves the risk set after it). A request observed only from
+age e on (delayed entry, left truncation) is at risk at e..length and nowhere below e.
+
+Why delayed entry: a window of the last W finishes covers a span of the engine's steps, while the
+requests still running began before it. Counting a running request in every risk set below its age,
+while only the window's deaths are counted, makes the hazard too low and the survival too high (a
+length-biased sample, measured in docs/estimators.md). Counting every request only at the ages it had
+inside the window's span (the period, or delayed-entry, product-limit estimator) removes that bias.
+The span is measured in the engine's decode steps (``InFlightAges.ticks``): a finish records the
+step count at which it happened.
 """
 
 from __future__ import annotations
@@ -36,15 +45,26 @@ class OutputLengthSample:
     Attributes:
         lengths_tokens: observed output length of each request (tokens, >= 0).
         censored: True where the length is a lower bound (finish ``length``/``abort``, or in flight).
+        entry_tokens: the first age at which each request was observed (delayed entry, <= its length);
+            empty means every request was observed from age 0.
     """
 
     lengths_tokens: tuple[int, ...]
     censored: tuple[bool, ...]
+    entry_tokens: tuple[int, ...] = ()
 
     def __post_init__(self) -> None:
         if len(self.lengths_tokens) != len(self.censored):
             msg = f"lengths_tokens and censored differ in length: {len(self.lengths_tokens)} != {len(self.censored)}"
             raise InvalidInputError(msg, field="censored", value=len(self.censored))
+        if self.entry_tokens and len(self.entry_tokens) != len(self.lengths_tokens):
+            msg = f"entry_tokens and lengths_tokens differ in length: {len(self.entry_tokens)} != {self.n_samples}"
+            raise InvalidInputError(msg, field="entry_tokens", value=len(self.entry_tokens))
+        if self.entry_tokens and any(
+            e < 0 or e > n for e, n in zip(self.entry_tokens, self.lengths_tokens, strict=True)
+        ):
+            msg = "every entry_tokens must lie in [0, its length]"
+            raise InvalidInputError(msg, field="entry_tokens", value=self.entry_tokens[:8])
 
     @property
     def n_samples(self) -> int:
@@ -56,15 +76,21 @@ class OutputLengthSample:
         """Number of right-censored requests in the sample."""
         return sum(self.censored)
 
-    def with_in_flight(self, ages_tokens: Sequence[int]) -> OutputLengthSample:
+    def with_in_flight(self, ages_tokens: Sequence[int], entry_tokens: Sequence[int] = ()) -> OutputLengthSample:
         """This sample plus in-flight requests, censored at their current age in tokens.
 
         seed-003 section 1.5: counting in-flight requests as censored removes the length bias of a
-        window of finished requests only.
+        window of finished requests only. ``entry_tokens`` (``InFlightAges.observed_since``) are the
+        ages at which they entered the window's span; empty means age 0.
         """
         ages = tuple(require_count("ages_tokens", a) for a in ages_tokens)
+        entries = self.entry_tokens
+        if entry_tokens or entries:
+            entries = (entries or (0,) * self.n_samples) + (tuple(entry_tokens) or (0,) * len(ages))
         return OutputLengthSample(
-            lengths_tokens=self.lengths_tokens + ages, censored=self.censored + (True,) * len(ages)
+            lengths_tokens=self.lengths_tokens + ages,
+            censored=self.censored + (True,) * len(ages),
+            entry_tokens=entries,
         )
 
     def event_and_risk_counts(self) -> tuple[npt.NDArray[np.int64], npt.NDArray[np.int64]]:
@@ -72,7 +98,7 @@ class OutputLengthSample:
 
         Returns:
             ``(d, r)``, both of shape (max_length + 1,): ``d[t]`` = finished normally at exactly t,
-            ``r[t]`` = observed for at least t tokens. Empty arrays for an empty sample.
+            ``r[t]`` = observed at age t (entry <= t <= length). Empty arrays for an empty sample.
         """
         if not self.lengths_tokens:
             empty = np.zeros(0, dtype=np.int64)
@@ -81,8 +107,11 @@ class OutputLengthSample:
         cens = np.asarray(self.censored, dtype=bool)
         size = int(lengths.max()) + 1
         d = np.bincount(lengths[~cens], minlength=size).astype(np.int64)
-        all_counts = np.bincount(lengths, minlength=size)
-        r = np.cumsum(all_counts[::-1])[::-1].astype(np.int64)
+        leaving = np.bincount(lengths, minlength=size)
+        r = np.cumsum(leaving[::-1])[::-1].astype(np.int64)
+        if self.entry_tokens:
+            entered = np.cumsum(np.bincount(np.asarray(self.entry_tokens, dtype=np.int64), minlength=size))
+            r -= lengths.size - entered  # not yet observed at t: entry > t (so length > t too)
         return d, r
 
 
@@ -182,17 +211,22 @@ class OutputLengthWindow:
     """The last W finished requests' output lengths, optionally also bounded to the last T seconds.
 
     seed-001 section 3.1 (W_O, W = 500) extended with censoring (pitfall P2): each entry is
-    ``(ts_s, output_tokens, censored)``. Count bound: at most ``capacity`` entries, oldest evicted
-    first. Time bound (``window_s`` set): entries older than the newest event time minus
-    ``window_s`` are evicted. Events arrive in event-time order per engine; an event older than the
-    newest by more than ``allowed_lateness_s`` raises ``LateEventError``. A late-but-allowed event is
-    appended in arrival order (it still counts in the count window).
+    ``(ts_s, output_tokens, censored, step)``, ``step`` being the engine's decode-step count at the
+    finish (``InFlightAges.ticks``) or None where no step clock is kept. Count bound: at most
+    ``capacity`` entries, oldest evicted first. Time bound (``window_s`` set): entries older than the
+    newest event time minus ``window_s`` are evicted. Events arrive in event-time order per engine; an
+    event older than the newest by more than ``allowed_lateness_s`` raises ``LateEventError``. A
+    late-but-allowed event is appended in arrival order (it still counts in the count window).
 
-    Bad input: negative or non-integer ``output_tokens`` and non-finite ``ts_s`` raise
+    Once an entry with a step has been evicted, the window holds every finish after that step and
+    none before it: its span is the steps after ``period_start_step``, and ``snapshot`` gives each
+    finish the age at which it entered that span (delayed entry). Steps must not decrease.
+
+    Bad input: negative or non-integer ``output_tokens`` or ``step`` and non-finite ``ts_s`` raise
     ``InvalidInputError``. Update is O(1) amortised; memory is O(capacity).
     """
 
-    __slots__ = ("_entries", "allowed_lateness_s", "capacity", "newest_ts_s", "window_s")
+    __slots__ = ("_entries", "allowed_lateness_s", "capacity", "newest_ts_s", "period_start_step", "window_s")
 
     def __init__(
         self,
@@ -214,23 +248,27 @@ class OutputLengthWindow:
             msg = f"allowed_lateness_s must be >= 0, got {allowed_lateness_s!r}"
             raise InvalidInputError(msg, field="allowed_lateness_s", value=allowed_lateness_s)
         self.allowed_lateness_s = float(allowed_lateness_s)
-        self._entries: deque[tuple[float, int, bool]] = deque(maxlen=capacity)
+        self._entries: deque[tuple[float, int, bool, int | None]] = deque()
         self.newest_ts_s: float | None = None
+        self.period_start_step: int | None = None
 
-    def update(self, *, ts_s: float, output_tokens: int, censored: bool) -> None:
+    def update(self, *, ts_s: float, output_tokens: int, censored: bool, step: int | None = None) -> None:
         """Fold one finished request.
 
         Args:
             ts_s: event time of the finish (s).
             output_tokens: output length O in tokens (>= 0 integer).
             censored: True for a ``length``/``abort`` finish (O is a lower bound).
+            step: the engine's decode-step count at the finish, or None without a step clock.
 
         Raises:
-            InvalidInputError: bad ``ts_s`` or ``output_tokens``.
+            InvalidInputError: bad ``ts_s``, ``output_tokens`` or ``step``.
             LateEventError: ``ts_s`` lags the newest event time by more than the allowed lateness.
         """
         if type(output_tokens) is not int or output_tokens < 0:
             require_count("output_tokens", output_tokens)
+        if step is not None and (type(step) is not int or step < 0):
+            require_count("step", step)
         if not math.isfinite(ts_s):
             require_finite("ts", ts_s)
         newest = self.newest_ts_s
@@ -240,78 +278,78 @@ class OutputLengthWindow:
             msg = f"ts={ts_s} lags the newest finish {newest} by more than {self.allowed_lateness_s} s"
             raise LateEventError(msg, ts=ts_s, watermark_s=newest, allowed_lateness_s=self.allowed_lateness_s)
         entries = self._entries
-        entries.append((ts_s, output_tokens, bool(censored)))
+        entries.append((ts_s, output_tokens, bool(censored), step))
+        if len(entries) > self.capacity:
+            self._evict()
         if self.window_s is not None:
             cutoff = newest - self.window_s
             while entries[0][0] < cutoff:
-                entries.popleft()
+                self._evict()
 
-    def merge(self, other: OutputLengthWindow) -> OutputLengthWindow:
-        """The window of both inputs' entries in event-time order, then trimmed to W and T.
-
-        Equal to folding the event-time-ordered interleaving of the two streams (ties: ``self``
-        first). Both windows must share capacity and window_s.
-
-        Raises:
-            InvalidInputError: the windows' parameters differ.
-        """
-        if (self.capacity, self.window_s) != (other.capacity, other.window_s):
-            msg = f"cannot merge windows ({self.capacity}, {self.window_s}) and ({other.capacity}, {other.window_s})"
-            raise InvalidInputError(msg, field="capacity", value=other.capacity)
-        out = OutputLengthWindow(
-            capacity=self.capacity,
-            window_s=self.window_s,
-            allowed_lateness_s=min(self.allowed_lateness_s, other.allowed_lateness_s),
-        )
-        tagged = [(e[0], 0, i, e) for i, e in enumerate(self._entries)]
-        tagged += [(e[0], 1, i, e) for i, e in enumerate(other._entries)]
-        tagged.sort(key=lambda x: (x[0], x[1], x[2]))
-        out.allowed_lateness_s = math.inf
-        for _, _, _, (ts, n, c) in tagged:
-            out.update(ts_s=ts, output_tokens=n, censored=c)
-        out.allowed_lateness_s = min(self.allowed_lateness_s, other.allowed_lateness_s)
-        return out
+    def _evict(self) -> None:
+        step = self._entries.popleft()[3]
+        if step is not None:
+            self.period_start_step = step
 
     def __len__(self) -> int:
         """Number of entries in the window."""
         return len(self._entries)
 
     def snapshot(self) -> OutputLengthSample:
-        """The window's contents, oldest first."""
+        """The window's contents, oldest first, each with the age at which it entered the span.
+
+        Before any stepped entry was evicted the span is the whole stream and every entry age is 0.
+        After, a finish at step k with length n was n - (k - P) tokens old at the span's start P and
+        entered it one token later; finishes at step P itself happened before the span and are left
+        out (some of them may have been evicted).
+        """
+        start = self.period_start_step
+        if start is None:
+            return OutputLengthSample(
+                lengths_tokens=tuple(e[1] for e in self._entries), censored=tuple(e[2] for e in self._entries)
+            )
+        kept = [e for e in self._entries if e[3] is None or e[3] > start]
         return OutputLengthSample(
-            lengths_tokens=tuple(e[1] for e in self._entries), censored=tuple(e[2] for e in self._entries)
+            lengths_tokens=tuple(e[1] for e in kept),
+            censored=tuple(e[2] for e in kept),
+            entry_tokens=tuple(0 if k is None else max(0, n - (k - start) + 1) for _, n, _, k in kept),
         )
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible state (format 1)."""
+        """JSON-compatible state (format 2: the finish step and the span's start)."""
         return {
             "kind": "output_length_window",
-            "format": 1,
+            "format": 2,
             "capacity": self.capacity,
             "window_s": self.window_s,
             "allowed_lateness_s": None if math.isinf(self.allowed_lateness_s) else self.allowed_lateness_s,
             "newest_ts_s": self.newest_ts_s,
-            "entries": [[ts, n, c] for ts, n, c in self._entries],
+            "period_start_step": self.period_start_step,
+            "entries": [[ts, n, c, k] for ts, n, c, k in self._entries],
         }
 
     @classmethod
     def from_dict(cls, data: object) -> OutputLengthWindow:
-        """Rebuild from ``to_dict`` output.
+        """Rebuild from ``to_dict`` output; a format-1 state (no steps) loads with every step None.
 
         Raises:
             InvalidInputError: wrong kind or format version, or a bad entry.
         """
-        d = check_format(data, kind="output_length_window", version=1)
+        version = data.get("format") if isinstance(data, dict) else None
+        d = check_format(data, kind="output_length_window", version=1 if version == 1 else 2)
         lateness = d["allowed_lateness_s"]
         out = cls(
             capacity=int(d["capacity"]),
             window_s=None if d["window_s"] is None else float(d["window_s"]),
             allowed_lateness_s=math.inf if lateness is None else float(lateness),
         )
-        for ts, n, c in d["entries"]:
+        for ts, n, c, *step in d["entries"]:
             require_count("output_tokens", n)
-            out._entries.append((require_finite("ts", ts), n, bool(c)))
+            k = step[0] if step else None
+            out._entries.append((require_finite("ts", ts), n, bool(c), None if k is None else require_count("step", k)))
         out.newest_ts_s = None if d["newest_ts_s"] is None else float(d["newest_ts_s"])
+        start = d.get("period_start_step")
+        out.period_start_step = None if start is None else require_count("period_start_step", start)
         return out
 
 
@@ -331,7 +369,8 @@ class InFlightAges:
     request whose first token arrived after the previous step report starts counting at the next
     one, because that report may be the step that produced its first token. ``request.preempted``
     carries the exact count; the request is then frozen at it (recompute does not re-announce a first
-    token). ``request.finished`` drops the request.
+    token). ``request.finished`` drops the request. ``ticks`` never decreases, restarts included: it is
+    the step clock the output-length window measures its span in.
 
     Memory: at most ``capacity`` requests, the oldest first-token evicted (a request whose finish was
     lost must not leak). Pure: ages are counted in events, never in wall time.
@@ -345,7 +384,7 @@ class InFlightAges:
         self.ticks = 0
         self._started_at_tick: dict[str, int] = {}
         self._pending: dict[str, None] = {}
-        self._frozen: dict[str, int] = {}
+        self._frozen: dict[str, tuple[int, int]] = {}
 
     def __len__(self) -> int:
         """Requests tracked."""
@@ -376,7 +415,7 @@ class InFlightAges:
         require_count("generated_tokens", generated_tokens)
         self._drop(request_id)
         if generated_tokens >= 1:
-            self._frozen[request_id] = generated_tokens
+            self._frozen[request_id] = (generated_tokens, self.ticks)
 
     def finished(self, request_id: str) -> None:
         """A request left the engine (its finish goes to the output-length window)."""
@@ -389,7 +428,6 @@ class InFlightAges:
         returned (seed-003 section 1.5), and the caller puts them in its window as censored.
         """
         ages = self.ages_tokens()
-        self.ticks = 0
         self._started_at_tick.clear()
         self._pending.clear()
         self._frozen.clear()
@@ -398,7 +436,25 @@ class InFlightAges:
     def ages_tokens(self) -> tuple[int, ...]:
         """Each tracked request's age lower bound (tokens >= 1), in a deterministic order."""
         counting = (1 + self.ticks - start for start in self._started_at_tick.values())
-        return (*counting, *(1 for _ in self._pending), *self._frozen.values())
+        return (*counting, *(1 for _ in self._pending), *(n for n, _ in self._frozen.values()))
+
+    def observed_since(self, start_step: int | None) -> tuple[tuple[int, ...], tuple[int, ...]]:
+        """Each tracked request's age and the age at which it entered the steps after ``start_step``.
+
+        The pair feeds ``OutputLengthSample.with_in_flight``. A request of age a now was
+        a - (ticks - start_step) tokens old at the span's start and entered it one token later; a
+        frozen request counts its steps only up to its preemption. Every request is still running, so
+        it was seen at its current age at least: the entry age never exceeds it. With ``start_step``
+        None (the span is the whole stream) every entry age is 0.
+        """
+        ages = self.ages_tokens()
+        if start_step is None:
+            return ages, (0,) * len(ages)
+        counting = (1 + start_step - start + 1 for start in self._started_at_tick.values())
+        pending = (2 + start_step - self.ticks for _ in self._pending)
+        frozen = (n - max(0, at - start_step) + 1 for n, at in self._frozen.values())
+        entries = tuple(min(a, max(0, e)) for a, e in zip(ages, (*counting, *pending, *frozen), strict=True))
+        return ages, entries
 
     def _drop(self, request_id: str) -> None:
         self._started_at_tick.pop(request_id, None)
@@ -412,28 +468,32 @@ class InFlightAges:
                 return
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-compatible state (format 1); insertion order is kept, so ages replay identically."""
+        """JSON-compatible state (format 2: frozen requests keep their step); insertion order is kept."""
         return {
             "kind": "in_flight_ages",
-            "format": 1,
+            "format": 2,
             "capacity": self.capacity,
             "ticks": self.ticks,
             "started_at_tick": [[r, t] for r, t in self._started_at_tick.items()],
             "pending": list(self._pending),
-            "frozen": [[r, n] for r, n in self._frozen.items()],
+            "frozen": [[r, n, at] for r, (n, at) in self._frozen.items()],
         }
 
     @classmethod
     def from_dict(cls, data: object) -> InFlightAges:
-        """Rebuild from ``to_dict`` output.
+        """Rebuild from ``to_dict`` output; a format-1 state's frozen requests take the current step.
 
         Raises:
             InvalidInputError: wrong kind or format version, or a bad entry.
         """
-        d = check_format(data, kind="in_flight_ages", version=1)
+        version = data.get("format") if isinstance(data, dict) else None
+        d = check_format(data, kind="in_flight_ages", version=1 if version == 1 else 2)
         out = cls(capacity=int(d["capacity"]))
         out.ticks = require_count("ticks", d["ticks"])
         out._started_at_tick = {str(r): require_count("started_at_tick", t) for r, t in d["started_at_tick"]}
         out._pending = dict.fromkeys(str(r) for r in d["pending"])
-        out._frozen = {str(r): require_count("generated_tokens", n, minimum=1) for r, n in d["frozen"]}
+        out._frozen = {
+            str(r): (require_count("generated_tokens", n, minimum=1), require_count("step", at[0] if at else out.ticks))
+            for r, n, *at in d["frozen"]
+        }
         return out

@@ -127,7 +127,7 @@ class EngineEstimates:
         admission = self.guard.admit(event)
         if admission.restart:
             for age in self.in_flight.drain():
-                self.outputs.update(ts_s=event.ts, output_tokens=age, censored=True)
+                self.outputs.update(ts_s=event.ts, output_tokens=age, censored=True, step=self.in_flight.ticks)
         return admission
 
     def fold(self, event: Event) -> None:
@@ -221,7 +221,12 @@ class EngineEstimates:
     def _fold_finished(self, finished: RequestFinished) -> None:
         self.finished_total += 1
         self.completions.update(ts_s=finished.ts)
-        self.outputs.update(ts_s=finished.ts, output_tokens=finished.output_tokens, censored=finished.censored)
+        self.outputs.update(
+            ts_s=finished.ts,
+            output_tokens=finished.output_tokens,
+            censored=finished.censored,
+            step=self.in_flight.ticks,
+        )
         self.prompt_mean.update(float(finished.prompt_tokens))
         if not finished.censored:
             self.output_mean.update(float(finished.output_tokens))
@@ -240,8 +245,8 @@ class EngineEstimates:
     def summary(self) -> EngineSummary:
         """Return the current estimates as the typed summary policies read; ``None`` marks "not enough data"."""
         finished = self.outputs.snapshot()
-        ages = self.in_flight.ages_tokens()
-        sample = finished.with_in_flight(ages)
+        ages, entries = self.in_flight.observed_since(self.outputs.period_start_step)
+        sample = finished.with_in_flight(ages, entries)
         hazard = fit_linear_hazard(sample)
         arrivals = self.arrivals.snapshot()
         completions = self.completions.snapshot()
