@@ -160,6 +160,22 @@ class TestOutputLengthWindow:
             w.update(ts_s=94.0, output_tokens=3, censored=False)
         assert info.value.watermark_s == 100.0
 
+    def test_a_format_1_state_loads_without_steps(self) -> None:
+        """States written before the finish step was kept: every entry enters at 0, as it did then."""
+        state = {
+            "kind": "output_length_window",
+            "format": 1,
+            "capacity": 2,
+            "window_s": None,
+            "allowed_lateness_s": None,
+            "newest_ts_s": 3.0,
+            "entries": [[2.0, 5, False], [3.0, 9, True]],
+        }
+        window = OutputLengthWindow.from_dict(state)
+        window.update(ts_s=4.0, output_tokens=4, censored=False, step=7)
+        assert window.period_start_step is None
+        assert window.snapshot() == OutputLengthSample(lengths_tokens=(9, 4), censored=(True, False))
+
     def test_wrong_format_is_refused(self) -> None:
         state = OutputLengthWindow().to_dict() | {"format": 99}
         with pytest.raises(InvalidInputError, match="format"):
