@@ -127,13 +127,16 @@ def consumer_lag(consumer: KafkaConsumer) -> int:
     """Records between the consumer's positions and the ends of its assigned partitions (0 when unknown).
 
     Both are local to the client (no broker round trip): the high watermark is the one the last
-    fetch response carried, so it is cheap enough to measure on every poll.
+    fetch response carried, so it is cheap enough to measure on every poll. A partition just sought
+    (a log reset rebuilds from the beginning) has no position until the next fetch resolves it, and
+    counts 0 until then.
     """
     lag = 0
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
-        if high is not None:
-            lag += max(0, high - consumer.position(tp))
+        position = None if high is None else consumer.position(tp)
+        if high is not None and position is not None:
+            lag += max(0, high - position)
     return lag
 
 
@@ -146,7 +149,10 @@ def caught_up(consumer: KafkaConsumer) -> bool:
     """
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
-        if high is None or consumer.position(tp) < high:
+        if high is None:
+            return False
+        position = consumer.position(tp)
+        if position is None or position < high:
             return False
     return True
 

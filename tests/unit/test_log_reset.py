@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from kafka import TopicPartition
+
 from services.health import ServiceMetrics
+from services.kafka_clients import caught_up, consumer_lag
 from services.log_reset import LogWatch
 from services.store.memory_store import MemoryStore
 
@@ -83,3 +86,35 @@ class TestResetPartition:
         assert store.log_ids("stream") == {f"{TOPIC}:0": "id-2"}
         assert store.load_states(["eng-0", "fleet-x"]) == {"eng-0": "fresh"}
         assert store.commit("stream", {f"{TOPIC}:0": 0}, {}, {})
+
+
+class SoughtConsumer:
+    """A consumer right after a rebuild sought partition 1 to its beginning: no position until the next fetch."""
+
+    def __init__(self) -> None:
+        self.positions: dict[TopicPartition, int | None] = {
+            TopicPartition(TOPIC, 0): 5,
+            TopicPartition(TOPIC, 1): None,
+        }
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self.positions)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return 9
+
+    def position(self, tp: TopicPartition) -> int | None:
+        return self.positions[tp]
+
+
+class TestLagAfterASeek:
+    def test_a_partition_without_a_position_counts_no_lag_and_is_not_caught_up(self) -> None:
+        """The processor measures its lag on every poll, right after a rebuild's seek: it must not fail there
+        (a TypeError there stopped the processor's thread after a broker restart under load)."""
+        consumer = SoughtConsumer()
+        assert consumer_lag(consumer) == 4  # type: ignore[arg-type]
+        assert not caught_up(consumer)  # type: ignore[arg-type]
+        consumer.positions[TopicPartition(TOPIC, 1)] = 9
+        consumer.positions[TopicPartition(TOPIC, 0)] = 9
+        assert consumer_lag(consumer) == 0  # type: ignore[arg-type]
+        assert caught_up(consumer)  # type: ignore[arg-type]
