@@ -128,13 +128,13 @@ def consumer_lag(consumer: KafkaConsumer) -> int:
 
     Both are local to the client (no broker round trip): the high watermark is the one the last
     fetch response carried, so it is cheap enough to measure on every poll. A partition just sought
-    (a log reset rebuilds from the beginning) has no position until the next fetch resolves it, and
+    (a log reset rebuilds from the beginning) has no position until a later poll resolves it, and
     counts 0 until then.
     """
     lag = 0
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
-        position = None if high is None else consumer.position(tp)
+        position = known_position(consumer, tp)
         if high is not None and position is not None:
             lag += max(0, high - position)
     return lag
@@ -145,16 +145,26 @@ def caught_up(consumer: KafkaConsumer) -> bool:
 
     A service asked to exit when idle (tests, batch runs) exits only when this holds as well: a quiet
     poll alone can be a fetch that a loaded machine holds for seconds while records wait on the broker.
-    Local to the client, like ``consumer_lag``.
+    Local to the client, like ``consumer_lag``; a partition without a known position is not caught up.
     """
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
-        if high is None:
-            return False
-        position = consumer.position(tp)
-        if position is None or position < high:
+        position = known_position(consumer, tp)
+        if high is None or position is None or position < high:
             return False
     return True
+
+
+def known_position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
+    """The next offset the consumer will fetch from ``tp``, as the client knows it now, or None.
+
+    ``KafkaConsumer.position`` resolves an unknown position over the network and, without a timeout,
+    waits for it: called after a seek, between polls, it blocked the stream processor's loop (and so
+    its group membership) until the consumer closed. kafka-python has no public accessor for the
+    position it holds: this reads its subscription state.
+    """
+    position = consumer._subscription.position(tp)
+    return None if position is None else int(position.offset)
 
 
 class KafkaLogView:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from kafka import TopicPartition
+from kafka.structs import OffsetAndMetadata
 
 from services.health import ServiceMetrics
 from services.kafka_clients import caught_up, consumer_lag
@@ -88,33 +89,44 @@ class TestResetPartition:
         assert store.commit("stream", {f"{TOPIC}:0": 0}, {}, {})
 
 
+class Subscription:
+    """kafka-python's subscription state as far as the position goes: an offset holder, or None once sought."""
+
+    def __init__(self, positions: dict[TopicPartition, int | None]) -> None:
+        self.positions = positions
+
+    def position(self, tp: TopicPartition) -> OffsetAndMetadata | None:
+        offset = self.positions[tp]
+        return None if offset is None else OffsetAndMetadata(offset, "", -1)
+
+
 class SoughtConsumer:
-    """A consumer right after a rebuild sought partition 1 to its beginning: no position until the next fetch."""
+    """A consumer right after a rebuild sought partition 1 to its beginning: no position until a later poll.
+
+    ``position`` would resolve it over the network; the lag must not call it (it blocked the processor).
+    """
 
     def __init__(self) -> None:
-        self.positions: dict[TopicPartition, int | None] = {
-            TopicPartition(TOPIC, 0): 5,
-            TopicPartition(TOPIC, 1): None,
-        }
+        self._subscription = Subscription({TopicPartition(TOPIC, 0): 5, TopicPartition(TOPIC, 1): None})
 
     def assignment(self) -> set[TopicPartition]:
-        return set(self.positions)
+        return set(self._subscription.positions)
 
     def highwater(self, tp: TopicPartition) -> int | None:
         return 9
 
     def position(self, tp: TopicPartition) -> int | None:
-        return self.positions[tp]
+        raise AssertionError("KafkaConsumer.position waits on the network")
 
 
 class TestLagAfterASeek:
     def test_a_partition_without_a_position_counts_no_lag_and_is_not_caught_up(self) -> None:
-        """The processor measures its lag on every poll, right after a rebuild's seek: it must not fail there
-        (a TypeError there stopped the processor's thread after a broker restart under load)."""
+        """The processor measures its lag on every poll, right after a rebuild's seek: it must neither fail
+        there (a TypeError stopped its thread) nor wait on the network (``position`` blocked its loop)."""
         consumer = SoughtConsumer()
         assert consumer_lag(consumer) == 4  # type: ignore[arg-type]
         assert not caught_up(consumer)  # type: ignore[arg-type]
-        consumer.positions[TopicPartition(TOPIC, 1)] = 9
-        consumer.positions[TopicPartition(TOPIC, 0)] = 9
+        consumer._subscription.positions[TopicPartition(TOPIC, 1)] = 9
+        consumer._subscription.positions[TopicPartition(TOPIC, 0)] = 9
         assert consumer_lag(consumer) == 0  # type: ignore[arg-type]
         assert caught_up(consumer)  # type: ignore[arg-type]
