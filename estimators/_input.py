@@ -56,8 +56,10 @@ def require_fraction(field: str, value: float) -> float:
     return x
 
 
-def check_format(data: object, *, kind: str, version: int) -> dict[str, Any]:
+def check_format(data: object, *, kind: str, version: int, older: tuple[int, ...] = ()) -> dict[str, Any]:
     """Return ``data`` as a JSON object after checking its ``kind`` and ``format`` keys.
+
+    ``older`` lists earlier format versions the caller still reads (it tells them apart by ``format``).
 
     JSON states are the one place an estimator handles ``dict[str, Any]``: they are decoded
     straight into typed fields by each ``from_dict``.
@@ -71,7 +73,7 @@ def check_format(data: object, *, kind: str, version: int) -> dict[str, Any]:
     if data.get("kind") != kind:
         msg = f"kind must be {kind!r}, got {data.get('kind')!r}"
         raise InvalidInputError(msg, field="kind", value=data.get("kind"))
-    if data.get("format") != version:
+    if data.get("format") != version and data.get("format") not in older:
         msg = f"format of {kind} must be {version}, got {data.get('format')!r}"
         raise InvalidInputError(msg, field="format", value=data.get("format"))
     return data

@@ -335,8 +335,7 @@ class OutputLengthWindow:
         Raises:
             InvalidInputError: wrong kind or format version, or a bad entry.
         """
-        version = data.get("format") if isinstance(data, dict) else None
-        d = check_format(data, kind="output_length_window", version=1 if version == 1 else 2)
+        d = check_format(data, kind="output_length_window", version=2, older=(1,))
         lateness = d["allowed_lateness_s"]
         out = cls(
             capacity=int(d["capacity"]),
@@ -450,7 +449,7 @@ class InFlightAges:
         ages = self.ages_tokens()
         if start_step is None:
             return ages, (0,) * len(ages)
-        counting = (1 + start_step - start + 1 for start in self._started_at_tick.values())
+        counting = (2 + start_step - start for start in self._started_at_tick.values())
         pending = (2 + start_step - self.ticks for _ in self._pending)
         frozen = (n - max(0, at - start_step) + 1 for n, at in self._frozen.values())
         entries = tuple(min(a, max(0, e)) for a, e in zip(ages, (*counting, *pending, *frozen), strict=True))
@@ -486,8 +485,7 @@ class InFlightAges:
         Raises:
             InvalidInputError: wrong kind or format version, or a bad entry.
         """
-        version = data.get("format") if isinstance(data, dict) else None
-        d = check_format(data, kind="in_flight_ages", version=1 if version == 1 else 2)
+        d = check_format(data, kind="in_flight_ages", version=2, older=(1,))
         out = cls(capacity=int(d["capacity"]))
         out.ticks = require_count("ticks", d["ticks"])
         out._started_at_tick = {str(r): require_count("started_at_tick", t) for r, t in d["started_at_tick"]}
