@@ -14,6 +14,12 @@ partition on every poll:
   unlike its ListOffsets answer (the last batch's *base* offset + 1, services/replay/replay.py), so
   a healthy log never trips it.
 
+The two signs can arrive in either order. A client's metadata is refreshed every few seconds, so a
+fetch from the new log can show its end behind the applied offset while the metadata still names
+the old topic id. That reset leaves the old id marked as superseded for the partition; the new id,
+when the metadata shows it, is then recorded without a second reset (which would read the new log
+from its beginning a second time).
+
 What the services then do is the documented rule (docs/operations.md, "Log resets"): say so in one
 error line naming topic, partition, offsets and topic ids, count it in ``governor_log_resets``, and
 rebuild the partition from the new log: forget its applied offset, reset the state folded from it
@@ -77,6 +83,7 @@ class LogWatch:
         self._store = store
         self._metrics = metrics
         self._recorded: dict[str, str] = {}
+        self._superseded: dict[str, str] = {}
 
     def assigned(self, view: LogView, partitions: Iterable[Partition]) -> None:
         """Load the recorded topic ids; record the current one of partitions that have none yet."""
@@ -105,9 +112,10 @@ class LogWatch:
             recorded = self._recorded.get(field)
             high = view.highwater((topic, partition))
             reason: ResetReason | None = None
-            if recorded is None:
-                if topic_id is not None:
+            if recorded is None or (topic_id is not None and self._superseded.get(field) == recorded):
+                if topic_id is not None and topic_id != recorded:
                     first_seen[field] = topic_id
+                    self._superseded.pop(field, None)
             elif topic_id is not None and topic_id != recorded:
                 reason = "topic_id_changed"
             if reason is None and high is not None and high < next_offset:
@@ -124,7 +132,9 @@ class LogWatch:
                 reason=reason,
             )
             resets.append(reset)
-            if topic_id is not None:
+            if reason == "log_end_behind_applied" and topic_id is not None and topic_id == recorded:
+                self._superseded[field] = topic_id
+            elif topic_id is not None:
                 self._recorded[field] = topic_id
             self._report(reset)
         if first_seen:

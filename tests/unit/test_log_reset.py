@@ -77,6 +77,22 @@ class TestLogWatch:
         assert watch.check(FakeLog("id-2", {}), {(TOPIC, 0): 10}) == []
         assert metrics.log_resets == 1
 
+    def test_a_log_end_seen_before_the_new_id_rebuilds_once_and_then_records_the_new_id(self) -> None:
+        """A fetch from the restarted broker shows the short log while the client's metadata still names the
+        old topic id; when the metadata is refreshed, the new id is the same reset, not a second one (which
+        read every event after a broker restart twice in the log-reset integration test)."""
+        store = MemoryStore()
+        watch, metrics = _watch(store)
+        watch.assigned(FakeLog("id-1", {}), [(TOPIC, 0)])
+        (reset,) = watch.check(FakeLog("id-1", {0: 40}), {(TOPIC, 0): 301})
+        assert (reset.reason, reset.topic_id) == ("log_end_behind_applied", "id-1")
+        assert watch.check(FakeLog("id-1", {0: 40}), {(TOPIC, 0): 40}) == []
+        assert watch.check(FakeLog("id-2", {0: 500}), {(TOPIC, 0): 480}) == []
+        assert store.log_ids("stream") == {f"{TOPIC}:0": "id-2"}
+        assert metrics.log_resets == 1
+        (again,) = watch.check(FakeLog("id-3", {0: 500}), {(TOPIC, 0): 480})
+        assert (again.reason, again.recorded_topic_id) == ("topic_id_changed", "id-2")
+
 
 class TestResetPartition:
     def test_the_reset_forgets_the_offset_records_the_id_and_rewrites_states(self) -> None:
