@@ -18,7 +18,7 @@ from pathlib import Path
 import redis
 import structlog
 from kafka import TopicPartition
-from kafka.admin import NewTopic
+from kafka.admin import KafkaAdminClient, NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.errors import BackendUnavailableError, ConfigError
@@ -145,8 +145,18 @@ def _start_valkey(state_dir: Path, security: RedisSecurity | None) -> tuple[str,
     return f"redis://127.0.0.1:{port}/0", pid
 
 
-def create_topics(bootstrap: str, timeout_s: float, topics: tuple[TopicSpec, ...] = TOPICS) -> None:
-    """Create every topic of ``topics`` (``schemas.names.TOPICS``) with its partition count; existing ones are kept."""
+def create_topics(
+    bootstrap: str, timeout_s: float, topics: tuple[TopicSpec, ...] = TOPICS, *, new_broker: bool = False
+) -> None:
+    """Create every topic of ``topics`` (``schemas.names.TOPICS``) with its partition count; existing ones are kept.
+
+    On a broker just started (``new_broker``) a client that reconnected before this call may already
+    have had a topic created with the broker's default partition count: Tansu creates a topic on any
+    metadata request for it, whatever the request's ``allow_auto_topic_creation`` says. Such a topic
+    is seconds old; while it is still empty it is deleted and created again with its count (the
+    services take the new topic id for a log reset and read it from its start). One that already
+    holds records is kept, and reported, because deleting it would lose them.
+    """
     deadline = time.monotonic() + timeout_s
     while True:
         try:
@@ -158,13 +168,55 @@ def create_topics(bootstrap: str, timeout_s: float, topics: tuple[TopicSpec, ...
                 raise BackendUnavailableError(msg, backend="kafka") from exc
             time.sleep(0.2)
     try:
-        existing = set(admin.list_topics())
-        missing = [NewTopic(t.name, t.partitions, 1) for t in topics if t.name not in existing]
-        if missing:
-            with contextlib.suppress(TopicAlreadyExistsError):
-                admin.create_topics(missing)
+        while True:
+            existing = set(admin.list_topics())
+            missing = [NewTopic(t.name, t.partitions, 1) for t in topics if t.name not in existing]
+            if missing:
+                with contextlib.suppress(TopicAlreadyExistsError):
+                    admin.create_topics(missing)
+            miscounted = _miscounted(admin, topics) if new_broker else {}
+            empty = _empty(bootstrap, miscounted, timeout_s)
+            for name in sorted(set(miscounted) - set(empty)):
+                log.error(
+                    "topic_partition_count_wrong",
+                    topic=name,
+                    partitions=miscounted[name],
+                    expected=next(t.partitions for t in topics if t.name == name),
+                    rule="it holds records already; restart the stack to create it with its count",
+                )
+            if not empty:
+                return
+            if time.monotonic() > deadline:
+                msg = f"kafka at {bootstrap}: clients kept creating {sorted(empty)} with the default partition count"
+                raise BackendUnavailableError(msg, backend="kafka")
+            log.warning("topics_recreated", topics={name: miscounted[name] for name in empty})
+            admin.delete_topics(empty)
     finally:
         admin.close()
+
+
+def _miscounted(admin: KafkaAdminClient, topics: tuple[TopicSpec, ...]) -> dict[str, int]:
+    """The topics of ``topics`` whose partition count differs from their spec's, with the count they have."""
+    expected = {t.name: t.partitions for t in topics}
+    described = admin.describe_topics(list(expected))
+    return {
+        d["name"]: len(d["partitions"])
+        for d in described
+        if d["error_code"] == 0 and len(d["partitions"]) != expected[d["name"]]
+    }
+
+
+def _empty(bootstrap: str, counts: dict[str, int], timeout_s: float) -> list[str]:
+    """The topics of ``counts`` (name: partition count) whose every partition ends at offset 0."""
+    if not counts:
+        return []
+    consumer = kafka_consumer(bootstrap, request_timeout_ms=int(timeout_s * 1000) + 1000)
+    try:
+        parts = [TopicPartition(name, p) for name, count in counts.items() for p in range(count)]
+        ends = consumer.end_offsets(parts)
+    finally:
+        consumer.close()
+    return sorted(name for name in counts if all(ends[tp] == 0 for tp in parts if tp.topic == name))
 
 
 def stack_up(
@@ -202,7 +254,7 @@ def stack_up(
     bootstrap, broker_pid = _start_broker(state_dir, broker_port)
     state = StackState(kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid)
     _state_path(state_dir).write_text(state.to_json())
-    create_topics(bootstrap, timeout_s, topics)
+    create_topics(bootstrap, timeout_s, topics, new_broker=True)
     log.info("stack_up", kafka=bootstrap, redis=chosen_redis)
     return state
 

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 import redis
-from kafka import KafkaConsumer, KafkaProducer
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 
 from schemas.events import encode_event, parse_event
-from schemas.names import TOPICS, estimate_key
+from schemas.names import TOPICS, TopicSpec, estimate_key
 from schemas.requests import RequestArrived
 from services.settings import Settings
-from services.stack.launcher import StackState, read_state, stack_down, stack_status, stack_up
+from services.stack.launcher import StackState, create_topics, read_state, stack_down, stack_status, stack_up
 from services.stack.processes import free_port, pid_alive
 
 pytestmark = pytest.mark.integration
@@ -84,3 +84,32 @@ def test_up_twice_reports_the_running_stack_and_down_stops_only_what_it_started(
         client = redis.Redis.from_url(first.redis_url)
         assert client.ping()
         client.close()
+
+
+def test_a_new_brokers_topics_a_client_created_first_get_their_counts_unless_they_hold_records(
+    stack: StackState,
+) -> None:
+    """Tansu creates a topic (4 partitions) on any client's metadata request for it: a client reconnecting
+    to a restarted broker before ``stack_up`` creates the topics must not leave them miscounted."""
+    empty, written = f"it-empty-{uuid.uuid4().hex[:8]}", f"it-written-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer(bootstrap_servers=stack.kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
+    try:
+        consumer.subscribe([empty])
+        consumer.poll(timeout_ms=500)
+        producer.send(written, b"kept").get(timeout=30)
+    finally:
+        consumer.close()
+        producer.close()
+    specs = (TopicSpec(name=empty, partitions=1), TopicSpec(name=written, partitions=1))
+    admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
+    try:
+        auto = {d["name"]: len(d["partitions"]) for d in admin.describe_topics([empty, written])}
+        assert min(auto[empty], auto[written]) > 1
+        create_topics(stack.kafka_bootstrap, 30.0, specs)
+        assert {d["name"]: len(d["partitions"]) for d in admin.describe_topics([empty])} == {empty: auto[empty]}
+        create_topics(stack.kafka_bootstrap, 30.0, specs, new_broker=True)
+        counts = {d["name"]: len(d["partitions"]) for d in admin.describe_topics([empty, written])}
+    finally:
+        admin.close()
+    assert counts == {empty: 1, written: auto[written]}
