@@ -12,14 +12,19 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both (``ref``). With
   ``--oracle`` it adds, as a diagnosis only, H = 20 and H = 20 ``ref`` predicted from each request's true
   output length (no survival curve, the output cap set to the true length; the paper's setting), to
-  separate prediction error from the objective itself.
+  separate prediction error from the objective itself. With ``--exact`` it adds H = 20 and H = 20
+  ``ref`` predicted from the workload's own output survival curve (2M draws of its length generator)
+  in place of the estimate: the best a predictor that knows only a request's age can do. Each
+  variant's row also gives its mean paired change against H = 0 over the same seeds.
+  ``--workloads`` and ``--variants`` run a subset.
 - ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
   pool, so waits count from arrival or from entering the candidate window), Poisson 8,000 req/s, 4 s,
   H = 20, aging deadline 2 s and 8 s against 600 s (off), and JSQ-by-load; reports the share of
   admissions the guard forced.
 
 Usage: PYTHONPATH=. python ops/bench/bench_bfio_lookahead.py [--parts lookahead guard] [--seeds 1 2 3 4 5]
-       [--oracle] [--seconds 3.0] [--out out/bench/bench_bfio_lookahead.json]
+       [--oracle] [--exact] [--seconds 3.0] [--workloads table1 bursty] [--variants bfio_h0 bfio_h20 ...]
+       [--out out/bench/bench_bfio_lookahead.json]
 """
 
 from __future__ import annotations
@@ -36,8 +41,8 @@ import numpy as np
 import policies.bfio.router as router_module
 import services.sim.routers_bfio as sim_routers
 from policies.bfio import BfioParams, NewRequestModel, WeightScheme
-from policies.bfio.lookahead import ClassPredictor
-from services.sim.bfio_loop import DpLoopResult, dp_workload, run_dp_loop
+from policies.bfio.lookahead import ClassPredictor, SurvivalCurve
+from services.sim.bfio_loop import BurstGptLikeLengths, DpLoopResult, dp_workload, run_dp_loop
 from services.sim.workload import BurstyArrivals, PoissonArrivals, Workload
 
 G, B, R = 16, 72, 64
@@ -70,6 +75,10 @@ ORACLE_VARIANTS = {
     "bfio_h20_true_lengths": BfioParams(horizon_steps=20),
     "bfio_h20_ref_true_lengths": REFERENCE_RECIPE,
 }
+EXACT_VARIANTS = {
+    "bfio_h20_exact_curve": BfioParams(horizon_steps=20),
+    "bfio_h20_ref_exact_curve": REFERENCE_RECIPE,
+}
 
 
 class _TrueLengthPredictor(ClassPredictor):
@@ -80,6 +89,36 @@ class _TrueLengthPredictor(ClassPredictor):
 
 
 _PATCHED = ((router_module, "ClassPredictor"), (sim_routers, "_cap"))
+
+
+def exact_output_survival(draws: int = 2_000_000, seed: int = 12_345) -> SurvivalCurve:
+    """S(n) = P(O > n) at every whole token of the workloads' output lengths, from ``draws`` of their generator."""
+    _, outputs = BurstGptLikeLengths().sample(np.random.default_rng(seed), draws)
+    edges = np.arange(int(outputs.max()) + 1, dtype=np.float64)
+    at_most = np.cumsum(np.bincount(outputs, minlength=edges.shape[0]))[: edges.shape[0]]
+    return SurvivalCurve(edges_tokens=edges, survival_frac=np.clip(1.0 - at_most / draws, 0.0, 1.0))
+
+
+class _ExactCurvePredictor(ClassPredictor):
+    """Diagnosis only: every request predicted from the workloads' exact output survival, not the estimate."""
+
+    curve: SurvivalCurve | None = None
+
+    def __init__(self, curve: object, **kwargs: Any) -> None:
+        super().__init__(self.curve, **kwargs)
+
+
+@contextmanager
+def _exact_curve() -> Iterator[None]:
+    """Route with the exact output survival curve in place of the published estimate (H still from the bundle)."""
+    module, name = _PATCHED[0]
+    saved = getattr(module, name)
+    _ExactCurvePredictor.curve = exact_output_survival()
+    setattr(module, name, _ExactCurvePredictor)
+    try:
+        yield
+    finally:
+        setattr(module, name, saved)
 
 
 @contextmanager
@@ -118,29 +157,53 @@ def _run(
     )
 
 
-def _summary(values: list[float]) -> dict[str, Any]:
-    return {"per_seed": [round(v, 4) for v in values], "mean": float(np.mean(values)), "std": float(np.std(values))}
+def _summary(values: list[float], h0: list[float] | None = None) -> dict[str, Any]:
+    """Mean and standard deviation over seeds; with H = 0's values of the same seeds, the mean paired change."""
+    row: dict[str, Any] = {
+        "per_seed": [round(v, 4) for v in values],
+        "mean": float(np.mean(values)),
+        "std": float(np.std(values)),
+    }
+    if h0 is not None:
+        changes = np.asarray(values) / np.asarray(h0) - 1.0
+        row["paired_change_vs_h0"] = float(np.mean(changes))
+        row["paired_change_se"] = float(np.std(changes, ddof=1) / np.sqrt(len(changes))) if len(changes) > 1 else None
+    return row
 
 
-def lookahead(seeds: list[int], oracle: bool, seconds: float = 3.0) -> dict[str, dict[str, dict[str, Any]]]:
+def lookahead(
+    seeds: list[int],
+    oracle: bool,
+    seconds: float = 3.0,
+    *,
+    exact: bool = False,
+    workloads: list[str] | None = None,
+    variants: list[str] | None = None,
+) -> dict[str, dict[str, dict[str, Any]]]:
     """Imbalance (1e4 tokens) per workload and variant, runs of ``seconds`` simulated seconds."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
-    for name, workload in WORKLOADS.items():
+    diagnoses = [(label, params, _true_lengths) for label, params in ORACLE_VARIANTS.items() if oracle]
+    diagnoses += [(label, params, _exact_curve) for label, params in EXACT_VARIANTS.items() if exact]
+    for name in workloads or list(WORKLOADS):
+        workload = WORKLOADS[name]
         table[name] = {}
-        variants = list(VARIANTS.items())
-        for label, (router, params) in variants:
+        h0: list[float] | None = None
+        for label in variants or list(VARIANTS):
+            router, params = VARIANTS[label]
             values = [
                 _run(router, workload, seed, params, duration_s=seconds).avg_imbalance_tokens / 1e4 for seed in seeds
             ]
-            table[name][label] = _summary(values)
+            if label == "bfio_h0":
+                h0 = values
+            table[name][label] = _summary(values, h0 if label != "bfio_h0" else None)
             _print(name, label, table[name][label])
-        for label, params in ORACLE_VARIANTS.items() if oracle else ():
-            with _true_lengths():
+        for label, params, patch in diagnoses:
+            with patch():
                 values = [
                     _run("bfio", workload, seed, params, duration_s=seconds).avg_imbalance_tokens / 1e4
                     for seed in seeds
                 ]
-            table[name][label] = _summary(values)
+            table[name][label] = _summary(values, h0)
             _print(name, label, table[name][label])
     return table
 
@@ -171,6 +234,9 @@ def guard(seeds: list[int]) -> dict[str, dict[str, Any]]:
 
 def _print(workload: str, label: str, row: dict[str, Any]) -> None:
     extra = f"  forced {max(row['forced_share_per_seed']):.4f} max" if "forced_share_per_seed" in row else ""
+    if row.get("paired_change_vs_h0") is not None:
+        se = row["paired_change_se"]
+        extra += f"  vs H=0 {row['paired_change_vs_h0']:+.1%}" + ("" if se is None else f" (se {se:.1%})")
     print(f"{workload:10} {label:24} {row['mean']:7.3f} +- {row['std']:5.3f}  {row['per_seed']}{extra}", flush=True)
 
 
@@ -179,7 +245,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=["lookahead", "guard"], default=["lookahead", "guard"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--oracle", action="store_true")
+    parser.add_argument("--oracle", action="store_true", help="add the true-length variants (a diagnosis)")
+    parser.add_argument("--exact", action="store_true", help="add the exact-survival-curve variants (a diagnosis)")
+    parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), help="lookahead workloads (default: all)")
+    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="lookahead variants (default: all)")
     parser.add_argument("--seconds", type=float, default=3.0, help="simulated seconds of each lookahead run")
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_bfio_lookahead.json"))
     args = parser.parse_args()
@@ -188,7 +257,9 @@ def main() -> None:
     )
     document: dict[str, Any] = {"seeds": args.seeds, "seconds": args.seconds}
     if "lookahead" in args.parts:
-        document["lookahead"] = lookahead(args.seeds, args.oracle, args.seconds)
+        document["lookahead"] = lookahead(
+            args.seeds, args.oracle, args.seconds, exact=args.exact, workloads=args.workloads, variants=args.variants
+        )
     if "guard" in args.parts:
         document["guard"] = guard(args.seeds)
     args.out.parent.mkdir(parents=True, exist_ok=True)
