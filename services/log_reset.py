@@ -112,12 +112,13 @@ class LogWatch:
             recorded = self._recorded.get(field)
             high = view.highwater((topic, partition))
             reason: ResetReason | None = None
-            if recorded is None or (topic_id is not None and self._superseded.get(field) == recorded):
-                if topic_id is not None and topic_id != recorded:
+            awaiting_id = recorded is None or self._superseded.get(field) == recorded
+            if topic_id is not None and topic_id != recorded:
+                if awaiting_id:
                     first_seen[field] = topic_id
                     self._superseded.pop(field, None)
-            elif topic_id is not None and topic_id != recorded:
-                reason = "topic_id_changed"
+                else:
+                    reason = "topic_id_changed"
             if reason is None and high is not None and high < next_offset:
                 reason = "log_end_behind_applied"
             if reason is None:

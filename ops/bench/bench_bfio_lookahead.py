@@ -99,22 +99,17 @@ def exact_output_survival(draws: int = 2_000_000, seed: int = 12_345) -> Surviva
     return SurvivalCurve(edges_tokens=edges, survival_frac=np.clip(1.0 - at_most / draws, 0.0, 1.0))
 
 
-class _ExactCurvePredictor(ClassPredictor):
-    """Diagnosis only: every request predicted from the workloads' exact output survival, not the estimate."""
-
-    curve: SurvivalCurve | None = None
-
-    def __init__(self, curve: object, **kwargs: Any) -> None:
-        super().__init__(self.curve, **kwargs)
-
-
 @contextmanager
 def _exact_curve() -> Iterator[None]:
     """Route with the exact output survival curve in place of the published estimate (H still from the bundle)."""
+    exact = exact_output_survival()
+
+    def predictor(curve: object, **kwargs: Any) -> ClassPredictor:
+        return ClassPredictor(exact, **kwargs)
+
     module, name = _PATCHED[0]
     saved = getattr(module, name)
-    _ExactCurvePredictor.curve = exact_output_survival()
-    setattr(module, name, _ExactCurvePredictor)
+    setattr(module, name, predictor)
     try:
         yield
     finally:

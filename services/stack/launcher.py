@@ -167,6 +167,7 @@ def create_topics(
                 msg = f"kafka at {bootstrap} refused the admin client: {exc}"
                 raise BackendUnavailableError(msg, backend="kafka") from exc
             time.sleep(0.2)
+    wanted = {t.name: t.partitions for t in topics}
     try:
         while True:
             existing = set(admin.list_topics())
@@ -174,14 +175,14 @@ def create_topics(
             if missing:
                 with contextlib.suppress(TopicAlreadyExistsError):
                     admin.create_topics(missing)
-            miscounted = _miscounted(admin, topics) if new_broker else {}
+            miscounted = _miscounted(admin, wanted) if new_broker else {}
             empty = _empty(bootstrap, miscounted, timeout_s)
             for name in sorted(set(miscounted) - set(empty)):
                 log.error(
                     "topic_partition_count_wrong",
                     topic=name,
                     partitions=miscounted[name],
-                    expected=next(t.partitions for t in topics if t.name == name),
+                    expected=wanted[name],
                     rule="it holds records already; restart the stack to create it with its count",
                 )
             if not empty:
@@ -195,14 +196,13 @@ def create_topics(
         admin.close()
 
 
-def _miscounted(admin: KafkaAdminClient, topics: tuple[TopicSpec, ...]) -> dict[str, int]:
-    """The topics of ``topics`` whose partition count differs from their spec's, with the count they have."""
-    expected = {t.name: t.partitions for t in topics}
-    described = admin.describe_topics(list(expected))
+def _miscounted(admin: KafkaAdminClient, wanted: dict[str, int]) -> dict[str, int]:
+    """The topics of ``wanted`` (name: partition count) that have another count, with the count they have."""
+    described = admin.describe_topics(list(wanted))
     return {
         d["name"]: len(d["partitions"])
         for d in described
-        if d["error_code"] == 0 and len(d["partitions"]) != expected[d["name"]]
+        if d["error_code"] == 0 and len(d["partitions"]) != wanted[d["name"]]
     }
 
 
