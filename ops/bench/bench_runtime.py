@@ -13,6 +13,11 @@ Figures (DESIGN section 9 targets, never asserted in tests):
    published at ``--estimate-rate`` events/s; for every snapshot on ``gov.estimates``, the wall
    time from publishing the event that triggered it (same engine and event time) to receiving it;
 3. offline replay: the same events folded in-process by ``OfflineControlPlane`` (target >= 100k/s);
+   and the per-event budget: at 50k events/s one process has 20 us of CPU per event, and the run
+   prints what its parts take of it on the same backlog (thread CPU per event, fastest of three): the
+   bare consumer's client, parsing the record values (``read_record``) and the pure fold with its
+   snapshots (``Folder.fold``); what the processor takes beyond their sum is its loop (the event
+   guard's bookkeeping, positions, watermark), its deliveries and its commits;
 4. loop latency (default runtime), each run on a broker of its own for ``--latency-seconds`` of
    publishing (the local broker's fetch latency grows with the batches a partition holds, so runs
    of one length on fresh logs compare; the p50 of each quarter of a run shows the drift):
@@ -49,6 +54,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -57,8 +63,9 @@ from kafka import KafkaConsumer, TopicPartition
 
 from ops.bench.backlog import first_fleet_events, fleet_events, publish_backlog
 from ops.bench.relay import RELAY_TOPIC, end_reader
-from schemas.events import Event
+from schemas.events import Event, encode_event
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TopicSpec, policy_channel
+from schemas.policy_docs.base import SourceOffset
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.publisher import TelemetryPublisher
@@ -66,7 +73,11 @@ from services.settings import LOCAL_BROKER_TIMEOUTS, Settings
 from services.stack.launcher import create_topics, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
+from services.stream.batches import read_record
+from services.stream.fold import Folder
 from services.stream.runtimes import RUNTIMES, Runtime, stream_processor
+
+TARGET_EVENTS_PER_S = 50_000  # issue 16 item 1: one stream-processor process
 
 
 def bench_ingest(
@@ -143,6 +154,54 @@ def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
         "wall_s": wall,
         "events_per_s": len(events) / wall,
         "decisions": len(plane.decisions),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class _Record:
+    """A consumed record as ``read_record`` takes it."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
+
+
+def _fastest_cpu_us(work: Callable[[], object], events: int, rounds: int = 3) -> float:
+    """The least thread CPU time of ``rounds`` runs of ``work``, in microseconds per event."""
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.thread_time()
+        work()
+        best = min(best, time.thread_time() - started)
+    return best / events * 1e6
+
+
+def bench_budget(events: list[Event], deployment: str) -> dict[str, float]:
+    """CPU per event of the parse and of the pure fold (with its snapshots), on the ingest backlog.
+
+    The records carry the bytes the publisher put on the wire; the fold is ``Folder.fold`` with the
+    default registry, as the processor runs it, into a fresh ``Folder`` each round.
+    """
+    records = [
+        _Record(TELEMETRY_TOPIC, 0, offset, event.engine_id.encode(), encode_event(event))
+        for offset, event in enumerate(events)
+    ]
+    position = SourceOffset(topic=TELEMETRY_TOPIC, partition=0, offset=0)
+
+    def parse() -> None:
+        for record in records:
+            read_record(record)
+
+    def fold() -> None:
+        folder = Folder(deployment, default_registry())
+        for event in events:
+            folder.fold(event, position)
+
+    return {
+        "parse_us_per_event": _fastest_cpu_us(parse, len(events)),
+        "fold_us_per_event": _fastest_cpu_us(fold, len(events)),
     }
 
 
@@ -600,7 +659,8 @@ def main() -> int:
             print(
                 f"ingest ({runtime}): {figures['events_per_s']:,.0f} events/s through one stream processor, "
                 f"{figures['ratio_to_bare_consumer']:.2f} of the bare consumer, "
-                f"{figures['cpu_us_per_event']:.1f} us thread CPU per event (target 50,000 and 0.4)"
+                f"{figures['cpu_us_per_event']:.1f} us thread CPU per event "
+                f"(target {TARGET_EVENTS_PER_S:,} and 0.4)"
             )
         estimate: dict[str, dict[str, object]] = {}
         for runtime in args.runtimes if args.estimate_rate > 0 else ():
@@ -620,6 +680,18 @@ def main() -> int:
             )
         offline = bench_offline(events, deployment)
         print(f"offline:  {offline['events_per_s']:,.0f} events/s folded in-process (target 100,000)")
+        budget = bench_budget(events, deployment)
+        budget["client_us_per_event"] = float(np.mean([b["cpu_s"] / b["events"] * 1e6 for b in bare]))
+        budget["parts_us_per_event"] = sum(budget[f"{part}_us_per_event"] for part in ("client", "parse", "fold"))
+        print(
+            f"budget:   {1e6 / TARGET_EVENTS_PER_S:.1f} us per event at {TARGET_EVENTS_PER_S:,} events/s; "
+            f"client {budget['client_us_per_event']:.1f} + parse {budget['parse_us_per_event']:.1f} "
+            f"+ fold {budget['fold_us_per_event']:.1f} = {budget['parts_us_per_event']:.1f} us"
+            + "".join(
+                f"; the processor ({runtime}) {figures['cpu_us_per_event']:.1f} us in all"
+                for runtime, figures in ingest.items()
+            )
+        )
         latency = []
         kafka_env = {
             name: str(value)
@@ -690,6 +762,7 @@ def main() -> int:
         "ingest": ingest,
         "event_to_estimate": estimate,
         "offline": offline,
+        "budget": budget,
         "latency": latency,
     }
     args.out.write_text(json.dumps(report, indent=2) + "\n")
