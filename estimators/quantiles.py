@@ -113,11 +113,15 @@ class QuantileSketch:
         q = require_fraction("q", q)
         if self._count == 0:
             return None
+        return self._quantile(q, sorted(self._bins))
+
+    def _quantile(self, q: float, keys: list[int]) -> float:
+        """``quantile(q)`` of a non-empty sketch whose bucket keys, sorted, are ``keys``."""
         rank = q * (self._count - 1)
         seen = self._zero
         if seen > rank:
             return 0.0
-        for k in sorted(self._bins):
+        for k in keys:
             seen += self._bins[k]
             if seen > rank:
                 value = 2.0 * self.gamma**k / (self.gamma + 1.0)
@@ -128,12 +132,13 @@ class QuantileSketch:
         """Count, mean, extremes and the requested quantiles."""
         if self._count == 0:
             return QuantileSummary(count=0, mean=None, min_value=None, max_value=None, quantiles=())
+        keys = sorted(self._bins)  # once for every quantile asked
         return QuantileSummary(
             count=self._count,
             mean=self._sum / self._count,
             min_value=self._min,
             max_value=self._max,
-            quantiles=tuple((q, v) for q in quantiles if (v := self.quantile(q)) is not None),
+            quantiles=tuple((q, self._quantile(require_fraction("q", q), keys)) for q in quantiles),
         )
 
     def merge(self, other: QuantileSketch) -> QuantileSketch:

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import math
+import operator
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -60,8 +61,8 @@ class OutputLengthSample:
         if self.entry_tokens and len(self.entry_tokens) != len(self.lengths_tokens):
             msg = f"entry_tokens and lengths_tokens differ in length: {len(self.entry_tokens)} != {self.n_samples}"
             raise InvalidInputError(msg, field="entry_tokens", value=len(self.entry_tokens))
-        if self.entry_tokens and any(
-            e < 0 or e > n for e, n in zip(self.entry_tokens, self.lengths_tokens, strict=True)
+        if self.entry_tokens and (
+            min(self.entry_tokens) < 0 or any(map(operator.gt, self.entry_tokens, self.lengths_tokens))
         ):
             msg = "every entry_tokens must lie in [0, its length]"
             raise InvalidInputError(msg, field="entry_tokens", value=self.entry_tokens[:8])
@@ -165,8 +166,8 @@ def kaplan_meier(sample: OutputLengthSample) -> SurvivalCurve:
     factors = 1.0 - d[event_tokens] / r[event_tokens]
     surv = np.cumprod(factors)
     return SurvivalCurve(
-        tokens=tuple(int(t) for t in event_tokens),
-        survival=tuple(float(s) for s in surv),
+        tokens=tuple(event_tokens.tolist()),
+        survival=tuple(surv.tolist()),
         n_samples=sample.n_samples,
         n_censored=sample.n_censored,
     )
@@ -304,15 +305,16 @@ class OutputLengthWindow:
         out (some of them may have been evicted).
         """
         start = self.period_start_step
+        if not self._entries:
+            return OutputLengthSample(lengths_tokens=(), censored=())
+        _, lengths, censored, steps = zip(*self._entries, strict=True)
         if start is None:
-            return OutputLengthSample(
-                lengths_tokens=tuple(e[1] for e in self._entries), censored=tuple(e[2] for e in self._entries)
-            )
-        kept = [e for e in self._entries if e[3] is None or e[3] > start]
+            return OutputLengthSample(lengths_tokens=lengths, censored=censored)
+        kept = [i for i, k in enumerate(steps) if k is None or k > start]
         return OutputLengthSample(
-            lengths_tokens=tuple(e[1] for e in kept),
-            censored=tuple(e[2] for e in kept),
-            entry_tokens=tuple(0 if k is None else max(0, n - (k - start) + 1) for _, n, _, k in kept),
+            lengths_tokens=tuple(lengths[i] for i in kept),
+            censored=tuple(censored[i] for i in kept),
+            entry_tokens=tuple(0 if (k := steps[i]) is None else max(0, lengths[i] - (k - start) + 1) for i in kept),
         )
 
     def to_dict(self) -> dict[str, Any]:
