@@ -5,12 +5,23 @@ Imported by bench_runtime.py, bench_scaling.py and bench_broker_drift.py (run wi
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from schemas.events import Event
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sdk.publisher import TelemetryPublisher
 from services.sim import load_scenario, run_offline
+
+
+@dataclass(frozen=True, slots=True)
+class ConsumedRecordView:
+    """A consumed record as the services take it (``services.kafka_clients.ConsumedRecord``), built in memory."""
+
+    topic: str
+    partition: int
+    offset: int
+    key: bytes | None
+    value: bytes | None
 
 
 def fleet_events(deployment: str, seconds: float) -> list[Event]:

@@ -23,6 +23,7 @@ from pathlib import Path
 
 import structlog
 
+from ops.bench.backlog import ConsumedRecordView
 from schemas.names import ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
@@ -36,15 +37,6 @@ from services.store.memory_store import MemoryStore
 LEDGER_SIZES = (10, 100, 1000, 10_000)
 DEPLOYMENT = "bench"
 SCENARIO = "fleet-8"
-
-
-@dataclass(frozen=True, slots=True)
-class _Record:
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 @dataclass
@@ -73,7 +65,7 @@ def _handle_all(values: list[bytes]) -> tuple[float, PolicyHandler, _Sink]:
     started = time.thread_time()
     for offset, value in enumerate(values):
         batch = PendingBatch()
-        handler.handle(_Record(ESTIMATES_TOPIC, 0, offset, None, value), batch)
+        handler.handle(ConsumedRecordView(ESTIMATES_TOPIC, 0, offset, None, value), batch)
         handler.apply(batch)
     return time.thread_time() - started, handler, sink
 

@@ -54,14 +54,13 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
-from ops.bench.backlog import first_fleet_events, fleet_events, publish_backlog
+from ops.bench.backlog import ConsumedRecordView, first_fleet_events, fleet_events, publish_backlog
 from ops.bench.relay import RELAY_TOPIC, end_reader
 from schemas.events import Event, encode_event
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TopicSpec, policy_channel
@@ -157,17 +156,6 @@ def bench_offline(events: list[Event], deployment: str) -> dict[str, float]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class _Record:
-    """A consumed record as ``read_record`` takes it."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
 def _fastest_cpu_us(work: Callable[[], object], events: int, rounds: int = 3) -> float:
     """The least thread CPU time of ``rounds`` runs of ``work``, in microseconds per event."""
     best = float("inf")
@@ -185,7 +173,7 @@ def bench_budget(events: list[Event], deployment: str) -> dict[str, float]:
     default registry, as the processor runs it, into a fresh ``Folder`` each round.
     """
     records = [
-        _Record(TELEMETRY_TOPIC, 0, offset, event.engine_id.encode(), encode_event(event))
+        ConsumedRecordView(TELEMETRY_TOPIC, 0, offset, event.engine_id.encode(), encode_event(event))
         for offset, event in enumerate(events)
     ]
     position = SourceOffset(topic=TELEMETRY_TOPIC, partition=0, offset=0)
