@@ -200,6 +200,24 @@ def test_snapshots_go_to_the_estimates_topic() -> None:
     assert all(snapshot["deployment"] == "dep" for snapshot in estimates)
 
 
+def test_each_snapshot_is_sent_when_its_event_takes_it_not_after_the_rest_of_the_batch() -> None:
+    """The first snapshot must not wait for the summaries of the batch's later triggers (docs/performance.md)."""
+    folded_at_send: list[int] = []
+
+    @dataclass
+    class WatchingProducer(KeptProducer):
+        def send(self, topic: str, key: bytes | None, value: bytes) -> Sent:
+            folded_at_send.append(batches.counters.folded)
+            return super().send(topic, key, value)
+
+    records = _records("dep", requests=400)
+    batches = _batches(MemoryStore(), WatchingProducer(), Consumer())
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
+    batches.process(records)
+    assert len(folded_at_send) == batches.counters.snapshots > 1
+    assert folded_at_send[0] < folded_at_send[-1] < len(records)
+
+
 def test_a_commit_by_the_previous_owner_between_assignment_and_first_event_is_not_folded_twice() -> None:
     store, records = MemoryStore(), _records("dep")
     previous = _batches(store, KeptProducer(), Consumer())
