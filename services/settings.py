@@ -339,6 +339,12 @@ class Settings(SecuritySettings):
         gt=0.0,
         description="how long an engine's estimates outlive its last event (state in memory, keys in Redis), s",
     )
+    stream_commit_interval_s: float = Field(
+        default=1.0,
+        gt=0.0,
+        le=3600.0,
+        description="the stream processor's longest wait between commits of its engines' states and offsets, s",
+    )
     stream_runtime: Literal["kafka", "faust"] = Field(
         default="kafka",
         description="stream processor runtime: kafka (kafka-python) or faust (faust-streaming)",

@@ -9,6 +9,9 @@ share of the real fold is that cost times the real fold's snapshots over the rea
 telemetry is fleet-8 plus the data-parallel ``dp-jsq`` scenario (so the BF-IO parts of the summary
 are built too), simulated without control from fixed seeds.
 
+Each engine's state is also serialised as a commit writes it (``Folder.state_json``, fastest of 10):
+a commit pays that for every engine folded since the last one (``GOVERNOR_STREAM_COMMIT_INTERVAL_S``).
+
 Most of a snapshot is the estimators' own work (Kaplan-Meier, the hazard fit, the sketches). The
 wrap, what the typed summary changed, is also timed alone on each engine's final summary (the
 fastest of 30 rounds of 200, so that a busy machine disturbs it little): validating the
@@ -90,6 +93,23 @@ def _wrap_us(folder: Folder) -> dict[str, float]:
     return figures
 
 
+def _state_ms(folder: Folder) -> dict[str, tuple[float, int]]:
+    """Per engine: milliseconds to serialise its whole state for a commit (fastest of 10), and its bytes.
+
+    A commit writes this for every engine that folded an event since the last one, so its cost per
+    commit grows with the engines a processor owns, not with their events.
+    """
+    figures = {}
+    for engine_id in sorted(folder.engines):
+        best = math.inf
+        for _ in range(10):
+            started = time.perf_counter()
+            state = folder.state_json(engine_id)
+            best = min(best, time.perf_counter() - started)
+        figures[engine_id] = (best * 1e3, len(state))
+    return figures
+
+
 def _first(result: tuple[float, int, Folder, float]) -> float:
     return result[0]
 
@@ -117,6 +137,7 @@ def main() -> int:
         (_fold(events, _dense_registry(args.dense)) for _ in range(args.repeat)), key=_first
     )
     wrap_us = _wrap_us(folder)
+    state_ms = _state_ms(folder)
     snapshot_s = (dense_s - bare_s) / dense_snapshots
     figures = {
         "events": len(events),
@@ -130,6 +151,7 @@ def main() -> int:
         "snapshot_us": snapshot_s * 1e6,
         "snapshot_share_of_fold": snapshot_s * real_snapshots / real_s,
         "summary_wrap_us": wrap_us,
+        "state_ms_and_bytes": state_ms,
     }
     print(f"telemetry: {len(events)} events of {', '.join(SCENARIOS)}, {args.seconds:.0f} simulated seconds each")
     print(
@@ -145,6 +167,11 @@ def main() -> int:
     print(
         f"wrap:      {min(wrap_us.values()):,.0f} to {max(wrap_us.values()):,.0f} us per snapshot "
         f"over {len(wrap_us)} engines"
+    )
+    print(
+        f"state:     {min(ms for ms, _ in state_ms.values()):.2f} to {max(ms for ms, _ in state_ms.values()):.2f} ms "
+        f"and {min(n for _, n in state_ms.values()):,} to {max(n for _, n in state_ms.values()):,} bytes of JSON "
+        f"per engine per commit, over {len(state_ms)} engines"
     )
     print(f"load average: {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
     args.out.parent.mkdir(parents=True, exist_ok=True)

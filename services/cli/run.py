@@ -164,6 +164,7 @@ def run_stream(args: argparse.Namespace) -> int:
             max_behind_s=settings.max_event_behind_s,
             reanchor_after=settings.event_time_reanchor_events,
         ),
+        commit_interval_s=settings.stream_commit_interval_s,
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)

@@ -45,6 +45,7 @@ def stream_processor(
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     security: KafkaSecurity = PLAINTEXT,
     limits: GuardLimits = DEFAULT_LIMITS,
+    commit_interval_s: float = 1.0,
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 
@@ -74,6 +75,7 @@ def stream_processor(
             lifecycle=lifecycle,
             kafka_timeouts=kafka_timeouts,
             limits=limits,
+            commit_interval_s=commit_interval_s,
         )
     return StreamProcessor(
         deployment=deployment,
@@ -85,6 +87,7 @@ def stream_processor(
         kafka_timeouts=kafka_timeouts,
         security=security,
         limits=limits,
+        commit_interval_s=commit_interval_s,
     )
 
 

@@ -37,6 +37,18 @@ class TestFleetSlot:
         assert default_registry(fleet_slot_s=10.0).get("fleetopt").trigger == EverySeconds(seconds=10.0)
 
 
+class TestStreamCommitInterval:
+    def test_default_is_one_second_and_the_environment_sets_it(self) -> None:
+        assert Settings.load({}, {}).stream_commit_interval_s == 1.0
+        assert Settings.load({}, {"GOVERNOR_STREAM_COMMIT_INTERVAL_S": "5"}).stream_commit_interval_s == 5.0
+
+    @pytest.mark.parametrize("value", ["0", "-1", "3601"])
+    def test_a_value_outside_its_bounds_is_refused_naming_field_value_and_source(self, value: str) -> None:
+        match = f"stream_commit_interval_s='{value}' from environment GOVERNOR_STREAM_COMMIT_INTERVAL_S"
+        with pytest.raises(ConfigError, match=match):
+            Settings.load({}, {"GOVERNOR_STREAM_COMMIT_INTERVAL_S": value})
+
+
 class TestSeed:
     def test_unset_leaves_the_scenarios_own_seed(self) -> None:
         assert Settings.load({}, {}).seed is None
