@@ -59,6 +59,7 @@ APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own de
 
 REGISTRATION_GRACE_S = 60.0
 ENGINE_RETENTION_S = 7 * 86_400.0
+STREAM_COMMIT_INTERVAL_S = 1.0  # the stream processor's longest wait between commits (docs/operations.md)
 
 
 @dataclass(frozen=True, slots=True)
@@ -340,7 +341,7 @@ class Settings(SecuritySettings):
         description="how long an engine's estimates outlive its last event (state in memory, keys in Redis), s",
     )
     stream_commit_interval_s: float = Field(
-        default=1.0,
+        default=STREAM_COMMIT_INTERVAL_S,
         gt=0.0,
         le=3600.0,
         description="the stream processor's longest wait between commits of its engines' states and offsets, s",

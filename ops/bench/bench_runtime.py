@@ -637,10 +637,11 @@ def main() -> int:
             ingest[runtime] = bench_ingest(state.kafka_bootstrap, state.redis_url, events, deployment, runtime)
         bare.append(bench_bare_consumer(state.kafka_bootstrap, len(events)))
         bare_rate = float(np.mean([b["events_per_s"] for b in bare]))
+        bare_cpu_us = float(np.mean([b["cpu_s"] / b["events"] * 1e6 for b in bare]))
         print(
             f"bare kafka-python consumer: {bare_rate:,.0f} events/s (runs before and after: "
             f"{', '.join(format(b['events_per_s'], ',.0f') for b in bare)}), "
-            f"{np.mean([b['cpu_s'] / b['events'] * 1e6 for b in bare]):.1f} us thread CPU per event"
+            f"{bare_cpu_us:.1f} us thread CPU per event"
         )
         for runtime, figures in ingest.items():
             figures["ratio_to_bare_consumer"] = figures["events_per_s"] / bare_rate
@@ -669,7 +670,7 @@ def main() -> int:
         offline = bench_offline(events, deployment)
         print(f"offline:  {offline['events_per_s']:,.0f} events/s folded in-process (target 100,000)")
         budget = bench_budget(events, deployment)
-        budget["client_us_per_event"] = float(np.mean([b["cpu_s"] / b["events"] * 1e6 for b in bare]))
+        budget["client_us_per_event"] = bare_cpu_us
         budget["parts_us_per_event"] = sum(budget[f"{part}_us_per_event"] for part in ("client", "parse", "fold"))
         print(
             f"budget:   {1e6 / TARGET_EVENTS_PER_S:.1f} us per event at {TARGET_EVENTS_PER_S:,} events/s; "

@@ -67,7 +67,7 @@ from services.delivery import Checkpoint, Delivery, no_checkpoint
 from services.engine_partitions import engine_partition
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord
-from services.settings import DEFAULT_LIFECYCLE, EngineLifecycle
+from services.settings import DEFAULT_LIFECYCLE, STREAM_COMMIT_INTERVAL_S, EngineLifecycle
 from services.store.protocol import Store
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
 from services.stream.fold import Folder
@@ -175,7 +175,7 @@ class TelemetryBatches:
         consumer: ConsumerView,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
-        commit_interval_s: float = 1.0,
+        commit_interval_s: float = STREAM_COMMIT_INTERVAL_S,
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         limits: GuardLimits = DEFAULT_LIMITS,
         checkpoint: Checkpoint = no_checkpoint,
@@ -414,7 +414,9 @@ class TelemetryBatches:
                 self._partition_ts[tp] = max(self._partition_ts.get(tp, event.ts), event.ts)
                 taken = self._folder.apply(event, position)
                 if taken:
-                    self._send_snapshots(taken, first=not snapshots)
+                    if not snapshots:
+                        self._checkpoint("snapshots_folded")
+                    self._send_snapshots(taken)
                     snapshots.extend(taken)
                 self.counters.folded += 1
             released = self._release(self._watermark())
@@ -432,7 +434,7 @@ class TelemetryBatches:
         self.counters.last_batch_latency_s = self.counters.last_batch_at_s - started
         self._observe(len(snapshots), started, last_ts)
 
-    def _send_snapshots(self, snapshots: list[EstimateSnapshot], *, first: bool) -> None:
+    def _send_snapshots(self, snapshots: list[EstimateSnapshot]) -> None:
         """Hand the snapshots one event took to the producer now, not after the rest of the batch.
 
         A batch that holds a trigger for every engine (their heartbeats cross a policy's period
@@ -441,10 +443,8 @@ class TelemetryBatches:
         docs/performance.md). The batch still confirms delivery before anything is committed, so a
         failure later in the batch discards it as before, and the snapshots already sent are
         produced again by the re-fold, as after a crash, and recognised as duplicates downstream.
-        ``snapshots_folded`` is passed once per batch, before its first snapshot is sent.
+        The caller passes ``snapshots_folded`` once per batch, before its first snapshot is sent.
         """
-        if first:
-            self._checkpoint("snapshots_folded")
         for snapshot in snapshots:
             self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), snapshot.model_dump_json().encode())
 

@@ -76,7 +76,13 @@ from services.backends import BackendOutage
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord, record_producer
 from services.log_reset import LogWatch
-from services.settings import DEFAULT_LIFECYCLE, LOCAL_BROKER_TIMEOUTS, EngineLifecycle, KafkaClientTimeouts
+from services.settings import (
+    DEFAULT_LIFECYCLE,
+    LOCAL_BROKER_TIMEOUTS,
+    STREAM_COMMIT_INTERVAL_S,
+    EngineLifecycle,
+    KafkaClientTimeouts,
+)
 from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
@@ -208,7 +214,7 @@ class FaustStreamProcessor:
         group_id: str | None = None,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
-        commit_interval_s: float = 1.0,
+        commit_interval_s: float = STREAM_COMMIT_INTERVAL_S,
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         take_max: int = TAKE_MAX,
         take_within_s: float = TAKE_WITHIN_S,

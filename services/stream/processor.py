@@ -47,6 +47,7 @@ from services.log_reset import LogWatch
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,
+    STREAM_COMMIT_INTERVAL_S,
     EngineLifecycle,
     KafkaClientTimeouts,
     KafkaSecurity,
@@ -92,7 +93,7 @@ class StreamProcessor:
         max_poll_records: int = 2000,
         clock: Callable[[], float] = time.monotonic,
         metrics: ServiceMetrics | None = None,
-        commit_interval_s: float = 1.0,
+        commit_interval_s: float = STREAM_COMMIT_INTERVAL_S,
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,

@@ -17,6 +17,7 @@ from services.kafka_factory import PLAINTEXT
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,
+    STREAM_COMMIT_INTERVAL_S,
     EngineLifecycle,
     KafkaClientTimeouts,
     KafkaSecurity,
@@ -45,7 +46,7 @@ def stream_processor(
     kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
     security: KafkaSecurity = PLAINTEXT,
     limits: GuardLimits = DEFAULT_LIMITS,
-    commit_interval_s: float = 1.0,
+    commit_interval_s: float = STREAM_COMMIT_INTERVAL_S,
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 

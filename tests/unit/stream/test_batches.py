@@ -204,7 +204,6 @@ def test_each_snapshot_is_sent_when_its_event_takes_it_not_after_the_rest_of_the
     """The first snapshot must not wait for the summaries of the batch's later triggers (docs/performance.md)."""
     folded_at_send: list[int] = []
 
-    @dataclass
     class WatchingProducer(KeptProducer):
         def send(self, topic: str, key: bytes | None, value: bytes) -> Sent:
             folded_at_send.append(batches.counters.folded)
