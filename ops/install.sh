@@ -14,11 +14,13 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="local,faust"
 with_vllm=0
+with_kafka=0
 for arg in "$@"; do
   case "$arg" in
     --dev) extras="$extras,dev" ;;
     --vllm) with_vllm=1 ;;
-    *) echo "usage: bash ops/install.sh [--dev] [--vllm]" >&2; exit 2 ;;
+    --kafka) with_kafka=1 ;;
+    *) echo "usage: bash ops/install.sh [--dev] [--vllm] [--kafka]" >&2; exit 2 ;;
   esac
 done
 python3 -m venv .venv
@@ -31,4 +33,15 @@ fi
 if [ "$with_vllm" = 1 ]; then
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
   .venv/bin/python -c "import vllm; print('vllm', vllm.__version__, 'ready')"
+fi
+# Apache Kafka 4.x for `governor stack up --broker kafka` and the integration tests that run on it: Maven copies
+# the broker pinned in ops/kafka/pom.xml, with its jars, from Maven Central into .governor/kafka/lib (git-ignored),
+# emptied first so that a new pin leaves no old jar on the classpath. --dev includes it, so that CI never skips
+# the Kafka tests; --kafka asks for it alone. It needs only java (17 or newer) and mvn.
+if [ "$with_kafka" = 1 ] || [[ "$extras" == *dev* ]]; then
+  for tool in java mvn; do
+    command -v "$tool" >/dev/null || { echo "install.sh: Apache Kafka needs $tool on the PATH" >&2; exit 1; }
+  done
+  rm -rf .governor/kafka/lib
+  mvn -q -B -f ops/kafka/pom.xml dependency:copy-dependencies
 fi
