@@ -57,6 +57,11 @@ APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own de
 )
 
 
+# Apache Kafka's default group.min.session.timeout.ms and group.max.session.timeout.ms: a member asking for a
+# session timeout outside them is refused at JoinGroup (INVALID_SESSION_TIMEOUT), so such a setting is refused
+# here, where the message can name it, rather than by every service at its first join.
+KAFKA_MIN_SESSION_TIMEOUT_MS = 6000
+KAFKA_MAX_SESSION_TIMEOUT_MS = 1_800_000
 REGISTRATION_GRACE_S = 60.0
 ENGINE_RETENTION_S = 7 * 86_400.0
 STREAM_COMMIT_INTERVAL_S = 1.0  # the stream processor's longest wait between commits (docs/operations.md)
@@ -262,6 +267,11 @@ class Settings(SecuritySettings):
     kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
     state_dir: Path = Field(default=Path(".governor"), description="where the local stack keeps its state file")
+    broker: Literal["tansu", "kafka"] = Field(
+        default="tansu",
+        description="the broker `governor stack up` and the test fixtures start: tansu (in memory, no Java) or kafka "
+        "(Apache Kafka 4.x, its log under state_dir; needs java and `bash ops/install.sh --kafka`)",
+    )
     log_format: Literal["json", "console"] = Field(default="console", description="log renderer")
     log_level: Literal["debug", "info", "warning", "error"] = Field(default="info", description="lowest level logged")
     redis_timeout_s: float = Field(default=2.0, gt=0.0, description="timeout of each Redis call, seconds")
@@ -292,8 +302,10 @@ class Settings(SecuritySettings):
     )
     kafka_session_timeout_ms: int = Field(
         default=LOCAL_BROKER_TIMEOUTS.session_timeout_ms,
-        ge=1000,
-        description="group session timeout of the services' consumers, ms (Apache Kafka: 45000)",
+        ge=KAFKA_MIN_SESSION_TIMEOUT_MS,
+        le=KAFKA_MAX_SESSION_TIMEOUT_MS,
+        description="group session timeout of the services' consumers, ms (Apache Kafka: 45000); Apache Kafka "
+        "refuses a member outside its group.min/max.session.timeout.ms (6000 and 1800000 by default)",
     )
     kafka_heartbeat_interval_ms: int = Field(
         default=LOCAL_BROKER_TIMEOUTS.heartbeat_interval_ms,
