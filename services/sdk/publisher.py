@@ -4,8 +4,14 @@
 to a Kafka producer that batches by ``linger_ms`` and sends to ``gov.telemetry`` keyed by engine,
 on the partition the engine rule gives the id (services/engine_partitions.py: an id ending in an
 ordinal is placed round robin, so a numbered fleet loads every partition evenly).
-When the queue is full or the broker is away, events are dropped and counted, with a warning at
-most every few seconds: the engine's loop is never blocked and never sees an exception.
+When the queue is full or the broker is away, events are dropped and counted, with one warning when
+the loss starts and one line when delivery resumes (how many were lost, for how long): the engine's
+loop is never blocked and never sees an exception.
+
+A producer whose delivery failed is replaced by a new one, with backoff (``REBUILD_BACKOFF_S``). An
+idempotent producer that met a restarted broker (unknown producer id, or an ``InitProducerId`` the
+broker refuses) fails every later send for good; rebuilding it is the only way its engine's telemetry
+comes back, and a transient failure costs no more than a new connection.
 
 The producer is idempotent (kafka-python's ``enable_idempotence``, with the ``acks="all"`` it
 requires): a batch it retries after a lost acknowledgement is written once by the broker. That holds
@@ -20,6 +26,7 @@ import contextlib
 import queue
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import structlog
@@ -34,7 +41,7 @@ from services.settings import KafkaSecurity
 
 log = structlog.get_logger(__name__)
 
-WARN_EVERY_S = 5.0
+REBUILD_BACKOFF_S = (0.5, 5.0)  # wait before the first new producer after a failure, and the longest wait
 ENGINE_SEND_TIMEOUT_S = 5.0  # an engine drops telemetry the broker has not taken by then, and goes on
 TOOL_SEND_TIMEOUT_S = 60.0  # a tool that must lose nothing waits out a slow broker
 
@@ -92,10 +99,14 @@ class TelemetryPublisher:
         self._published = 0
         self._delivered_count = 0
         self._dropped = 0
-        self._last_warning_s = 0.0
+        self._loss_started_s: float | None = None
+        self._loss_dropped = 0
         self._lock = threading.Lock()
         self._stopped = threading.Event()
         self._producer: KafkaProducer | None = None
+        self._generation = 0
+        self._failed_generation = -1
+        self._backoff_s = REBUILD_BACKOFF_S[0]
         self._thread = threading.Thread(target=self._run, name="governor-publisher", daemon=True)
         self._thread.start()
 
@@ -146,26 +157,45 @@ class TelemetryPublisher:
         self._thread.join(timeout=timeout_s)
 
     def _drop(self, count: int, *, reason: str, error: BaseException | None = None) -> None:
+        """Count ``count`` lost events; the first loss after a delivery opens a loss period, logged once."""
         with self._lock:
             self._dropped += count
-            now = time.monotonic()
-            warn = now - self._last_warning_s >= WARN_EVERY_S
-            if warn:
-                self._last_warning_s = now
-            dropped = self._dropped
-        if warn:
-            log.warning("telemetry_dropped", reason=reason, dropped_total=dropped, error=repr(error) if error else None)
+            self._loss_dropped += count
+            opened = self._loss_started_s is None
+            if opened:
+                self._loss_started_s = time.monotonic()
+        if opened:
+            log.warning("telemetry_loss_started", reason=reason, error=repr(error) if error else None)
 
     def _delivered(self, metadata: object) -> None:
         with self._lock:
             self._delivered_count += 1
+            started = self._loss_started_s
+            if started is None:
+                return
+            lost = self._loss_dropped
+            self._loss_started_s = None
+            self._loss_dropped = 0
+            self._backoff_s = REBUILD_BACKOFF_S[0]
+        log.info("telemetry_resumed", dropped=lost, lasted_s=round(time.monotonic() - started, 3))
 
-    def _failed(self, exc: BaseException) -> None:
-        self._drop(1, reason="delivery_failed", error=exc)
+    def _failed_in(self, generation: int) -> Callable[[BaseException], None]:
+        """The errback of the producer of ``generation``: count the loss and mark that producer for rebuild.
+
+        A late failure of a producer already replaced marks nothing: only the current one is rebuilt.
+        """
+
+        def failed(exc: BaseException) -> None:
+            with self._lock:
+                self._failed_generation = max(self._failed_generation, generation)
+            self._drop(1, reason="delivery_failed", error=exc)
+
+        return failed
 
     def _connect(self) -> KafkaProducer | None:
         # Records the broker cannot take expire after the delivery timeout (their futures fail and
-        # are counted as dropped), so a flush or close waiting longer than that always completes.
+        # are counted as dropped), so a flush or close waiting longer than that always completes. A
+        # broker that does not answer holds the thread for the send timeout, not the client's 30 s.
         timeout_ms = int(self._send_timeout_s * 1000)
         try:
             return kafka_producer(
@@ -177,6 +207,7 @@ class TelemetryPublisher:
                 partitioner=EnginePartitioner(),
                 request_timeout_ms=timeout_ms,
                 max_block_ms=timeout_ms,
+                bootstrap_timeout_ms=timeout_ms,
                 delivery_timeout_ms=timeout_ms + self._linger_ms,
                 retries=2,
                 reconnect_backoff_max_ms=1000,
@@ -185,17 +216,28 @@ class TelemetryPublisher:
             log.warning("broker_connection_lost", error=str(exc))
             return None
 
-    def _release(self, producer: KafkaProducer) -> None:
-        """Close ``producer``, waiting out the delivery timeout so its pending records resolve."""
+    def _release(self, producer: KafkaProducer, timeout_s: float) -> None:
+        """Close ``producer``, waiting up to ``timeout_s`` for its pending records to resolve."""
         try:
-            producer.close(timeout=2 * self._send_timeout_s + 1.0)
+            producer.close(timeout=timeout_s)
         except KafkaError as exc:
             log.warning("producer_close_failed", error=str(exc))
 
     def _send(self, producer: KafkaProducer, event: Event) -> None:
         future = producer.send(self._topic, key=event.engine_id.encode(), value=encode_event(event))
         future.add_callback(self._delivered)
-        future.add_errback(self._failed)
+        future.add_errback(self._failed_in(self._generation))
+
+    def _next_backoff_s(self) -> float:
+        """The wait before the next new producer: doubling from the first while failures go on."""
+        with self._lock:
+            wait = self._backoff_s
+            self._backoff_s = min(2 * wait, REBUILD_BACKOFF_S[1])
+        return wait
+
+    def _failed_producer(self) -> bool:
+        with self._lock:
+            return self._failed_generation >= self._generation
 
     def _run(self) -> None:
         retry_at = 0.0
@@ -205,21 +247,31 @@ class TelemetryPublisher:
                 self._queue.task_done()
                 break
             try:
+                if self._producer is not None and self._failed_producer():
+                    # Its pending records are failing too: give them a moment, then drop the rest.
+                    self._release(self._producer, timeout_s=min(1.0, self._send_timeout_s))
+                    self._producer = None
+                    retry_at = time.monotonic() + self._next_backoff_s()
+                    log.info("producer_rebuilding", after_s=round(retry_at - time.monotonic(), 3))
                 if self._producer is None and time.monotonic() >= retry_at:
+                    self._generation += 1
                     self._producer = self._connect()
-                    retry_at = time.monotonic() + 1.0
+                    if self._producer is None:
+                        retry_at = time.monotonic() + self._next_backoff_s()
                 if self._producer is None:
                     self._drop(1, reason="broker_unavailable")
                     continue
                 self._send(self._producer, event)
             except KafkaError as exc:
-                log.warning("broker_connection_lost", error=str(exc))
-                self._drop(1, reason="broker_unavailable")
-            except Exception:
+                with self._lock:
+                    self._failed_generation = max(self._failed_generation, self._generation)
+                self._drop(1, reason="broker_unavailable", error=exc)
+            except Exception as exc:
                 # The publisher's thread is the engine's lifeline to the log: it never dies.
                 log.exception("publisher_failed")
-                self._drop(1, reason="publisher_error")
+                self._drop(1, reason="publisher_error", error=exc)
             finally:
                 self._queue.task_done()
         if self._producer is not None:
-            self._release(self._producer)
+            # Waits out the delivery timeout, so every pending record resolves (delivered or counted).
+            self._release(self._producer, timeout_s=2 * self._send_timeout_s + 1.0)

@@ -1,0 +1,25 @@
+"""The engine publisher's losses: counted always, logged once per loss period, never raised into the engine."""
+
+from __future__ import annotations
+
+from structlog.testing import capture_logs
+
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.processes import free_port
+from tests.unit.stream.synthetic import synthetic_stream
+
+
+def test_a_broker_that_never_answers_costs_every_event_and_one_warning() -> None:
+    events = synthetic_stream(engines=1, requests=20, seed=3)
+    with capture_logs() as logs:
+        publisher = TelemetryPublisher(f"127.0.0.1:{free_port()}", send_timeout_s=0.2)
+        for event in events:
+            publisher.publish(event)
+        publisher.close(timeout_s=30.0)
+    stats = publisher.stats()
+    assert stats.published == len(events)
+    assert stats.delivered == 0
+    assert stats.dropped == len(events)
+    started = [entry for entry in logs if entry["event"] == "telemetry_loss_started"]
+    assert len(started) == 1
+    assert started[0]["reason"] == "broker_unavailable"
