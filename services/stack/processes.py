@@ -75,16 +75,24 @@ def stop(pid: int, timeout_s: float = 5.0) -> None:
         os.kill(pid, signal.SIGKILL)
 
 
-def wait_for_port(host: str, port: int, timeout_s: float, what: str) -> None:
+def wait_for_port(host: str, port: int, timeout_s: float, what: str, *, pid: int | None = None) -> None:
     """Block until host:port accepts connections.
 
+    With ``pid``, the process that should open the port: its exit ends the wait at once (a JVM
+    that failed to start would otherwise be waited on for the whole timeout).
+
     Raises:
-        BackendUnavailableError: it did not within ``timeout_s``.
+        BackendUnavailableError: it did not within ``timeout_s``, or ``pid`` exited first.
     """
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if port_open(host, port):
             return
+        if pid is not None and not pid_alive(pid):
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+            msg = f"{what} (pid {pid}) exited before it answered on {host}:{port}; see its log"
+            raise BackendUnavailableError(msg, backend=what)
         time.sleep(0.05)
     msg = f"{what} did not answer on {host}:{port} within {timeout_s:.0f} s"
     raise BackendUnavailableError(msg, backend=what)

