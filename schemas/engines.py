@@ -32,6 +32,18 @@ class EngineRegistered(Envelope):
         description="engine-scope policy kinds the engine's scheduler or router obeys; None: not declared, so the "
         "control plane decides every engine-scope policy for it",
     )
+    endpoint_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="base URL of the engine's OpenAI-compatible HTTP server, for `governor gateway`; None: the "
+        "engine takes no requests through the gateway",
+    )
+    dp_group: Identifier | None = Field(
+        default=None,
+        description="the data-parallel deployment this engine serves as rank `dp_rank` of, when the ranks are "
+        "separate servers (the BF-IO scope the gateway balances them under); None: a standalone engine",
+    )
 
 
 class Heartbeat(Envelope):

@@ -14,6 +14,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.errors import InvalidInputError
+from schemas.gateway import GatewayCompressed, GatewayQueued, GatewayRouted, GatewayShed, GatewayUpstreamError
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import RankStepReport, StepReport
 
@@ -29,7 +30,12 @@ Event = Annotated[
     | RankStepReport
     | EngineRegistered
     | Heartbeat
-    | PolicyApplied,
+    | PolicyApplied
+    | GatewayRouted
+    | GatewayQueued
+    | GatewayCompressed
+    | GatewayShed
+    | GatewayUpstreamError,
     Field(discriminator="event_type"),
 ]
 
@@ -44,6 +50,11 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     EngineRegistered,
     Heartbeat,
     PolicyApplied,
+    GatewayRouted,
+    GatewayQueued,
+    GatewayCompressed,
+    GatewayShed,
+    GatewayUpstreamError,
 )
 
 EVENT_ADAPTER: TypeAdapter[Event] = TypeAdapter(Event)

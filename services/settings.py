@@ -362,6 +362,27 @@ class Settings(SecuritySettings):
         default="kafka",
         description="stream processor runtime: kafka (kafka-python) or faust (faust-streaming)",
     )
+    gateway_host: str = Field(default="127.0.0.1", min_length=1, description="address governor gateway listens on")
+    gateway_port: int = Field(default=8000, ge=0, le=65535, description="port of governor gateway; 0 picks a free one")
+    gateway_id: str = Field(
+        default="gateway-0",
+        min_length=1,
+        max_length=128,
+        pattern=r"^[A-Za-z0-9_.:/@-]+$",
+        description="the gateway's engine id on gov.telemetry (its routing events and acks)",
+    )
+    gateway_config: Path | None = Field(
+        default=None, description="gateway file (TOML): static upstreams, pools, queue and routing options"
+    )
+    gateway_max_body_bytes: int = Field(
+        default=4 * 1024 * 1024, ge=1024, le=1 << 30, description="largest request body the gateway accepts, bytes"
+    )
+    gateway_upstream_timeout_s: float = Field(
+        default=600.0, gt=0.0, le=86_400.0, description="longest a request may take upstream, seconds"
+    )
+    gateway_health_interval_s: float = Field(
+        default=2.0, gt=0.0, le=3600.0, description="how often the gateway checks each upstream's /health, seconds"
+    )
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> Self:

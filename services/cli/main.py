@@ -59,6 +59,11 @@ COMMANDS: tuple[Command, ...] = (
         module="services.cli.sim",
         help="run a named simulated fleet, governed (default) or not; write summary.json and plots",
     ),
+    Command(
+        name="gateway",
+        module="services.cli.gateway",
+        help="serve the OpenAI-compatible gateway that obeys admission, FleetOpt and BF-IO",
+    ),
     Command(name="stack", module="services.cli.stack", help="start, inspect or stop the local broker and Redis"),
     Command(
         name="policy",

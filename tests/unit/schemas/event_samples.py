@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.events import EVENT_TYPES, Event
+from schemas.gateway import GatewayCompressed, GatewayQueued, GatewayRouted, GatewayShed, GatewayUpstreamError
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import RankStepReport, StepReport
 
@@ -82,6 +83,36 @@ def sample_events() -> list[Event]:
         ),
         Heartbeat(event_id="a9", num_running=3, num_waiting=0, **BASE),
         PolicyApplied(event_id="a10", kind="ebplus", scope="eng-0", version=4, **BASE),
+        GatewayRouted(
+            event_id="a11",
+            request_id="r1",
+            model="Qwen3-8B",
+            pool="short",
+            upstream="eng-0",
+            reason="fleetopt_compressed",
+            balancer="bfio",
+            prompt_tokens=1800,
+            max_tokens=200,
+            l_total_tokens=2000,
+            tier="paid",
+            category="prose",
+            queued_s=0.01,
+            **BASE,
+        ),
+        GatewayQueued(event_id="a12", request_id="r1", pool="short", tier="paid", queue_depth=3, **BASE),
+        GatewayCompressed(
+            event_id="a13",
+            request_id="r1",
+            category="prose",
+            original_prompt_tokens=2500,
+            compressed_prompt_tokens=1800,
+            target_tokens=1848,
+            sentences_total=40,
+            sentences_kept=29,
+            **BASE,
+        ),
+        GatewayShed(event_id="a14", request_id="r2", pool="short", reason="deadline", waited_s=5.0, **BASE),
+        GatewayUpstreamError(event_id="a15", request_id="r3", upstream="eng-1", kind="status", status=503, **BASE),
     ]
     assert [type(e) for e in events] == list(EVENT_TYPES)
     return events

@@ -1,0 +1,162 @@
+"""The upstream engines the gateway routes to: where they are, what they serve, whether they are in rotation.
+
+Two sources fill the ``UpstreamRegistry``: the static list of the gateway file (engines that do not run
+Governor's plugin) and ``engine.registered`` events that carry an ``endpoint_url``. An upstream is in
+rotation while it passes its health checks and, for a registered one, while it keeps sending events
+(registration or heartbeat) within ``silent_after_s``; it comes back on its next passing check or event.
+
+Each upstream also keeps the requests the gateway has in flight on it, with their prompt tokens and the
+tokens counted from their streamed chunks: that is the per-rank load BF-IO and JSQ-by-load balance on.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Literal
+
+from schemas.engines import EngineRegistered, Heartbeat
+from services.gateway.config import DEFAULT_MAX_MODEL_LEN, StaticUpstream
+
+UpstreamSource = Literal["static", "registered"]
+
+
+@dataclass(slots=True, kw_only=True)
+class InFlight:
+    """One request the gateway has sent to an upstream and not yet seen finish.
+
+    Attributes:
+        request_id: the gateway's request id.
+        prompt_tokens: prompt size counted by the upstream's tokenizer (0 when not counted).
+        generated_tokens: output tokens seen so far (one per streamed SSE event).
+        max_tokens: the request's output cap, None when it named none.
+    """
+
+    request_id: str
+    prompt_tokens: int
+    generated_tokens: int = 0
+    max_tokens: int | None = None
+
+
+@dataclass(slots=True, kw_only=True)
+class Upstream:
+    """One engine endpoint, its limits, its health and its in-flight requests."""
+
+    engine_id: str
+    url: str
+    model: str
+    pool: str
+    source: UpstreamSource
+    dp_group: str | None = None
+    dp_rank: int | None = None
+    max_num_seqs: int
+    max_model_len: int
+    healthy: bool = True
+    consecutive_failures: int = 0
+    last_seen_s: float | None = None
+    in_flight: dict[str, InFlight] = field(default_factory=dict)
+
+    def load_tokens(self) -> int:
+        """L_g: summed prompt and generated tokens of the requests in flight here (BF-IO Eq. 1)."""
+        return sum(f.prompt_tokens + f.generated_tokens for f in self.in_flight.values())
+
+    def free_slots(self) -> int:
+        """Slots left under ``max_num_seqs`` (never negative)."""
+        return max(0, self.max_num_seqs - len(self.in_flight))
+
+
+class UpstreamRegistry:
+    """Every known upstream by engine id, and which are in rotation."""
+
+    def __init__(self, *, failures_to_eject: int = 2, silent_after_s: float = 30.0) -> None:
+        """Args:
+        failures_to_eject: consecutive failed health checks that take an upstream out of rotation.
+        silent_after_s: a registered upstream silent for longer leaves rotation until its next event.
+        """
+        self._upstreams: dict[str, Upstream] = {}
+        self._failures_to_eject = failures_to_eject
+        self._silent_after_s = silent_after_s
+
+    def add_static(self, entries: Iterable[StaticUpstream]) -> None:
+        """Add the gateway file's upstreams."""
+        for entry in entries:
+            self._upstreams[entry.engine_id] = Upstream(
+                engine_id=entry.engine_id,
+                url=entry.url.rstrip("/"),
+                model=entry.model,
+                pool=entry.pool,
+                source="static",
+                dp_group=entry.dp_group,
+                dp_rank=entry.dp_rank,
+                max_num_seqs=entry.max_num_seqs,
+                max_model_len=entry.max_model_len,
+            )
+
+    def register(self, event: EngineRegistered) -> Upstream | None:
+        """Add or refresh an engine from its registration; one without ``endpoint_url`` is not an upstream.
+
+        A re-registration (an engine restart) keeps the requests the gateway still has in flight there.
+        """
+        if event.endpoint_url is None:
+            return None
+        previous = self._upstreams.get(event.engine_id)
+        upstream = Upstream(
+            engine_id=event.engine_id,
+            url=event.endpoint_url.rstrip("/"),
+            model=event.model,
+            pool=event.pool,
+            source="registered",
+            dp_group=event.dp_group,
+            dp_rank=event.dp_rank if event.dp_group is not None else None,
+            max_num_seqs=event.max_num_seqs,
+            max_model_len=event.max_model_len or DEFAULT_MAX_MODEL_LEN,
+            last_seen_s=event.ts,
+            in_flight={} if previous is None else previous.in_flight,
+        )
+        self._upstreams[event.engine_id] = upstream
+        return upstream
+
+    def heartbeat(self, event: Heartbeat) -> None:
+        """Note that a registered engine is alive."""
+        upstream = self._upstreams.get(event.engine_id)
+        if upstream is not None:
+            upstream.last_seen_s = event.ts
+
+    def get(self, engine_id: str) -> Upstream | None:
+        """The upstream of ``engine_id``, if known."""
+        return self._upstreams.get(engine_id)
+
+    def all(self) -> list[Upstream]:
+        """Every known upstream, in rotation or not, by engine id."""
+        return [self._upstreams[k] for k in sorted(self._upstreams)]
+
+    def in_rotation(self, upstream: Upstream, now_s: float) -> bool:
+        """Healthy, and (for a registered engine) heard from within ``silent_after_s``."""
+        if not upstream.healthy:
+            return False
+        if upstream.source == "registered":
+            return upstream.last_seen_s is not None and now_s - upstream.last_seen_s <= self._silent_after_s
+        return True
+
+    def serving(self, model: str, now_s: float) -> list[Upstream]:
+        """Upstreams in rotation that serve ``model``."""
+        return [u for u in self.all() if u.model == model and self.in_rotation(u, now_s)]
+
+    def models(self) -> list[str]:
+        """Every model name some upstream serves."""
+        return sorted({u.model for u in self._upstreams.values()})
+
+    def check_passed(self, upstream: Upstream) -> bool:
+        """Record a passing health check; True when it brings the upstream back into rotation."""
+        upstream.consecutive_failures = 0
+        back = not upstream.healthy
+        upstream.healthy = True
+        return back
+
+    def check_failed(self, upstream: Upstream) -> bool:
+        """Record a failed health check (or a refused connection); True when it takes the upstream out."""
+        upstream.consecutive_failures += 1
+        out = upstream.healthy and upstream.consecutive_failures >= self._failures_to_eject
+        if out:
+            upstream.healthy = False
+        return out
