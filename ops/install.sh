@@ -15,7 +15,7 @@
 # removed.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-extras="local,faust"
+extras="local,faust,scaler"
 with_vllm=0
 with_kafka=0
 for arg in "$@"; do
