@@ -50,9 +50,14 @@ def _tier_observation(name: str, tier: TierSummary) -> TierObservation:
     return TierObservation(
         tier=name,
         tbt_p99_s=p99 if p99 is not None and p99 >= 0 else None,
-        tbt_attainment_frac=min(1.0, max(0.0, 1.0 - over / gaps)) if gaps > 0 else None,
+        tbt_attainment_frac=min(1.0, max(0.0, 1.0 - over / gaps)) if gaps > 0 and _has_slo(tier) else None,
         tbt_samples=int(gaps),
     )
+
+
+def _has_slo(tier: TierSummary) -> bool:
+    """Whether the tier names a TBT SLO: without one no gap is over it, and attainment means nothing (not 1.0)."""
+    return tier.tbt_slo_s is not None and tier.tbt_slo_s > 0
 
 
 def _non_negative(value: float | None) -> float | None:

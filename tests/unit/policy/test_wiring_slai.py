@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from policies.slai import OffsetMode, SlaiParams, TierObservation
-from schemas.estimates import LinearCostFit
+from schemas.estimates import LinearCostFit, TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicyRegistry
@@ -68,6 +68,17 @@ class TestSlaiInputs:
             ),
             TierObservation(tier="paid", tbt_p99_s=None, tbt_attainment_frac=None, tbt_samples=0),
         )
+
+    def test_a_tier_without_a_tbt_slo_has_no_attainment_rather_than_full(self, snapshot: EstimateSnapshot) -> None:
+        s = engine_summary(snapshot)
+        unbounded = TierSummary(tbt_slo_s=None, ttft_s=None, tbt_p99_s=None, tbt_gaps=5_000, tbt_gaps_over_slo=0)
+        inputs = slai_inputs(_with(snapshot, tiers={"free": s.tiers["free"], "best-effort": unbounded}))
+        assert inputs is not None
+        observed = {t.tier: t for t in inputs.tiers}
+        assert observed["best-effort"] == TierObservation(
+            tier="best-effort", tbt_p99_s=None, tbt_attainment_frac=None, tbt_samples=5_000
+        )
+        assert observed["free"].tbt_attainment_frac is not None
 
     def test_no_step_yet_means_not_enough_data(self, snapshot: EstimateSnapshot) -> None:
         assert slai_inputs(_with(snapshot, tbar_s=None)) is None
