@@ -13,12 +13,14 @@ the engine sees is the client's own).
 from __future__ import annotations
 
 import json
-import re
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Literal, NoReturn
 
+from pydantic import TypeAdapter, ValidationError
+
+from schemas.envelope import Identifier
 from schemas.errors import InvalidInputError
 
 ApiKind = Literal["completions", "chat"]
@@ -27,7 +29,7 @@ REQUEST_ID_HEADER = "x-request-id"
 TIER_HEADER = "x-governor-tier"
 CATEGORY_HEADER = "x-governor-category"
 DEFAULT_TIER = "default"
-_IDENTIFIER = re.compile(r"^[A-Za-z0-9_.:/@-]{1,128}$")
+_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
 
 
 class BadRequestError(InvalidInputError):
@@ -66,9 +68,18 @@ class InboundRequest:
 def request_id_of(headers: Mapping[str, str]) -> str:
     """The client's ``x-request-id`` when it is a valid identifier, else a fresh ``gw-<uuid>``."""
     given = headers.get(REQUEST_ID_HEADER)
-    if given is not None and _IDENTIFIER.match(given):
+    if given is not None and _is_identifier(given):
         return given
     return f"gw-{uuid.uuid4().hex}"
+
+
+def _is_identifier(value: str) -> bool:
+    """Whether ``value`` is an ``Identifier`` of the event contract (events carry ids, tiers and categories)."""
+    try:
+        _IDENTIFIER.validate_python(value)
+    except ValidationError:
+        return False
+    return True
 
 
 def parse_inbound(raw: bytes, kind: ApiKind, headers: Mapping[str, str], request_id: str) -> InboundRequest:
@@ -97,10 +108,8 @@ def parse_inbound(raw: bytes, kind: ApiKind, headers: Mapping[str, str], request
     tier = headers.get(TIER_HEADER, DEFAULT_TIER)
     category = headers.get(CATEGORY_HEADER)
     for name, value in ((TIER_HEADER, tier), (CATEGORY_HEADER, category)):
-        if value is not None and not _IDENTIFIER.match(value):
-            _refuse(
-                f"{name} must be an identifier ([A-Za-z0-9_.:/@-], 1-128 chars), got {value!r}", name, "invalid_value"
-            )
+        if value is not None and not _is_identifier(value):
+            _refuse(f"{name} must be an identifier (letters, digits, _ . @ -), got {value!r}", name, "invalid_value")
     return InboundRequest(
         kind=kind,
         body=body,

@@ -11,7 +11,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import structlog
+from pydantic import ValidationError
 
+from schemas.events import Event
 from schemas.gateway import (
     Balancer,
     GatewayCompressed,
@@ -39,6 +41,17 @@ class GatewayTelemetry:
         self._stamper = EnvelopeStamper(engine_id=gateway_id, deployment=deployment)
         self._clock = clock
         self._acked: set[tuple[str, str, int]] = set()
+        self.invalid = 0
+
+    def _publish(self, build: Callable[[], Event]) -> None:
+        """Build and hand over one event; one the contract refuses (a value too long) is counted, never raised."""
+        try:
+            event = build()
+        except ValidationError as exc:
+            self.invalid += 1
+            log.warning("telemetry_event_invalid", error=str(exc).splitlines()[0], invalid_total=self.invalid)
+            return
+        self._sink.publish(event)
 
     def applied(self, document: PolicyDocument) -> None:
         """Acknowledge ``document`` once per (kind, scope, version) the gateway acts on."""
@@ -76,8 +89,8 @@ class GatewayTelemetry:
         dp_rank: int | None,
     ) -> None:
         """A request left for ``upstream``."""
-        self._sink.publish(
-            GatewayRouted(
+        self._publish(
+            lambda: GatewayRouted(
                 **self._stamper.next(self._clock(), dp_rank),
                 request_id=request_id,
                 model=model,
@@ -96,8 +109,8 @@ class GatewayTelemetry:
 
     def queued(self, *, request_id: str, pool: str, tier: str, queue_depth: int) -> None:
         """A request started waiting in ``pool``'s queue."""
-        self._sink.publish(
-            GatewayQueued(
+        self._publish(
+            lambda: GatewayQueued(
                 **self._stamper.next(self._clock()),
                 request_id=request_id,
                 pool=pool,
@@ -118,8 +131,8 @@ class GatewayTelemetry:
         sentences_kept: int,
     ) -> None:
         """A prompt was cut for the short pool."""
-        self._sink.publish(
-            GatewayCompressed(
+        self._publish(
+            lambda: GatewayCompressed(
                 **self._stamper.next(self._clock()),
                 request_id=request_id,
                 category=category,
@@ -133,8 +146,8 @@ class GatewayTelemetry:
 
     def shed(self, *, request_id: str, pool: str | None, tier: str, reason: ShedReason, waited_s: float) -> None:
         """A request was refused."""
-        self._sink.publish(
-            GatewayShed(
+        self._publish(
+            lambda: GatewayShed(
                 **self._stamper.next(self._clock()),
                 request_id=request_id,
                 pool=pool,
@@ -146,8 +159,8 @@ class GatewayTelemetry:
 
     def upstream_error(self, *, request_id: str, upstream: str, kind: UpstreamErrorKind, status: int | None) -> None:
         """An upstream failed a request."""
-        self._sink.publish(
-            GatewayUpstreamError(
+        self._publish(
+            lambda: GatewayUpstreamError(
                 **self._stamper.next(self._clock()),
                 request_id=request_id,
                 upstream=upstream,

@@ -8,6 +8,8 @@ from pathlib import Path
 
 import pytest
 
+from services.gateway.telemetry import GatewayTelemetry
+from services.sdk.protocol import ListSink
 from tests.unit.gateway.upstream_stub import (
     StubUpstream,
     gateway_config,
@@ -246,3 +248,13 @@ class TestServiceEndpoints:
                 )
 
         _run(scenario())
+
+
+class TestTelemetryNeverFailsARequest:
+    def test_an_event_the_contract_refuses_is_counted_not_raised(self) -> None:
+        sink = ListSink()
+        telemetry = GatewayTelemetry(sink, gateway_id="gw", deployment="test", clock=lambda: 1.0)
+        telemetry.shed(request_id="r 1", pool=None, tier="default", reason="deadline", waited_s=0.0)
+        telemetry.shed(request_id="r1", pool=None, tier="default", reason="deadline", waited_s=0.0)
+        assert telemetry.invalid == 1
+        assert [e.request_id for e in sink.events] == ["r1"]

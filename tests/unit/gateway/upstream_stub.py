@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 from aiohttp import web
 
-from schemas.policy_docs.base import PolicyDocument
+from schemas.events import Event
 from services.gateway import Gateway, GatewayConfig, UpstreamRegistry, read_gateway_config
 from services.sdk.protocol import ListSink, PolicySource, StaticPolicySource
 
@@ -131,13 +131,30 @@ async def upstreams(*stubs: StubUpstream) -> AsyncIterator[list[StubUpstream]]:
             await stub.close()
 
 
+class SignalSink(ListSink):
+    """A ``ListSink`` that also signals each event type's arrival, so a test awaits an event instead of sleeping."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._seen: dict[str, asyncio.Event] = {}
+
+    def seen(self, event_type: str) -> asyncio.Event:
+        """Set once an event of ``event_type`` was published."""
+        return self._seen.setdefault(event_type, asyncio.Event())
+
+    def publish(self, event: Event) -> None:
+        """Keep ``event`` and signal its type."""
+        super().publish(event)
+        self.seen(event.event_type).set()
+
+
 @dataclass
 class RunningGateway:
     """A gateway listening on loopback, with what it published and a client session."""
 
     gateway: Gateway
     url: str
-    sink: ListSink
+    sink: SignalSink
     session: aiohttp.ClientSession
 
     def events(self, event_type: str) -> list[Any]:
@@ -172,7 +189,7 @@ async def running_gateway(
     """Serve a gateway of ``config`` on a free loopback port, as ``governor gateway`` does."""
     registry = UpstreamRegistry(failures_to_eject=1)
     registry.add_static(config.upstreams)
-    sink = ListSink()
+    sink = SignalSink()
     gateway = Gateway(
         config=config,
         registry=registry,
@@ -212,8 +229,3 @@ async def gateway_over(
         config = gateway_config(text, tmp_path)
         async with running_gateway(config, policies, clock=clock, max_body_bytes=max_body_bytes) as gw:
             yield gw
-
-
-def static_policies(*documents: PolicyDocument) -> StaticPolicySource:
-    """A policy source serving ``documents``."""
-    return StaticPolicySource(list(documents))

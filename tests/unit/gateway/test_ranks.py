@@ -1,0 +1,107 @@
+"""BF-IO acting through the gateway: a DP group's central pool, slot limits, and JSQ-by-load without a bundle."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from pathlib import Path
+
+from services.sdk.protocol import StaticPolicySource
+from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
+from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
+
+TIMEOUT_S = 60.0  # a safety net for awaited events (the router's kernels may compile first), never a measured time
+
+
+def _ranks(stubs: list[StubUpstream], slots: int = 1) -> str:
+    return "".join(
+        upstream_entry(stub, extra=f'dp_group = "dp0"\ndp_rank = {g}\nmax_num_seqs = {slots}\n')
+        for g, stub in enumerate(stubs)
+    )
+
+
+async def _post(gw: RunningGateway, words: int) -> tuple[int, str]:
+    body = {"model": "m", "prompt": " ".join(["w"] * words), "max_tokens": 8}
+    async with gw.session.post(f"{gw.url}/v1/completions", json=body) as response:
+        return response.status, response.headers["x-governor-upstream"]
+
+
+class TestCentralPool:
+    def test_no_rank_gets_more_than_its_slots_and_waiting_requests_go_when_one_frees(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            policies = StaticPolicySource([bfio_bundle("dp0")])
+            stubs = StubUpstream("r0", gated=True), StubUpstream("r1", gated=True)
+            async with gateway_over(tmp_path, *stubs, policies=policies, entries=_ranks) as gw:
+                requests = [asyncio.ensure_future(_post(gw, words)) for words in (30, 20, 10)]
+                await asyncio.gather(stubs[0].started.wait(), stubs[1].started.wait())
+                assert len(gw.events("gateway.routed")) == 2
+                stubs[0].finish.set()
+                stubs[1].finish.set()
+                answers = await asyncio.gather(*requests)
+                assert [status for status, _ in answers] == [200, 200, 200]
+                assert (stubs[0].max_running, stubs[1].max_running) == (1, 1)
+                assert len(stubs[0].requests) + len(stubs[1].requests) == 3
+                routed = gw.events("gateway.routed")
+                assert {e.balancer for e in routed} == {"bfio"}
+                assert sorted(e.dp_rank for e in routed) in ([0, 0, 1], [0, 1, 1])
+                assert ("bfio", "dp0", 1) in [(e.kind, e.scope, e.version) for e in gw.events("policy.applied")]
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+    def test_the_next_request_goes_to_the_idle_rank(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            policies = StaticPolicySource([bfio_bundle("dp0")])
+            stubs = StubUpstream("r0", gated=True), StubUpstream("r1", gated=True)
+            entries = functools.partial(_ranks, slots=4)
+            async with gateway_over(tmp_path, *stubs, policies=policies, entries=entries) as gw:
+                first = asyncio.ensure_future(_post(gw, 50))
+                started = [asyncio.ensure_future(stub.started.wait()) for stub in stubs]
+                done, _ = await asyncio.wait(started, return_when=asyncio.FIRST_COMPLETED)
+                busy = started.index(done.pop())
+                second = asyncio.ensure_future(_post(gw, 5))
+                await started[1 - busy]
+                assert (len(stubs[busy].requests), len(stubs[1 - busy].requests)) == (1, 1)
+                for stub in stubs:
+                    stub.finish.set()
+                assert {(await first)[1], (await second)[1]} == {"r0", "r1"}
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+    def test_it_falls_back_to_jsq_by_load_when_the_bundle_expires(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            now = [NOW_S]
+            policies = StaticPolicySource([bfio_bundle("dp0", valid_s=10.0)])
+            stubs = StubUpstream("r0"), StubUpstream("r1")
+            async with gateway_over(tmp_path, *stubs, policies=policies, entries=_ranks, clock=lambda: now[0]) as gw:
+                assert (await _post(gw, 5))[0] == 200
+                now[0] = NOW_S + 20.0
+                assert (await _post(gw, 5))[0] == 200
+                assert [e.balancer for e in gw.events("gateway.routed")] == ["bfio", "jsq_load"]
+                routing = gw.gateway.group("dp0").last_routing
+                assert routing is not None
+                assert routing.fallback_reason == "bundle_expired"
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+    def test_without_any_bundle_it_is_jsq_by_load(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            stubs = StubUpstream("r0"), StubUpstream("r1")
+            async with gateway_over(tmp_path, *stubs, entries=_ranks) as gw:
+                assert (await _post(gw, 5))[0] == 200
+                assert [e.balancer for e in gw.events("gateway.routed")] == ["jsq_load"]
+                routing = gw.gateway.group("dp0").last_routing
+                assert routing is not None
+                assert routing.fallback_reason == "no_bundle"
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+    def test_an_overloaded_rank_gets_no_slot(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            policies = StaticPolicySource([bfio_bundle("dp0"), admission("r0", "overloaded")])
+            stubs = StubUpstream("r0"), StubUpstream("r1")
+            async with gateway_over(tmp_path, *stubs, policies=policies, entries=_ranks) as gw:
+                for _ in range(3):
+                    assert await _post(gw, 5) == (200, "r1")
+                assert stubs[0].requests == []
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
