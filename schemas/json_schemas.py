@@ -10,6 +10,7 @@ from pydantic import BaseModel
 from schemas.events import event_json_schema
 from schemas.policy_docs import POLICY_DOCUMENTS
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord
+from schemas.scaling import ScalerConfig, ScalingAction
 
 JSON_DIR = Path(__file__).resolve().parent / "json"
 
@@ -26,6 +27,8 @@ def rendered_json_schemas() -> dict[str, str]:
         DecisionRecord,
         EstimateSnapshot,
         PolicyConfigRecord,
+        ScalerConfig,
+        ScalingAction,
         *POLICY_DOCUMENTS,
     )
     for model in models:

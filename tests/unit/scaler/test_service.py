@@ -1,0 +1,190 @@
+"""The scaler's loop (services/scaler/service.py): plan to connector, advisory mode, failures, provenance."""
+
+from __future__ import annotations
+
+import pytest
+from prometheus_client import generate_latest
+
+from schemas.scaling import ScalerConfig, ScalingAction
+from services.health import ServiceMetrics
+from services.scaler import ListActionSink, MemoryConnector, ScalerMetrics, ScalerService
+from services.sdk.protocol import StaticPolicySource
+from tests.unit.scaler.plans import fleetopt_plan
+
+
+class Clock:
+    """Event time the test moves by hand."""
+
+    def __init__(self, now_s: float) -> None:
+        self.now_s = now_s
+
+    def __call__(self) -> float:
+        return self.now_s
+
+
+def scaler_config(mode: str = "act", **short: object) -> ScalerConfig:
+    pools = {
+        "short": {
+            "min_replicas": 1,
+            "max_replicas": 6,
+            "gpus_per_replica": 2,
+            "max_step_replicas": 2,
+            "cooldown_s": 30.0,
+            "scale_down_hold_s": 120.0,
+            "connector": "memory",
+            **short,
+        },
+        "long": {"min_replicas": 1, "max_replicas": 4, "cooldown_s": 30.0, "connector": "memory"},
+    }
+    return ScalerConfig.model_validate({"mode": mode, "pools": pools})
+
+
+class Rig:
+    """A scaler over in-memory pools, a static plan source and a list sink."""
+
+    def __init__(self, config: ScalerConfig, *, short: int = 1, long: int = 1, fail_with: str | None = None) -> None:
+        self.clock = Clock(1000.0)
+        self.plans = StaticPolicySource()
+        self.sink = ListActionSink()
+        self.connectors = {
+            "short": MemoryConnector("short", short, fail_with=fail_with),
+            "long": MemoryConnector("long", long),
+        }
+        self.metrics = ServiceMetrics("scaler", "test")
+        self.service = ScalerService(
+            config=config,
+            deployment="test",
+            scaler_id="scaler-0",
+            plans=self.plans,
+            connectors=self.connectors,
+            sink=self.sink,
+            metrics=ScalerMetrics(self.metrics),
+            clock=self.clock,
+        )
+
+    def push(self, *, short_gpus: int, long_gpus: int, version: int) -> None:
+        self.plans.put(
+            fleetopt_plan(short_gpus=short_gpus, long_gpus=long_gpus, version=version, computed_at=self.clock.now_s)
+        )
+
+    def at(self, now_s: float) -> list[ScalingAction]:
+        self.clock.now_s = now_s
+        return self.service.step()
+
+
+class TestScalerService:
+    def test_a_plan_resizes_each_pool_through_its_connector_within_the_step_limit(self) -> None:
+        rig = Rig(scaler_config())
+        rig.push(short_gpus=10, long_gpus=2, version=7)
+        actions = rig.at(1000.0)
+        assert [(a.pool, a.from_replicas, a.to_replicas, a.desired_replicas) for a in actions] == [
+            ("long", 1, 2, 2),
+            ("short", 1, 3, 5),
+        ]
+        assert rig.connectors["short"].calls == [3]
+        assert {a.plan_version for a in actions} == {7}
+        assert {(a.result, a.mode, a.reason) for a in actions} == {("applied", "act", "scale_up")}
+
+    def test_each_action_says_where_it_came_from(self) -> None:
+        rig = Rig(scaler_config())
+        rig.push(short_gpus=4, long_gpus=1, version=3)
+        (action,) = rig.at(1000.0)
+        assert action.model_dump(exclude={"event_id"}) == {
+            "schema_version": 1,
+            "event_type": "scaler.action",
+            "ts": 1000.0,
+            "deployment": "test",
+            "scaler_id": "scaler-0",
+            "seq": 0,
+            "pool": "short",
+            "connector": "memory",
+            "target": "memory/short",
+            "from_replicas": 1,
+            "to_replicas": 2,
+            "desired_replicas": 2,
+            "gpus_per_replica": 2,
+            "plan_version": 3,
+            "plan_computed_at": 1000.0,
+            "reason": "scale_up",
+            "pinned": False,
+            "mode": "act",
+            "result": "applied",
+            "detail": None,
+        }
+        assert rig.sink.actions == [action]
+
+    def test_advisory_mode_records_every_action_and_calls_no_connector(self) -> None:
+        rig = Rig(scaler_config(mode="advisory"))
+        rig.push(short_gpus=12, long_gpus=3, version=1)
+        recorded = rig.at(1000.0) + rig.at(1030.0) + rig.at(1060.0)
+        assert [(a.pool, a.to_replicas) for a in recorded] == [
+            ("long", 2),
+            ("short", 3),
+            ("long", 3),
+            ("short", 5),
+            ("short", 6),
+        ]
+        assert {a.result for a in recorded} == {"advisory"}
+        assert rig.connectors["short"].calls == rig.connectors["long"].calls == []
+        assert rig.connectors["short"].replicas() == 1
+        assert rig.sink.actions == recorded
+
+    def test_an_expired_plan_leaves_the_pools_alone(self) -> None:
+        rig = Rig(scaler_config())
+        rig.plans.put(fleetopt_plan(short_gpus=12, long_gpus=4, version=1, computed_at=0.0, valid_s=60.0))
+        assert rig.at(1000.0) == []
+        assert rig.connectors["short"].calls == []
+
+    def test_a_new_plan_is_followed_and_an_oscillating_one_does_not_flap(self) -> None:
+        rig = Rig(scaler_config(max_step_replicas=6, cooldown_s=0.0))
+        recorded = []
+        for minute in range(30):
+            rig.push(short_gpus=(4, 10)[minute % 2], long_gpus=1, version=minute + 1)
+            recorded += rig.at(1000.0 + 60.0 * minute)
+        assert [(a.from_replicas, a.to_replicas) for a in recorded if a.pool == "short"] == [(1, 2), (2, 5)]
+
+    def test_a_failed_connector_is_recorded_and_retried_after_the_cool_down(self) -> None:
+        rig = Rig(scaler_config(), fail_with="HTTP 403 Forbidden")
+        rig.push(short_gpus=4, long_gpus=1, version=1)
+        first = rig.at(1000.0)
+        assert [(a.result, a.detail, a.from_replicas, a.to_replicas) for a in first] == [
+            ("failed", "HTTP 403 Forbidden", 1, 2)
+        ]
+        assert rig.at(1010.0) == []
+        assert [a.result for a in rig.at(1030.0)] == ["failed"]
+        assert rig.service.counters().failed == 2
+
+    def test_a_pin_in_the_config_holds_against_the_plan(self) -> None:
+        rig = Rig(scaler_config(pinned_replicas=4, max_step_replicas=6), short=2)
+        rig.push(short_gpus=1, long_gpus=1, version=1)
+        (action,) = rig.at(1000.0)
+        assert (action.to_replicas, action.pinned) == (4, True)
+        rig.push(short_gpus=12, long_gpus=1, version=2)
+        assert rig.at(2000.0) == []
+        assert rig.connectors["short"].replicas() == 4
+
+    def test_a_count_changed_outside_the_scaler_is_read_back_before_deciding(self) -> None:
+        rig = Rig(scaler_config(max_step_replicas=6, cooldown_s=0.0))
+        rig.push(short_gpus=4, long_gpus=1, version=1)
+        rig.at(1000.0)
+        rig.connectors["short"].scale(9)
+        (action,) = rig.at(1001.0)
+        assert (action.from_replicas, action.to_replicas, action.reason) == (9, 3, "out_of_bounds")
+
+    def test_metrics_export_each_pools_count_and_the_actions(self) -> None:
+        rig = Rig(scaler_config())
+        rig.push(short_gpus=4, long_gpus=1, version=5)
+        rig.at(1000.0)
+        text = generate_latest(rig.metrics.registry).decode()
+        assert 'governor_scaler_replicas{deployment="test",pool="short",service="scaler"} 2.0' in text
+        assert 'governor_scaler_plan_version{deployment="test",pool="short",service="scaler"} 5.0' in text
+        assert (
+            'governor_scaler_actions_total{deployment="test",pool="short",reason="scale_up",result="applied",'
+            'service="scaler"} 1.0' in text
+        )
+
+
+class TestScalerConfig:
+    def test_a_kubernetes_pool_must_name_its_workload(self) -> None:
+        with pytest.raises(ValueError, match=r"connector 'kubernetes' needs a \[pools.<name>.kubernetes\] table"):
+            ScalerConfig.model_validate({"pools": {"short": {"max_replicas": 2, "connector": "kubernetes"}}})
