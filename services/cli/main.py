@@ -64,6 +64,11 @@ COMMANDS: tuple[Command, ...] = (
         module="services.cli.gateway",
         help="serve the OpenAI-compatible gateway that obeys admission, FleetOpt and BF-IO",
     ),
+    Command(
+        name="scale",
+        module="services.cli.scale",
+        help="resize the pools to FleetOpt's plan through KEDA, Kubernetes or in-memory connectors",
+    ),
     Command(name="stack", module="services.cli.stack", help="start, inspect or stop the local broker and Redis"),
     Command(
         name="policy",

@@ -1,0 +1,37 @@
+"""Reading the scaler's TOML file (docs/scaler.md) into ``ScalerConfig``, with errors that name the file and key."""
+
+from __future__ import annotations
+
+import tomllib
+from pathlib import Path
+
+from pydantic import ValidationError
+
+from schemas.errors import InvalidInputError
+from schemas.scaling import ScalerConfig
+
+
+def read_scaler_config(path: Path) -> ScalerConfig:
+    """Read and validate the scaler's file at ``path``.
+
+    Raises:
+        InvalidInputError: the file cannot be read, is not TOML, or does not fit ``ScalerConfig``; the
+            message names the file, the key path and the reason.
+    """
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"{path}: cannot read the scaler config: {exc.strerror or exc}"
+        raise InvalidInputError(msg, source=str(path)) from None
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        msg = f"{path}: not valid TOML: {exc}"
+        raise InvalidInputError(msg, source=str(path)) from None
+    try:
+        return ScalerConfig.model_validate(data)
+    except ValidationError as exc:
+        first = exc.errors(include_url=False)[0]
+        field = ".".join(str(part) for part in first["loc"]) or "<file>"
+        msg = f"{path}: {field}: {first['msg']}"
+        raise InvalidInputError(msg, field=field, source=str(path)) from None
