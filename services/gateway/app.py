@@ -150,6 +150,13 @@ class Gateway:
         """Take an engine's heartbeat: it stays in rotation."""
         self.registry.heartbeat(event)
 
+    def lifecycle(self, event: EngineRegistered | Heartbeat) -> None:
+        """Take a registration or a heartbeat read from the log (services/gateway/registrations.py)."""
+        if isinstance(event, EngineRegistered):
+            self.registered(event)
+        else:
+            self.heartbeat(event)
+
     async def _start(self, app: web.Application) -> None:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
         self._counter = TokenCounter(self._session, timeout_s=TOKENIZE_TIMEOUT_S)

@@ -1,7 +1,8 @@
 """The ``governor gateway`` process: settings in, a serving gateway out, stopped cleanly by SIGINT or SIGTERM.
 
 It reads the gateway file, connects the SDK's ``PolicyClient`` (Redis, cached, never waited on) and
-``TelemetryPublisher`` (Kafka, non-blocking), and serves the aiohttp application with handler cancellation
+``TelemetryPublisher`` (Kafka, non-blocking), follows the engines' registrations on ``gov.telemetry``
+(services/gateway/registrations.py), and serves the aiohttp application with handler cancellation
 on, so a client that disconnects cancels its upstream request. Neither backend needs to answer for the
 gateway to start or to serve: without Redis it routes on the safe defaults, without Kafka its events are
 dropped and counted.
@@ -17,6 +18,7 @@ from aiohttp import web
 
 from services.gateway.app import Gateway
 from services.gateway.config import read_gateway_config
+from services.gateway.registrations import RegistrationFeed
 from services.gateway.upstreams import UpstreamRegistry
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -73,7 +75,18 @@ def run_gateway(settings: Settings) -> int:
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
             loop.add_signal_handler(signum, stop.set)
-        await serve(gateway, settings.gateway_host, settings.gateway_port, stop)
+        feed = RegistrationFeed(
+            settings.kafka_bootstrap,
+            deployment=settings.deployment,
+            deliver=lambda event: loop.call_soon_threadsafe(gateway.lifecycle, event),
+            security=settings.kafka_security(),
+            timeout_s=settings.kafka_timeout_s,
+        )
+        feed.start()
+        try:
+            await serve(gateway, settings.gateway_host, settings.gateway_port, stop)
+        finally:
+            feed.close()
 
     try:
         asyncio.run(main())
