@@ -7,7 +7,12 @@ broker: a short rebalance timeout, because on Tansu a kafka-python member joins 
 ``max_poll_interval_ms`` (DESIGN section 7), and fetches that wait at most 10 ms, because Tansu
 holds a fetch for the whole wait and the default long poll (500 ms) showed up whole in the
 event-to-decision latency. docker-compose.yml sets the Apache Kafka clients' defaults instead.
-Producers ask for a leader ack and no idempotence (the control plane's own dedup makes it unnecessary).
+The control plane's own records (decisions, estimates and snapshots, configuration records, dead
+letters) go through one producer with ``acks=all``, idempotent where the broker keeps producer state
+(``KafkaClientTimeouts.idempotent_producer``: on for Apache Kafka, off for Tansu): on a replicated
+cluster a leader ack alone loses an acknowledged decision at a leader change, and a retried batch
+without idempotence can land after the next one and reorder ``gov.estimates`` (docs/operations.md,
+"Producer settings").
 Group members refresh metadata every ``METADATA_MAX_AGE_MS``, so a topic's new id (a recreated topic,
 or an in-memory broker restarted) is seen within seconds (services/log_reset.py).
 
@@ -76,6 +81,12 @@ def record_producer(
 ) -> KafkaProducer:
     """A producer for the control plane's own records (snapshots, decisions, dead letters).
 
+    ``acks=all``: a record is acknowledged only once every in-sync replica has it. Idempotent when
+    ``timeouts.idempotent_producer`` says so (Apache Kafka): the broker then drops a retried batch it
+    already holds and refuses one out of sequence, so up to five requests in flight keep their
+    order. Not on Tansu, which forgets producer ids when it restarts without its log and then fails
+    the producer for good (services/settings.py, ``KafkaClientTimeouts``).
+
     Records keyed by an engine's scope go where the engine rule puts them (services/engine_partitions.py),
     so a partitioned ``gov.estimates`` spreads a numbered fleet's snapshots evenly too.
     """
@@ -83,8 +94,8 @@ def record_producer(
         bootstrap,
         security,
         linger_ms=timeouts.linger_ms,
-        acks=1,
-        enable_idempotence=False,
+        acks="all",
+        enable_idempotence=timeouts.idempotent_producer,
         partitioner=EnginePartitioner(),
     )
 

@@ -36,6 +36,11 @@ class KafkaClientTimeouts:
         fetch_max_wait_ms: how long the broker may hold a fetch with no data; Tansu holds it whole
             even when data arrives, so there it bounds the event-to-decision latency.
         linger_ms: how long a producer waits to batch records.
+        idempotent_producer: whether the control plane's producer is idempotent (it always asks for
+            ``acks=all``). Apache Kafka keeps producer state in its log, so an idempotent producer
+            rides out a broker restart; Tansu grants producer ids but forgets them when it restarts
+            without its log, after which the producer's next batch is refused as out of sequence and
+            Tansu fails the producer's new InitProducerId, so every later record is lost.
     """
 
     max_poll_interval_ms: int
@@ -43,10 +48,16 @@ class KafkaClientTimeouts:
     heartbeat_interval_ms: int
     fetch_max_wait_ms: int
     linger_ms: int
+    idempotent_producer: bool
 
 
 LOCAL_BROKER_TIMEOUTS = KafkaClientTimeouts(
-    max_poll_interval_ms=5000, session_timeout_ms=6000, heartbeat_interval_ms=1000, fetch_max_wait_ms=10, linger_ms=2
+    max_poll_interval_ms=5000,
+    session_timeout_ms=6000,
+    heartbeat_interval_ms=1000,
+    fetch_max_wait_ms=10,
+    linger_ms=2,
+    idempotent_producer=False,
 )
 APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own defaults (docker-compose.yml sets them)
     max_poll_interval_ms=300_000,
@@ -54,6 +65,7 @@ APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own de
     heartbeat_interval_ms=3000,
     fetch_max_wait_ms=500,
     linger_ms=5,
+    idempotent_producer=True,
 )
 
 
@@ -320,6 +332,11 @@ class Settings(SecuritySettings):
     kafka_linger_ms: int = Field(
         default=LOCAL_BROKER_TIMEOUTS.linger_ms, ge=0, description="producer batching delay, ms (Apache Kafka: 5)"
     )
+    kafka_idempotent_producer: bool = Field(
+        default=LOCAL_BROKER_TIMEOUTS.idempotent_producer,
+        description="idempotent producer for decisions, estimates and snapshots (Apache Kafka: true; Tansu "
+        "forgets producer ids when it restarts without its log)",
+    )
     dedup_window_events: int = Field(
         default=1024,
         ge=1,
@@ -406,6 +423,7 @@ class Settings(SecuritySettings):
             heartbeat_interval_ms=self.kafka_heartbeat_interval_ms,
             fetch_max_wait_ms=self.kafka_fetch_max_wait_ms,
             linger_ms=self.kafka_linger_ms,
+            idempotent_producer=self.kafka_idempotent_producer,
         )
 
     def redacted(self) -> dict[str, object]:

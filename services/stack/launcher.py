@@ -102,7 +102,8 @@ def start_broker(state_dir: Path, port: int | None, broker: BrokerKind) -> tuple
     """Start ``broker`` on ``port`` (default 19092, or a free port when that is taken); return its bootstrap and pid.
 
     Raises:
-        ConfigError: the broker is not installed (the message says how to install it).
+        ConfigError: the broker is not installed (the message says how to install it), or ``port``
+            is taken.
         BackendUnavailableError: it exited or did not answer in time.
     """
     chosen = (
@@ -110,6 +111,11 @@ def start_broker(state_dir: Path, port: int | None, broker: BrokerKind) -> tuple
         if port is not None
         else (DEFAULT_BROKER_PORT if not port_open("127.0.0.1", DEFAULT_BROKER_PORT) else free_port())
     )
+    if port_open("127.0.0.1", chosen):
+        # Something else listens there: the new broker would fail to bind, and waiting for the port
+        # would take that other listener for it.
+        msg = f"port {chosen} on 127.0.0.1 is in use by another process; pick another with --port"
+        raise ConfigError(msg)
     if broker == "kafka":
         return f"127.0.0.1:{chosen}", start_kafka(state_dir, chosen, locate_kafka())
     try:

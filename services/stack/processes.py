@@ -48,7 +48,12 @@ def spawn(argv: list[str], log_path: Path) -> int:
 
 
 def pid_alive(pid: int) -> bool:
-    """True when a process with ``pid`` exists and is not a zombie."""
+    """True when a process with ``pid`` exists and is not a zombie whose every thread has exited.
+
+    A killed JVM's main thread turns zombie while its other threads are still exiting, and those
+    still hold its sockets: until the last one is gone its listener may accept connections, so a
+    zombie leader with threads left counts as alive.
+    """
     try:
         os.kill(pid, 0)
     except OSError:
@@ -56,7 +61,9 @@ def pid_alive(pid: int) -> bool:
     stat = Path(f"/proc/{pid}/stat")
     if stat.exists():
         with contextlib.suppress(OSError, IndexError):
-            return stat.read_text().split(")")[-1].split()[0] != "Z"
+            if stat.read_text().split(")")[-1].split()[0] != "Z":
+                return True
+            return len(os.listdir(f"/proc/{pid}/task")) > 1
     return True
 
 

@@ -14,6 +14,7 @@ import threading
 import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -28,8 +29,9 @@ from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
+from services.settings import LOCAL_BROKER_TIMEOUTS
 from services.stack.launcher import StackState, stack_down, stack_status, stack_up
-from services.stack.processes import pid_alive
+from services.stack.processes import free_port, pid_alive
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 from tests.integration.processes import applied_total, summaries, wait_until
@@ -100,9 +102,10 @@ def test_a_topic_no_one_created_stays_missing(kafka_stack: StackState) -> None:
 
 
 def test_stack_down_and_up_again_serves_the_records_and_topic_ids_it_held(
-    stack_dir: Path, kafka_stack: StackState
+    tmp_path: Path, kafka_stack: StackState
 ) -> None:
-    first = stack_up(stack_dir, kafka_stack.redis_url, None, broker="kafka")
+    stack_dir = tmp_path
+    first = stack_up(stack_dir, kafka_stack.redis_url, free_port(), broker="kafka")
     sent = [f"record-{i}".encode() for i in range(200)]
     producer = record_producer(first.kafka_bootstrap)
     for value in sent:
@@ -132,11 +135,14 @@ def test_stack_down_and_up_again_serves_the_records_and_topic_ids_it_held(
 
 
 def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
-    stack_dir: Path, kafka_stack: StackState, deployment: str
+    tmp_path: Path, kafka_stack: StackState, deployment: str
 ) -> None:
     """SIGKILL gives Kafka no controlled shutdown: the restart recovers the log from disk, and the
-    services, which kept running, fold the events of both sides of it exactly once."""
-    own = stack_up(stack_dir, kafka_stack.redis_url, None, broker="kafka")
+    services, which kept running with idempotent producers, fold the events of both sides of it
+    exactly once."""
+    timeouts = replace(LOCAL_BROKER_TIMEOUTS, idempotent_producer=True)
+    stack_dir = tmp_path
+    own = stack_up(stack_dir, kafka_stack.redis_url, free_port(), broker="kafka")
     port = int(own.kafka_bootstrap.rsplit(":", 1)[1])
     events = synthetic_stream(engines=4, requests=600, deployment=deployment, seed=13)
     before, after = events[: len(events) // 2], events[len(events) // 2 :]
@@ -149,6 +155,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
         store=store,
         registry=default_registry(),
         metrics=stream_metrics,
+        kafka_timeouts=timeouts,
     )
     policy = PolicyService(
         deployment=deployment,
@@ -156,6 +163,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
         store=RedisStore.from_url(own.redis_url, deployment, 5.0),
         registry=default_registry(),
         metrics=policy_metrics,
+        kafka_timeouts=timeouts,
     )
     try:
         with _running(processor), _running(policy):
@@ -164,7 +172,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
             ids_before = _topic_ids(own.kafka_bootstrap)
             assert own.broker_pid is not None
             os.kill(own.broker_pid, signal.SIGKILL)
-            wait_until(lambda: not pid_alive(own.broker_pid), 10.0, "the broker to die")
+            os.waitpid(own.broker_pid, 0)  # the broker is this process's child: reaped once every thread is gone
 
             restarted = stack_up(stack_dir, own.redis_url, port, broker="kafka")
             assert restarted.broker_pid != own.broker_pid
