@@ -107,3 +107,30 @@ class TestKafkaClientTimeouts:
         environ = {"GOVERNOR_KAFKA_HEARTBEAT_INTERVAL_MS": "6000"}
         with pytest.raises(ConfigError, match="must be below kafka_session_timeout_ms"):
             Settings.load({}, environ)
+
+    @pytest.mark.parametrize("value", ["5999", "1800001"])
+    def test_a_session_timeout_apache_kafka_would_refuse_is_refused_by_name(self, value: str) -> None:
+        """Outside the broker's default group.min/max.session.timeout.ms every join would fail."""
+        environ = {"GOVERNOR_KAFKA_SESSION_TIMEOUT_MS": value, "GOVERNOR_KAFKA_HEARTBEAT_INTERVAL_MS": "1000"}
+        with pytest.raises(ConfigError, match=f"kafka_session_timeout_ms='{value}' from environment"):
+            Settings.load({}, environ)
+
+    @pytest.mark.parametrize("value", [6000, 1_800_000])
+    def test_the_bounds_themselves_are_accepted(self, value: int) -> None:
+        assert Settings.load({}, {"GOVERNOR_KAFKA_SESSION_TIMEOUT_MS": str(value)}).kafka_session_timeout_ms == value
+
+    def test_the_control_planes_producer_is_idempotent_only_when_asked(self) -> None:
+        assert Settings.load({}, {}).kafka_client_timeouts().idempotent_producer is False
+        environ = {"GOVERNOR_KAFKA_IDEMPOTENT_PRODUCER": "true"}
+        assert Settings.load({}, environ).kafka_client_timeouts().idempotent_producer is True
+
+
+class TestBroker:
+    def test_the_local_stack_runs_tansu_unless_kafka_is_asked_for(self) -> None:
+        assert Settings.load({}, {}).broker == "tansu"
+        assert Settings.load({}, {"GOVERNOR_BROKER": "kafka"}).broker == "kafka"
+        assert Settings.load({"broker": "tansu"}, {"GOVERNOR_BROKER": "kafka"}).broker == "tansu"
+
+    def test_another_broker_is_refused_by_name(self) -> None:
+        with pytest.raises(ConfigError, match="broker='redpanda' from environment GOVERNOR_BROKER"):
+            Settings.load({}, {"GOVERNOR_BROKER": "redpanda"})
