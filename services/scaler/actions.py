@@ -9,14 +9,17 @@ the broker did not take is logged as an error and counted; the resize itself is 
 from __future__ import annotations
 
 import contextlib
+import time
 from typing import Protocol
 
 import structlog
 from kafka.admin import NewTopic
 from kafka.errors import KafkaError, TopicAlreadyExistsError
+from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError
 from schemas.scaling import SCALING_TOPIC, ScalingAction
+from services.kafka_clients import reader, require_topic
 from services.kafka_factory import PLAINTEXT, kafka_admin, kafka_producer
 from services.settings import KafkaSecurity
 
@@ -93,3 +96,37 @@ class KafkaActionSink:
     def close(self) -> None:
         """Flush and close the producer."""
         self._producer.close(timeout=self._timeout_s)
+
+
+def read_actions(
+    bootstrap: str, deployment: str, *, timeout_s: float, security: KafkaSecurity = PLAINTEXT
+) -> list[ScalingAction]:
+    """Every action of ``deployment`` on ``gov.scaling``, in log order (what ``governor scale --history`` prints).
+
+    A record that is not a ``ScalingAction`` is skipped and logged.
+
+    Raises:
+        BackendUnavailableError: no broker answers.
+        InvalidInputError: the broker has no ``gov.scaling`` (no scaler ever ran against it).
+    """
+    consumer = reader(bootstrap, timeout_s=timeout_s, security=security)
+    try:
+        partitions = require_topic(consumer, SCALING_TOPIC, bootstrap)
+        consumer.assign(partitions)
+        consumer.seek_to_beginning(*partitions)
+        end = consumer.end_offsets(partitions)
+        actions: list[ScalingAction] = []
+        deadline = time.monotonic() + timeout_s
+        while any(consumer.position(tp) < end[tp] for tp in partitions) and time.monotonic() < deadline:
+            for records in consumer.poll(timeout_ms=200).values():
+                for record in records:
+                    try:
+                        action = ScalingAction.model_validate_json(record.value)
+                    except ValidationError as exc:
+                        log.warning("scaling_record_skipped", offset=record.offset, reason=str(exc).splitlines()[0])
+                        continue
+                    if action.deployment == deployment:
+                        actions.append(action)
+        return actions
+    finally:
+        consumer.close()
