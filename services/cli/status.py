@@ -1,8 +1,9 @@
 """``governor status``: what every engine of a deployment is told, read from Redis and Kafka.
 
 One table of engines (their estimates' freshness), one of documents (version, age, validity, the
-values that matter, the engine's acknowledgement and ack lag) and one of the two services'
-consumer lag; ``--json`` prints the same report as JSON, and ``--watch N`` refreshes it every N
+values that matter, the engine's acknowledgement and ack lag), one of the two services'
+consumer lag and, where a scaler runs, one of the pools as its last action on ``gov.scaling`` left them
+(docs/scaler.md); ``--json`` prints the same report as JSON, and ``--watch N`` refreshes it every N
 seconds until Ctrl-C. The columns are described in docs/observability.md.
 """
 
@@ -76,6 +77,28 @@ def render(report: StatusReport) -> str:
             [[c.service, c.topic, str(c.applied_records), str(c.end_records), str(c.lag)] for c in report.consumers],
         ),
     ]
+    if report.pools:
+        lines += [
+            "",
+            *aligned(
+                ["POOL", "REPLICAS", "DESIRED", "LAST_ACTION", "RESULT", "MODE", "PLAN", "AT_T", "ACTIONS", "FAILED"],
+                [
+                    [
+                        p.pool,
+                        str(p.replicas),
+                        MISSING if p.desired_replicas is None else str(p.desired_replicas),
+                        p.reason,
+                        p.result,
+                        p.mode,
+                        version(p.plan_version),
+                        number(p.ts),
+                        str(p.actions),
+                        str(p.failed),
+                    ]
+                    for p in report.pools
+                ],
+            ),
+        ]
     return "\n".join(lines)
 
 

@@ -14,7 +14,7 @@ Redis, the offsets that count) against the ends of the topic it reads.
 from __future__ import annotations
 
 import json
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 import redis
 from pydantic import ValidationError
@@ -23,6 +23,7 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.estimates import EngineSummary
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, offsets_key
 from services.headline import headline, parse_document
+from services.inspection.scaling import PoolStatus, collect_pool_status
 from services.kafka_clients import reader, require_topic
 from services.kafka_factory import PLAINTEXT
 from services.settings import KafkaSecurity, RedisSecurity
@@ -81,6 +82,7 @@ class StatusReport:
     engines: list[EngineStatus]
     fleet: list[PolicyStatus]
     consumers: list[ConsumerStatus]
+    pools: list[PoolStatus] = field(default_factory=list)
 
     def to_json(self) -> str:
         """Return the report as indented JSON (``governor status --json``)."""
@@ -288,4 +290,5 @@ def collect_status(
         engines=engines,
         fleet=fleet,
         consumers=consumer_status(bootstrap, applied, kafka_timeout_s, kafka_security),
+        pools=collect_pool_status(bootstrap, deployment, timeout_s=kafka_timeout_s, security=kafka_security),
     )

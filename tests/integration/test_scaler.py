@@ -20,7 +20,9 @@ import redis
 
 from schemas.names import policy_key
 from schemas.scaling import ScalerConfig
+from services.cli.status import render
 from services.health import ServiceMetrics
+from services.inspection import collect_status
 from services.scaler import KafkaActionSink, MemoryConnector, ScalerMetrics, ScalerService
 from services.scaler.actions import read_actions
 from services.sdk.policy_client import PolicyClient
@@ -110,6 +112,15 @@ def test_plans_in_redis_resize_the_pools_and_every_action_is_on_the_log(
         ("short", 5, 7, 2, "applied"),
     ]
     assert [a.seq for a in logged] == [0, 1, 2]
+    report = collect_status(
+        stack.redis_url, stack.kafka_bootstrap, deployment, redis_timeout_s=5.0, kafka_timeout_s=10.0
+    )
+    assert [(p.pool, p.replicas, p.desired_replicas, p.plan_version, p.actions) for p in report.pools] == [
+        ("long", 3, 3, 1, 1),
+        ("short", 7, 7, 2, 2),
+    ]
+    rows = [line.split() for line in render(report).splitlines()]
+    assert ["short", "7", "7", "scale_up", "applied", "act", "v2", "5000.0", "2", "0"] in rows
 
 
 def test_advisory_governor_scale_records_actions_and_serves_health(
