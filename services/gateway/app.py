@@ -34,7 +34,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from policies.bfio import BfioRouter
 from schemas.engines import EngineRegistered, Heartbeat
-from schemas.gateway import Balancer, RouteReason, ShedReason
+from schemas.gateway import Balancer, RouteReason, ShedReason, UpstreamErrorKind
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from services.gateway.admission import AdmissionGate
 from services.gateway.compressor import Compression, compress_to_fit, plan_sentences
@@ -450,7 +450,7 @@ class Gateway:
             msg = "the gateway's application has not started"
             raise RuntimeError(msg)
 
-        def failed(kind: Any, status: int | None) -> None:
+        def failed(kind: UpstreamErrorKind, status: int | None) -> None:
             self.metrics.upstream_error(kind)
             self.telemetry.upstream_error(
                 request_id=inbound.request_id, upstream=upstream.engine_id, kind=kind, status=status

@@ -121,12 +121,18 @@ class RankGroup:
             future=future,
         )
         self._wake.set()
+        delivered = False
         try:
-            return await asyncio.wait_for(future, timeout=timeout_s)
+            assignment = await asyncio.wait_for(future, timeout=timeout_s)
+            delivered = True
+            return assignment
         except TimeoutError:
             return None
         finally:
             self._waiting.pop(request_id, None)
+            if not delivered and future.done() and not future.cancelled():
+                # Assigned in the same turn the caller was cancelled: give the slot back, or it leaks.
+                future.result().upstream.in_flight.pop(request_id, None)
 
     async def run(self) -> None:
         """Assignment rounds on every change and at least every ``tick_s``, until cancelled."""

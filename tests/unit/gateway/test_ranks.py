@@ -4,9 +4,16 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 from pathlib import Path
 
-from services.sdk.protocol import StaticPolicySource
+from policies.bfio import BfioRouter
+from services.gateway.admission import AdmissionGate
+from services.gateway.config import StaticUpstream
+from services.gateway.ranks import RankGroup
+from services.gateway.telemetry import GatewayTelemetry
+from services.gateway.upstreams import UpstreamRegistry
+from services.sdk.protocol import ListSink, StaticPolicySource
 from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
@@ -103,5 +110,43 @@ class TestCentralPool:
                 for _ in range(3):
                     assert await _post(gw, 5) == (200, "r1")
                 assert stubs[0].requests == []
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+class TestRankGroup:
+    def test_a_request_cancelled_in_the_turn_it_was_assigned_never_leaks_its_slot(self) -> None:
+        async def scenario() -> None:
+            registry = UpstreamRegistry()
+            registry.add_static(
+                [StaticUpstream(engine_id="r0", url="http://h:1", model="m", dp_group="dp0", dp_rank=0, max_num_seqs=1)]
+            )
+            policies = StaticPolicySource()
+            telemetry = GatewayTelemetry(ListSink(), gateway_id="gw", deployment="test", clock=lambda: NOW_S)
+            group = RankGroup(
+                "dp0",
+                registry=registry,
+                policies=policies,
+                gate=AdmissionGate(policies, telemetry, seed=0),
+                telemetry=telemetry,
+                router=BfioRouter(clock=time.perf_counter),
+                tick_s=60.0,
+                clock=lambda: NOW_S,
+            )
+            task = asyncio.ensure_future(group.submit(request_id="q1", prompt_tokens=5, max_tokens=4, timeout_s=60.0))
+            await asyncio.sleep(0)  # one turn of the loop: the request enters the pool
+            assert group.waiting == 1
+            routing = group.assign(NOW_S)
+            assert routing is not None
+            assert routing.assignments == (("q1", 0),)
+            (rank,) = group.ranks()
+            assert list(rank.in_flight) == ["q1"]
+            task.cancel()
+            try:
+                assignment = await task
+            except asyncio.CancelledError:
+                assignment = None
+            # The slot is held exactly when the caller got the assignment (and will release it itself).
+            assert list(rank.in_flight) == ([] if assignment is None else ["q1"])
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))

@@ -1,0 +1,251 @@
+"""Gateway overhead: latency ``governor gateway`` adds per request, requests/s it sustains, CPU per request.
+
+Three processes on loopback: a fast stub upstream (an aiohttp server answering ``/v1/completions`` at once,
+or streaming ``--chunks`` SSE events), the real ``governor gateway`` in front of it (its CLI, one process, one
+event loop: one core), and this script as the client (aiohttp). The same requests go straight to the stub
+(``direct``) and through the gateway (``gateway``), interleaved in rounds so drift hits both alike; the added
+latency at a quantile is gateway minus direct at that quantile. Requests are sent open loop at ``--rates``
+requests/s (Poisson arrivals, seeded), so queueing in the gateway shows in its tail; requests/s is the
+closed-loop throughput of ``--concurrency`` clients. CPU per request is the gateway process's user + system
+time over a run divided by its requests. The gateway runs with no Kafka or Redis reachable: no policy
+document, so no ``/tokenize`` call (a FleetOpt plan adds one upstream round trip per request), and its
+telemetry is built and dropped. The client shares the machine, so figures are upper bounds of the gateway's
+own cost.
+
+    PYTHONPATH=. python ops/bench/bench_gateway.py [--rates 250 500 1000] [--requests 2000]
+        [--concurrency 32] [--chunks 16] [--rounds 3] [--out out/bench/gateway.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import numpy as np
+from aiohttp import web
+
+from services.stack.processes import free_port
+
+ROOT = Path(__file__).resolve().parents[2]
+BODY = {"model": "stub", "prompt": "Say hello to the gateway benchmark.", "max_tokens": 16}
+
+
+def serve_stub(port: int, chunks: int) -> None:
+    """Run the stub upstream until killed: an answer at once, or ``chunks`` SSE events then [DONE]."""
+    answer = json.dumps({"id": "cmpl", "object": "text_completion", "choices": [{"index": 0, "text": "hi"}]})
+    event = b'data: {"choices": [{"index": 0, "text": "x"}]}\n\n'
+
+    async def complete(request: web.Request) -> web.StreamResponse:
+        body = await request.json()
+        if not body.get("stream"):
+            return web.Response(text=answer, content_type="application/json")
+        response = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await response.prepare(request)
+        for _ in range(chunks):
+            await response.write(event)
+        await response.write(b"data: [DONE]\n\n")
+        return response
+
+    async def health(request: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    app = web.Application()
+    app.router.add_post("/v1/completions", complete)
+    app.router.add_get("/health", health)
+    web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
+
+
+async def _wait_http(url: str, timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    async with aiohttp.ClientSession() as session:
+        while True:
+            try:
+                async with session.get(url) as response:
+                    if response.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            if time.monotonic() > deadline:
+                msg = f"{url} did not answer within {timeout_s} s"
+                raise RuntimeError(msg)
+            await asyncio.sleep(0.1)
+
+
+async def _one(session: aiohttp.ClientSession, url: str, stream: bool) -> tuple[float, float]:
+    """(first byte, full response) seconds of one request."""
+    started = time.perf_counter()
+    async with session.post(url, json={**BODY, "stream": stream}) as response:
+        first = None
+        async for _ in response.content.iter_any():
+            if first is None:
+                first = time.perf_counter() - started
+        if response.status != 200:
+            msg = f"{url} answered {response.status}"
+            raise RuntimeError(msg)
+    full = time.perf_counter() - started
+    return (full if first is None else first), full
+
+
+async def _open_loop(url: str, rate_per_s: float, n: int, stream: bool, seed: int) -> np.ndarray:
+    """Send ``n`` requests at Poisson arrivals of ``rate_per_s``; return shape (n, 2) of (first byte, full) s."""
+    gaps = np.random.default_rng(seed).exponential(1.0 / rate_per_s, size=n)
+    connector = aiohttp.TCPConnector(limit=0)
+    async with aiohttp.ClientSession(connector=connector) as session:
+        await _one(session, url, stream)
+        start = time.perf_counter()
+        due = start + np.cumsum(gaps)
+        tasks = []
+        for at in due:
+            delay = at - time.perf_counter()
+            if delay > 0:
+                await asyncio.sleep(delay)
+            tasks.append(asyncio.ensure_future(_one(session, url, stream)))
+        results = await asyncio.gather(*tasks)
+    return np.asarray(results, dtype=np.float64)
+
+
+async def _closed_loop(url: str, concurrency: int, n: int) -> float:
+    """Requests/s of ``concurrency`` clients sending ``n`` requests back to back."""
+    remaining = [n]
+
+    async def client(session: aiohttp.ClientSession) -> None:
+        while remaining[0] > 0:
+            remaining[0] -= 1
+            await _one(session, url, False)
+
+    async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0)) as session:
+        await _one(session, url, False)
+        started = time.perf_counter()
+        await asyncio.gather(*(client(session) for _ in range(concurrency)))
+        return n / (time.perf_counter() - started)
+
+
+def _cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _quantiles_ms(values: np.ndarray) -> dict[str, float]:
+    return {"p50": float(np.percentile(values, 50) * 1e3), "p99": float(np.percentile(values, 99) * 1e3)}
+
+
+def _spread(runs: list[float]) -> dict[str, float]:
+    return {"median": float(np.median(runs)), "min": float(min(runs)), "max": float(max(runs))}
+
+
+def main() -> None:
+    """Start the stub and the gateway, measure, print and write the JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rates", type=float, nargs="+", default=[250.0, 500.0, 1000.0])
+    parser.add_argument("--requests", type=int, default=2000, help="requests per rate, route and mode")
+    parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--chunks", type=int, default=16, help="SSE events per streamed answer")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--out", type=Path, default=Path("out/bench/gateway.json"))
+    parser.add_argument("--serve-stub", type=int, default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.serve_stub is not None:
+        serve_stub(args.serve_stub, args.chunks)
+        return
+    stub_port, gateway_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    stub = subprocess.Popen(
+        [sys.executable, __file__, "--serve-stub", str(stub_port), "--chunks", str(args.chunks)], env=env
+    )
+    with tempfile.TemporaryDirectory() as folder:
+        config = Path(folder) / "gateway.toml"
+        config.write_text(
+            f'[[upstreams]]\nengine_id = "stub-0"\nurl = "http://127.0.0.1:{stub_port}"\nmodel = "stub"\n'
+        )
+        gateway = subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "services.cli",
+                "gateway",
+                *("--gateway-port", str(gateway_port), "--gateway-config", str(config)),
+                *("--kafka-bootstrap", "127.0.0.1:1", "--redis-url", "redis://127.0.0.1:1/0", "--log-level", "error"),
+            ],
+            env=env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            results = asyncio.run(_measure(args, stub_port, gateway_port, gateway.pid))
+        finally:
+            gateway.send_signal(signal.SIGTERM)
+            gateway.wait(timeout=30)
+            stub.kill()
+            stub.wait()
+    results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "aiohttp": aiohttp.__version__}
+    results["command"] = " ".join(["python", "ops/bench/bench_gateway.py", *sys.argv[1:]])
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(results, indent=2) + "\n")
+    print(f"wrote {args.out}")
+
+
+async def _measure(args: argparse.Namespace, stub_port: int, gateway_port: int, gateway_pid: int) -> dict[str, Any]:
+    direct = f"http://127.0.0.1:{stub_port}/v1/completions"
+    through = f"http://127.0.0.1:{gateway_port}/v1/completions"
+    await _wait_http(f"http://127.0.0.1:{stub_port}/health")
+    await _wait_http(f"http://127.0.0.1:{gateway_port}/readyz")
+    rates: list[dict[str, Any]] = []
+    for rate in args.rates:
+        row: dict[str, Any] = {"rate_per_s": rate}
+        for mode, stream in (("plain", False), ("stream", True)):
+            added: dict[str, list[float]] = {}
+            cpu_per_request: list[float] = []
+            for index in range(args.rounds):
+                seed = args.seed + index
+                base = await _open_loop(direct, rate, args.requests, stream, seed)
+                cpu_before = _cpu_s(gateway_pid)
+                routed = await _open_loop(through, rate, args.requests, stream, seed)
+                cpu_per_request.append((_cpu_s(gateway_pid) - cpu_before) / (args.requests + 1) * 1e6)
+                for column, name in ((0, "first_byte"), (1, "full")):
+                    base_q, routed_q = _quantiles_ms(base[:, column]), _quantiles_ms(routed[:, column])
+                    for q in ("p50", "p99"):
+                        added.setdefault(f"{name}_added_{q}_ms", []).append(routed_q[q] - base_q[q])
+                        added.setdefault(f"{name}_direct_{q}_ms", []).append(base_q[q])
+            row[mode] = {key: _spread(values) for key, values in added.items()}
+            row[mode]["gateway_cpu_us_per_request"] = _spread(cpu_per_request)
+            added_p50 = row[mode]["full_added_p50_ms"]["median"]
+            added_p99 = row[mode]["full_added_p99_ms"]["median"]
+            print(
+                f"rate {rate:6.0f}/s {mode:6s}: added full p50 {added_p50:6.3f} ms, p99 {added_p99:6.3f} ms; "
+                f"first byte p50 {row[mode]['first_byte_added_p50_ms']['median']:6.3f} ms; "
+                f"gateway CPU {row[mode]['gateway_cpu_us_per_request']['median']:6.0f} us/request"
+            )
+        rates.append(row)
+    throughput = {
+        "direct": [await _closed_loop(direct, args.concurrency, args.requests) for _ in range(args.rounds)],
+        "gateway": [await _closed_loop(through, args.concurrency, args.requests) for _ in range(args.rounds)],
+    }
+    print(
+        f"closed loop, {args.concurrency} clients: direct {np.median(throughput['direct']):7.0f} req/s, "
+        f"through the gateway {np.median(throughput['gateway']):7.0f} req/s"
+    )
+    return {
+        "requests_per_rate": args.requests,
+        "rounds": args.rounds,
+        "chunks": args.chunks,
+        "rates": rates,
+        "closed_loop_requests_per_s": {k: _spread(v) for k, v in throughput.items()},
+        "concurrency": args.concurrency,
+    }
+
+
+if __name__ == "__main__":
+    main()
