@@ -101,6 +101,7 @@ def test_a_topic_no_one_created_stays_missing(kafka_stack: StackState) -> None:
         admin.close()
 
 
+@pytest.mark.slow
 def test_stack_down_and_up_again_serves_the_records_and_topic_ids_it_held(
     tmp_path: Path, kafka_stack: StackState
 ) -> None:
@@ -134,6 +135,7 @@ def test_stack_down_and_up_again_serves_the_records_and_topic_ids_it_held(
         stack_down(stack_dir)
 
 
+@pytest.mark.slow
 def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
     tmp_path: Path, kafka_stack: StackState, deployment: str
 ) -> None:
