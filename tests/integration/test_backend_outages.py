@@ -14,12 +14,11 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -30,7 +29,6 @@ from schemas.errors import BackendUnavailableError
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.stack.launcher import StackState
-from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore
 from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
@@ -49,25 +47,6 @@ from tests.unit.stream.synthetic import synthetic_stream
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 PAUSE_S = 10.0
-
-
-@pytest.fixture
-def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
-    """A redis-server of this test alone, on its own port (so pausing it disturbs nobody else)."""
-    binary = shutil.which("redis-server")
-    if binary is None:
-        pytest.skip("needs redis-server on the PATH")
-    port = free_port()
-    argv = [binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "", "--appendonly", "no"]
-    with (tmp_path / "redis.log").open("wb") as log:
-        process = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
-    try:
-        wait_for_port("127.0.0.1", port, 10.0, "redis")
-        yield f"redis://127.0.0.1:{port}/0", process
-    finally:
-        process.send_signal(signal.SIGCONT)
-        process.terminate()
-        process.wait(timeout=10)
 
 
 def _publish(stack: StackState, events: list) -> None:
