@@ -21,33 +21,29 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
-from schemas.events import Event
 from schemas.names import TELEMETRY_TOPIC, TOPICS
 from services.health import ServiceMetrics
 from services.kafka_clients import KafkaLogView, reader, record_producer
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
-from services.sdk.publisher import TelemetryPublisher
 from services.settings import LOCAL_BROKER_TIMEOUTS
-from services.stack.launcher import StackState, stack_down, stack_status, stack_up
+from services.stack.launcher import StackState, create_topics, stack_down, stack_status, stack_up
 from services.stack.processes import free_port, pid_alive
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 from tests.integration.processes import applied_total, summaries, wait_until
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
 
 
-def _publish(bootstrap: str, events: list[Event]) -> None:
-    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1)
-    for event in events:
-        publisher.publish(event)
-    assert publisher.flush(60.0)
-    stats = publisher.stats()
-    publisher.close()
-    assert stats.dropped == 0
+@pytest.fixture(scope="module")
+def stack(kafka_stack: StackState) -> StackState:
+    """This module's stack is the Kafka one, whatever ``GOVERNOR_BROKER`` says, so that the ``deployment``
+    fixture removes its keys from that stack's Redis and no Tansu is started beside it."""
+    return kafka_stack
 
 
 def _topic_ids(bootstrap: str) -> dict[str, str | None]:
@@ -169,7 +165,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
     )
     try:
         with _running(processor), _running(policy):
-            _publish(own.kafka_bootstrap, before)
+            publish_all(own.kafka_bootstrap, before)
             wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the kill")
             ids_before = _topic_ids(own.kafka_bootstrap)
             assert own.broker_pid is not None
@@ -179,7 +175,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
             restarted = stack_up(stack_dir, own.redis_url, port, broker="kafka")
             assert restarted.broker_pid != own.broker_pid
             assert _topic_ids(own.kafka_bootstrap) == ids_before
-            _publish(own.kafka_bootstrap, after)
+            publish_all(own.kafka_bootstrap, after)
             wait_until(lambda: applied_total(store) == len(events), 180.0, "every event after the restart")
             wait_until(lambda: policy.counters.decisions > 0, 120.0, "a decision")
         assert _resets(stream_metrics) == 0
@@ -194,7 +190,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
 def test_events_become_estimates_and_a_decision_the_engine_reads(kafka_stack: StackState, deployment: str) -> None:
     """The live loop on Kafka: telemetry -> stream processor -> Redis -> policy service -> the engine's client."""
     events = synthetic_stream(engines=2, requests=300, deployment=deployment)
-    _publish(kafka_stack.kafka_bootstrap, events)
+    publish_all(kafka_stack.kafka_bootstrap, events)
     store = RedisStore.from_url(kafka_stack.redis_url, deployment, 5.0)
     processor = StreamProcessor(
         deployment=deployment, bootstrap=kafka_stack.kafka_bootstrap, store=store, registry=default_registry()
@@ -224,3 +220,56 @@ def test_events_become_estimates_and_a_decision_the_engine_reads(kafka_stack: St
     finally:
         client.close()
         store.close()
+
+
+@pytest.mark.slow
+def test_topics_deleted_and_created_again_are_a_log_reset_and_every_new_event_is_folded(
+    tmp_path: Path, kafka_stack: StackState, deployment: str
+) -> None:
+    """On a durable log a reset is an operator's act, not a restart: the topics deleted and created again
+    get new ids, both services count the reset, and the events published afterwards are all folded."""
+    own = stack_up(tmp_path, kafka_stack.redis_url, free_port(), broker="kafka")
+    events = synthetic_stream(engines=4, requests=600, deployment=deployment, seed=17)
+    before, after = events[: len(events) // 2], events[len(events) // 2 :]
+    store = RedisStore.from_url(own.redis_url, deployment, 5.0)
+    stream_metrics = ServiceMetrics("stream", deployment)
+    policy_metrics = ServiceMetrics("policy", deployment)
+    processor = StreamProcessor(
+        deployment=deployment,
+        bootstrap=own.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        metrics=stream_metrics,
+    )
+    policy = PolicyService(
+        deployment=deployment,
+        bootstrap=own.kafka_bootstrap,
+        store=RedisStore.from_url(own.redis_url, deployment, 5.0),
+        registry=default_registry(),
+        metrics=policy_metrics,
+    )
+    admin = KafkaAdminClient(bootstrap_servers=own.kafka_bootstrap)
+    names = [topic.name for topic in TOPICS]
+    try:
+        with _running(processor), _running(policy):
+            publish_all(own.kafka_bootstrap, before)
+            wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the reset")
+            wait_until(lambda: policy.counters.decisions > 0, 60.0, "a decision before the reset")
+            ids_before = _topic_ids(own.kafka_bootstrap)
+            admin.delete_topics(names)
+            wait_until(lambda: not set(names) & set(admin.list_topics()), 60.0, "the topics' deletion")
+            create_topics(own.kafka_bootstrap, 60.0)
+            ids_after = _topic_ids(own.kafka_bootstrap)
+            assert all(ids_after[name] != ids_before[name] for name in names)
+            decisions_before = policy.counters.decisions
+            publish_all(own.kafka_bootstrap, after)
+            wait_until(lambda: applied_total(store) == len(after), 180.0, "every event after the reset")
+            wait_until(lambda: policy.counters.decisions > decisions_before, 120.0, "a decision from the new log")
+            wait_until(lambda: _resets(policy_metrics) >= 1, 60.0, "the policy service to notice its new log")
+        assert _resets(stream_metrics) >= 1
+        assert processor.counters.skipped == 0
+        assert processor.counters.folded == len(events)
+    finally:
+        admin.close()
+        store.close()
+        stack_down(tmp_path)
