@@ -3,8 +3,9 @@
 It reads its pools from ``--config`` (TOML), the FleetOpt document through the SDK's ``PolicyClient``
 (a background-refreshed cache: a pass never waits on Redis), and appends every action to
 ``gov.scaling``. It serves ``/healthz`` and ``/metrics`` like the other services, and the KEDA external
-scaler over gRPC where a pool uses it. ``--advisory`` records actions without performing them,
-whatever the file's ``mode``. Stops cleanly on SIGINT or SIGTERM.
+scaler over gRPC where a pool uses it, except in advisory mode, which records actions without performing
+them (``--advisory`` forces it whatever the file's ``mode``) and so has no count to tell KEDA. Stops
+cleanly on SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -69,6 +70,8 @@ def build_connectors(
 ) -> dict[str, ScaleConnector]:
     """One connector per pool, as its ``connector`` key says.
 
+    A KEDA pool with a ``kubernetes`` table reads its live count from that workload's scale subresource.
+
     Raises:
         ConfigError: a pool names the local connector, which this build does not have yet (docs/scaler.md),
             or Kubernetes credentials are missing.
@@ -77,13 +80,16 @@ def build_connectors(
     api = None
     for name, pool in config.pools.items():
         start = pool.initial_replicas if pool.initial_replicas is not None else pool.min_replicas
+        workload = None
+        if pool.kubernetes is not None and pool.connector in ("keda", "kubernetes"):
+            api = api or kubernetes_api(kubeconfig)
+            workload = KubernetesScaleConnector(pool.kubernetes, api)
         if pool.connector == "keda":
-            connectors[name] = KedaConnector(name, board)
+            connectors[name] = KedaConnector(name, board, reader=workload)
         elif pool.connector == "memory":
             connectors[name] = MemoryConnector(name, start)
-        elif pool.connector == "kubernetes" and pool.kubernetes is not None:
-            api = api or kubernetes_api(kubeconfig)
-            connectors[name] = KubernetesScaleConnector(pool.kubernetes, api)
+        elif workload is not None:
+            connectors[name] = workload
         else:
             msg = f"pool {name}: the local connector is not built yet (docs/scaler.md, 'Local engines')"
             raise ConfigError(msg)
@@ -106,13 +112,7 @@ def run(args: argparse.Namespace) -> int:
         redis_shown=str(settings.redacted()["redis_url"]),
         redis_security=settings.redis_security(),
     )
-    keda_pools = {name: pool for name, pool in config.pools.items() if pool.connector == "keda"}
-    board = DesiredReplicas(
-        {
-            name: pool.min_replicas if pool.initial_replicas is None else pool.initial_replicas
-            for name, pool in keda_pools.items()
-        }
-    )
+    board = DesiredReplicas([name for name, pool in config.pools.items() if pool.connector == "keda"])
     connectors = build_connectors(config, board, args.kubeconfig)
     return _serve(args, settings, config, board, connectors)
 
@@ -125,7 +125,9 @@ def _serve(
     connectors: dict[str, ScaleConnector],
 ) -> int:
     keda = None
-    if board.pools():
+    if board.pools() and config.mode == "advisory":
+        log.warning("keda_not_served", pools=board.pools(), rule="advisory mode posts no count; KEDA holds the pools")
+    elif board.pools():
         if config.keda_port is None:
             msg = f"{args.config}: pools {', '.join(board.pools())} use KEDA: set keda_port"
             raise ConfigError(msg)

@@ -14,8 +14,10 @@ in its metadata (``pool: short``, ops/k8s/base/vllm-pool-keda.yaml). The answers
 - ``StreamIsActive``: the same, pushed again on every change of the pool's count (KEDA's push
   scaler), so a new plan reaches KEDA without waiting for its polling interval.
 
-A pool the scaler does not know is answered ``NOT_FOUND`` with the known pools named. Before the
-scaler's first decision the board holds each pool's starting count.
+A pool the scaler does not know is answered ``NOT_FOUND`` with the known pools named. A pool without a
+decision yet (no valid plan since the scaler started, or a scaler in advisory mode, which posts nothing) is
+answered ``UNAVAILABLE`` and its stream stays silent: KEDA then leaves the HPA where it is (or applies the
+ScaledObject's ``fallback``), rather than acting on a count the scaler never decided.
 """
 
 from __future__ import annotations
@@ -23,12 +25,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 from concurrent import futures
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 
 from schemas.errors import ConfigError
 from schemas.scaling import ConnectorKind
+from services.scaler.connector import ScaleConnector
 from services.scaler.proto import externalscaler_pb2 as pb
 
 SERVICE_NAME = "externalscaler.ExternalScaler"
@@ -42,25 +45,41 @@ def metric_name(pool: str) -> str:
 
 
 class DesiredReplicas:
-    """Each KEDA pool's count, shared between the scaler's loop and the gRPC threads; wakes streams on change."""
+    """Each KEDA pool's count, shared between the scaler's loop and the gRPC threads; wakes streams on change.
 
-    def __init__(self, initial: dict[str, int]) -> None:
-        """Start with ``initial`` (pool -> count)."""
-        self._counts = dict(initial)
+    A pool has no count until the scaler's first decision for it: until then KEDA is answered
+    ``UNAVAILABLE`` and its HPA keeps the pool where it is, rather than being told a guess.
+    """
+
+    def __init__(self, pools: list[str]) -> None:
+        """Answer for ``pools``, none of them decided yet."""
+        self._known = frozenset(pools)
+        self._counts: dict[str, int] = {}
         self._changes = 0
         self._changed = threading.Condition()
 
     def pools(self) -> list[str]:
         """The pools it answers for."""
-        return sorted(self._counts)
+        return sorted(self._known)
+
+    def knows(self, pool: str) -> bool:
+        """Whether ``pool`` is one of its pools."""
+        return pool in self._known
 
     def get(self, pool: str) -> int | None:
-        """The pool's count; None for a pool it does not hold."""
+        """The pool's count; None before the first decision (or for a pool it does not hold)."""
         with self._changed:
             return self._counts.get(pool)
 
     def set(self, pool: str, replicas: int) -> None:
-        """Post a new count and wake the streams."""
+        """Post a new count and wake the streams.
+
+        Raises:
+            ConfigError: ``pool`` is not one of its pools.
+        """
+        if pool not in self._known:
+            msg = f"pool {pool!r} is not a KEDA pool (known: {', '.join(self.pools())})"
+            raise ConfigError(msg)
         with self._changed:
             self._counts[pool] = replicas
             self._changes += 1
@@ -85,12 +104,18 @@ class DesiredReplicas:
 
 
 class KedaConnector:
-    """The connector of a KEDA pool: ``scale`` posts the count that the external scaler serves."""
+    """The connector of a KEDA pool: ``scale`` posts the count that the external scaler serves.
 
-    def __init__(self, pool: str, board: DesiredReplicas) -> None:
-        """Serve ``pool``'s count from ``board``."""
+    KEDA's HPA owns the live count and reports nothing back here; give the pool's workload as ``reader``
+    (a Kubernetes connector, used for ``get`` only) so the scaler starts from, and steps from, the count
+    the pool really runs.
+    """
+
+    def __init__(self, pool: str, board: DesiredReplicas, reader: ScaleConnector | None = None) -> None:
+        """Serve ``pool``'s count from ``board``; read the live count through ``reader`` where given."""
         self._pool = pool
         self._board = board
+        self._reader = reader
 
     @property
     def kind(self) -> ConnectorKind:
@@ -103,7 +128,13 @@ class KedaConnector:
         return f"keda/{self._pool}"
 
     def replicas(self) -> int | None:
-        """The count last posted (KEDA's HPA owns the live count, which it does not report back here)."""
+        """The live count through the reader; without one, the count last posted (None before the first).
+
+        Raises:
+            BackendUnavailableError: the reader's API did not answer.
+        """
+        if self._reader is not None:
+            return self._reader.replicas()
         return self._board.get(self._pool)
 
     def scale(self, replicas: int) -> None:
@@ -167,17 +198,16 @@ class ExternalScalerServer:
     def stream_is_active(
         self, request: pb.ScaledObjectRef, context: grpc.ServicerContext
     ) -> Iterator[pb.IsActiveResponse]:
-        """The pool's activity now, then again after every posted change, until the client or the server leaves."""
+        """The pool's activity once it has a count, then again after every change, until either side leaves."""
         pool = self._pool(request, context)
-        seen = self._board.changes()
-        last = self._board.get(pool)
-        yield pb.IsActiveResponse(result=(last or 0) > 0)
+        last = None
         while context.is_active() and not self._stopped.is_set():
-            seen = self._board.wait_change(seen, STREAM_RECHECK_S)
+            seen = self._board.changes()
             count = self._board.get(pool)
-            if count != last:
+            if count is not None and count != last:
                 last = count
-                yield pb.IsActiveResponse(result=(count or 0) > 0)
+                yield pb.IsActiveResponse(result=count > 0)
+            self._board.wait_change(seen, STREAM_RECHECK_S)
 
     def get_metric_spec(self, request: pb.ScaledObjectRef, context: grpc.ServicerContext) -> pb.GetMetricSpecResponse:
         """One metric per pool, target size 1: the HPA's replicas equal the metric's value."""
@@ -194,9 +224,10 @@ class ExternalScalerServer:
 
     def _pool(self, ref: pb.ScaledObjectRef, context: grpc.ServicerContext) -> str:
         pool = str(ref.scalerMetadata.get(POOL_METADATA_KEY, ""))
-        if self._board.get(pool) is None:
+        if not self._board.knows(pool):
             known = ", ".join(self._board.pools())
-            context.abort(
+            _abort(
+                context,
                 grpc.StatusCode.NOT_FOUND,
                 f"ScaledObject {ref.namespace}/{ref.name}: metadata pool={pool!r} is not a pool of this scaler "
                 f"(known: {known})",
@@ -204,7 +235,22 @@ class ExternalScalerServer:
         return pool
 
     def _count(self, ref: pb.ScaledObjectRef, context: grpc.ServicerContext) -> int:
-        return self._board.get(self._pool(ref, context)) or 0
+        pool = self._pool(ref, context)
+        count = self._board.get(pool)
+        if count is None:
+            _abort(
+                context,
+                grpc.StatusCode.UNAVAILABLE,
+                f"pool {pool!r} has no decision yet (no valid FleetOpt plan, or the scaler is in advisory mode)",
+            )
+        return count
+
+
+def _abort(context: grpc.ServicerContext, code: grpc.StatusCode, details: str) -> NoReturn:
+    """End the RPC with ``code`` and ``details``."""
+    context.abort(code, details)
+    # ServicerContext.abort always raises; grpc ships no types, so the checker is told here.
+    raise AssertionError(details)
 
 
 def _serialize(message: Any) -> bytes:

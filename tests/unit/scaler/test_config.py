@@ -35,7 +35,7 @@ class TestReadScalerConfig:
         path.write_text(GOOD)
         config = read_scaler_config(path)
         assert (config.mode, config.keda_port, config.pools["short"].gpus_per_replica) == ("act", 9090, 2)
-        connectors = build_connectors(config, DesiredReplicas({"short": 1}), None)
+        connectors = build_connectors(config, DesiredReplicas(["short"]), None)
         assert isinstance(connectors["short"], KedaConnector)
         assert isinstance(connectors["long"], MemoryConnector)
         assert connectors["long"].replicas() == 2
@@ -53,7 +53,7 @@ class TestReadScalerConfig:
             'pools.short = { max_replicas = 2, connector = "local", local = { command = ["vllm"], first_port = 8100 } }'
         )
         with pytest.raises(ConfigError, match="pool short: the local connector is not built yet"):
-            build_connectors(read_scaler_config(path), DesiredReplicas({}), None)
+            build_connectors(read_scaler_config(path), DesiredReplicas([]), None)
 
     def test_governor_scale_exits_2_naming_the_file_and_key(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

@@ -16,6 +16,7 @@ from services.scaler import (
     ExternalScalerServer,
     KedaConnector,
     ListActionSink,
+    MemoryConnector,
     ScalerMetrics,
     ScalerService,
 )
@@ -31,7 +32,11 @@ DEADLINE_S = 10.0
 
 @pytest.fixture
 def board() -> DesiredReplicas:
-    return DesiredReplicas({"short": 2, "long": 1})
+    """Both pools decided: short at 2, long at 1."""
+    board = DesiredReplicas(["short", "long"])
+    board.set("short", 2)
+    board.set("long", 1)
+    return board
 
 
 @pytest.fixture
@@ -124,6 +129,55 @@ class TestExternalScalerServer:
             stub.GetMetricSpec(ref("medium"), timeout=DEADLINE_S)
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
         assert "pool='medium' is not a pool of this scaler (known: long, short)" in info.value.details()
+
+
+class TestBeforeTheFirstDecision:
+    @pytest.fixture
+    def undecided(self) -> Iterator[tuple[DesiredReplicas, pb_grpc.ExternalScalerStub]]:
+        board = DesiredReplicas(["short"])
+        server = ExternalScalerServer(board, 0)
+        server.start()
+        channel = grpc.insecure_channel(f"127.0.0.1:{server.port}")
+        try:
+            yield board, pb_grpc.ExternalScalerStub(channel)
+        finally:
+            channel.close()
+            server.close()
+
+    def test_keda_is_answered_unavailable_not_a_guessed_count(
+        self, undecided: tuple[DesiredReplicas, pb_grpc.ExternalScalerStub]
+    ) -> None:
+        _, stub = undecided
+        for call in (lambda: metric_value(stub, "short"), lambda: stub.IsActive(ref("short"), timeout=DEADLINE_S)):
+            with pytest.raises(grpc.RpcError) as info:
+                call()
+            assert info.value.code() == grpc.StatusCode.UNAVAILABLE
+            assert "pool 'short' has no decision yet" in info.value.details()
+
+    def test_the_stream_stays_silent_until_the_first_decision(
+        self, undecided: tuple[DesiredReplicas, pb_grpc.ExternalScalerStub]
+    ) -> None:
+        board, stub = undecided
+        stream = stub.StreamIsActive(ref("short"), timeout=DEADLINE_S)
+        board.set("short", 3)
+        assert next(stream).result is True
+        stream.cancel()
+
+
+class TestKedaConnector:
+    def test_reads_the_live_count_through_its_reader_and_posts_to_the_board(self) -> None:
+        board = DesiredReplicas(["short"])
+        connector = KedaConnector("short", board, reader=MemoryConnector("short", 10))
+        assert connector.replicas() == 10
+        connector.scale(12)
+        assert (board.get("short"), connector.replicas()) == (12, 10)
+
+    def test_without_a_reader_the_count_is_the_last_posted(self) -> None:
+        board = DesiredReplicas(["short"])
+        connector = KedaConnector("short", board)
+        assert connector.replicas() is None
+        connector.scale(3)
+        assert connector.replicas() == 3
 
 
 class TestGeneratedStubs:
