@@ -23,6 +23,7 @@ KubernetesName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="RFC 1123")
 ]
 ScalerMode = Literal["act", "advisory"]
+ScalerClock = Literal["wall", "plan"]
 ConnectorKind = Literal["keda", "kubernetes", "local", "memory"]
 ScaleTargetKind = Literal["Deployment", "StatefulSet", "LeaderWorkerSet"]
 ScaleReasonName = Literal[
@@ -82,6 +83,11 @@ class ScalerConfig(ContractModel):
     """The scaler's configuration file: the mode, the interval, the policy scope and each pool."""
 
     mode: ScalerMode = Field(default="advisory", description="advisory records actions without performing them")
+    clock: ScalerClock = Field(
+        default="wall",
+        description="wall: passes run at the wall clock (live telemetry's event time) and stale plans are not "
+        "followed; plan: time is the newest plan's computed_at (simulated fleets, replays)",
+    )
     interval_s: float = Field(default=5.0, gt=0.0, le=3600.0, allow_inf_nan=False, description="seconds per pass")
     scope: Name = Field(default="fleet", description="scope of the FleetOpt document to follow")
     keda_port: int | None = Field(default=None, ge=0, le=65535, description="gRPC port of the KEDA external scaler")

@@ -5,9 +5,11 @@ Every ``interval_s`` it reads the FleetOpt document of its scope from a ``Policy
 plan's fleet half into per-pool targets, asks the pure rules (policies/scaling) for each pool's
 change, makes it through the pool's connector, and appends every change to ``gov.scaling``.
 
-- Event time: ``clock`` gives the time the pass runs at. Live that is the wall clock, which is
-  the event time of live telemetry and of the plans decided from it; a plan past its
-  ``valid_until`` is not followed (the pools are left alone: no scaling on a stale plan).
+- Event time: on the ``wall`` clock (the default) ``clock`` gives the time the pass runs at: live,
+  the wall clock, which is the event time of live telemetry and of the plans decided from it; a plan
+  past its ``valid_until`` is not followed (the pools are left alone: no scaling on a stale plan). On
+  the ``plan`` clock (simulated fleets and replays, whose event time is not the wall's) time is the
+  newest plan's ``computed_at``.
 - Advisory mode computes and records every action (``result: advisory``) and calls no connector.
   Its memory moves as if the action had been made, so the advisory log is the trace the pools
   would have followed.
@@ -29,6 +31,7 @@ from prometheus_client import Counter, Gauge
 
 from policies.scaling import PlanTarget, PoolDecision, PoolLimits, PoolMemory, decide_pool, plan_targets
 from schemas.errors import BackendUnavailableError
+from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from schemas.scaling import ConnectorResult, ScalerConfig, ScalerPoolConfig, ScalingAction
 from services.health import SERVICE_LABELS, ServiceMetrics
@@ -142,6 +145,7 @@ class ScalerService:
             observed = self._connectors[name].replicas()
             start = observed if observed is not None else pool.initial_replicas
             self._memory[name] = PoolMemory(replicas=pool.min_replicas if start is None else start)
+        self._plan_now_s = 0.0
         self._seq = 0
         self._passes = 0
         self._actions = 0
@@ -160,8 +164,7 @@ class ScalerService:
 
     def step(self) -> list[ScalingAction]:
         """One pass over every pool at the clock's time; return the actions recorded."""
-        now_s = self._clock()
-        document = self._plans.current("fleetopt", self._config.scope, now_s)
+        now_s, document = self._now_and_plan()
         targets = plan_targets(document) if isinstance(document, FleetoptPolicy) else {}
         actions = []
         for name in sorted(self._config.pools):
@@ -173,6 +176,21 @@ class ScalerService:
         if actions:
             self._metrics.service.folded()
         return actions
+
+    def _now_and_plan(self) -> tuple[float, PolicyDocument | None]:
+        """The pass's event time and the FleetOpt document in force then.
+
+        On the ``plan`` clock time is the newest plan's ``computed_at``: a newer document is valid at the
+        previous one's time, so the newest is always returned, and cool-downs and holds count in plan time.
+        """
+        scope = self._config.scope
+        if self._config.clock == "wall":
+            now_s = self._clock()
+            return now_s, self._plans.current("fleetopt", scope, now_s)
+        document = self._plans.current("fleetopt", scope, self._plan_now_s)
+        if document is not None:
+            self._plan_now_s = max(self._plan_now_s, document.computed_at)
+        return self._plan_now_s, document
 
     def _step_pool(self, name: str, target: PlanTarget | None, now_s: float) -> ScalingAction | None:
         connector = self._connectors[name]

@@ -184,6 +184,19 @@ class TestScalerService:
         )
 
 
+class TestPlanClock:
+    def test_time_is_the_newest_plans_so_holds_count_in_plan_time(self) -> None:
+        """On the plan clock, plans from a simulated fleet (t near 0) are followed and the hold runs in their time."""
+        config = scaler_config(max_step_replicas=6, cooldown_s=0.0).model_copy(update={"clock": "plan"})
+        rig = Rig(config, short=3)
+        rig.clock.now_s = 1e9
+        recorded = []
+        for minute in range(5):
+            rig.plans.put(fleetopt_plan(short_gpus=2, long_gpus=1, version=minute + 1, computed_at=60.0 * minute))
+            recorded += rig.service.step()
+        assert [(a.ts, a.from_replicas, a.to_replicas, a.plan_version) for a in recorded] == [(120.0, 3, 1, 3)]
+
+
 class TestScalerConfig:
     def test_a_kubernetes_pool_must_name_its_workload(self) -> None:
         with pytest.raises(ValueError, match=r"connector 'kubernetes' needs a \[pools.<name>.kubernetes\] table"):
