@@ -6,26 +6,24 @@ from typing import Literal
 
 from pydantic import Field
 
-from schemas.envelope import Envelope, Identifier
+from schemas.envelope import Envelope, Identifier, Label
 
 
 class EngineRegistered(Envelope):
     """An engine (re)started: its hardware, limits and pool, so policies can size for it."""
 
     event_type: Literal["engine.registered"] = "engine.registered"
-    model: Identifier
-    gpu: Identifier
-    hardware_profile: Identifier | None = Field(default=None, description="calibration profile key")
-    pool: Identifier = "default"
+    model: Label
+    gpu: Label
+    hardware_profile: Label | None = Field(default=None, description="calibration profile key")
+    pool: Label = "default"
     max_num_seqs: int = Field(ge=1, le=1_000_000)
     max_num_batched_tokens: int = Field(ge=1, le=10_000_000)
     max_model_len: int = Field(ge=1, le=10_000_000)
     kv_blocks_total: int = Field(ge=1)
     block_size_tokens: int = Field(ge=1, le=4096)
     dp_size: int = Field(default=1, ge=1, le=4096)
-    scheduler: Identifier | None = Field(
-        default=None, description="the scheduler the engine runs (vllm, ebplus, slai, ...)"
-    )
+    scheduler: Label | None = Field(default=None, description="the scheduler the engine runs (vllm, ebplus, slai, ...)")
     obeys: list[Identifier] | None = Field(
         default=None,
         max_length=16,

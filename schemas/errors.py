@@ -9,6 +9,7 @@ Everything Governor raises derives from ``GovernorError``, so one ``except`` cat
       ConfigError                                     settings that cannot work together
       StaleVersionError                               compare-and-set refused a policy write
       BackendUnavailableError                         Kafka or Redis unreachable or timed out
+      UnreadableValueError                            a value in Redis of the wrong type (reported, replaced)
 
 Errors keep their inputs as attributes and their message names the field, the value and where
 it came from. Expected outcomes (a fit without enough data, a clamped decision, an offset already
@@ -105,3 +106,15 @@ class BackendUnavailableError(GovernorError):
     def __init__(self, message: str, *, backend: str) -> None:
         super().__init__(message)
         self.backend = backend
+
+
+class UnreadableValueError(GovernorError):
+    """A key in Redis holds a value of the wrong type (a list where a document belongs: Redis ``WRONGTYPE``).
+
+    Not an outage: retrying reads the same value for ever. The caller reports it and replaces or
+    skips the value (docs/contracts.md, "Failure behaviour").
+    """
+
+    def __init__(self, message: str, *, key: str) -> None:
+        super().__init__(message)
+        self.key = key

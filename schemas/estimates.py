@@ -215,6 +215,11 @@ class FleetSummary(ContractModel):
         default_factory=list,
         description="engines dropped from the fleet: their last closed slot trails the newest by over silent_slots",
     )
+    quarantined_engines: list[str] = Field(
+        default_factory=list,
+        description="engines whose clock leads the fleet's by over the allowed lead: not trusted, not merged",
+    )
+    quarantined_contributions: int = Field(default=0, ge=0, description="contributions of quarantined engines dropped")
 
 
 EstimateSummary = Annotated[EngineSummary | FleetContribution | FleetSummary, Field(discriminator="summary_type")]

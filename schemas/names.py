@@ -1,11 +1,29 @@
 """Topic names and Redis key builders: the names are part of the product (DESIGN section 5).
 
-Every Redis key of a deployment starts with ``gov:{deployment}:``; only these builders spell them.
+Every Redis key of a deployment starts with ``gov:{deployment}:`` followed by one fixed namespace
+segment (``est``, ``service-state``, ``policy``, ``policy-history``, ``pin``, ``ack``, ``offsets``,
+``log-ids``, ``policy-updates``); only these builders spell them. Every part a builder takes from
+outside (a deployment, an engine id, a policy kind or scope) must match ``IDENTIFIER_PATTERN``, which
+has no ``:``: so a part can never spill into the next segment, every key has a fixed number of
+segments after its namespace, and no identifier can make one key equal another (an engine named
+``policy-config`` or ``x:history`` used to share a key with the policy service's state or another
+engine's history; docs/contracts.md, "Identifiers and key namespaces"). A builder given another part
+raises ``InvalidInputError`` instead of building a key that could collide.
 """
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
+
+from schemas.errors import InvalidInputError
+
+IDENTIFIER_PATTERN = r"^[A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_@-]+)*$"
+_IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
+RESERVED_SCOPES = frozenset({"fleet"})  # scopes of the control plane's own; never an engine id
+
+STREAM_CONSUMER = "stream"
+POLICY_CONSUMER = "policy"
 
 TELEMETRY_TOPIC = "gov.telemetry"
 ESTIMATES_TOPIC = "gov.estimates"
@@ -29,39 +47,82 @@ TOPICS: tuple[TopicSpec, ...] = (
 )
 
 
+def key_part(value: str, what: str) -> str:
+    """Return ``value`` when it may be part of a key: an identifier without ``:``, ``/`` or ``..``.
+
+    Raises:
+        InvalidInputError: ``value`` does not match ``IDENTIFIER_PATTERN``.
+    """
+    if _IDENTIFIER.fullmatch(value) is None:
+        msg = f"{what} must match {IDENTIFIER_PATTERN} to be part of a Redis key, got {value!r}"
+        raise InvalidInputError(msg, field=what, value=value)
+    return value
+
+
+def _namespace(deployment: str, segment: str) -> str:
+    return f"gov:{key_part(deployment, 'deployment')}:{segment}"
+
+
 def estimate_key(deployment: str, scope: str, name: str) -> str:
-    """Key of one estimate: ``gov:{deployment}:est:{scope}:{name}``."""
-    return f"gov:{deployment}:est:{scope}:{name}"
+    """Key of one estimate of an engine: ``gov:{deployment}:est:{scope}:{name}``."""
+    return f"{_namespace(deployment, 'est')}:{key_part(scope, 'scope')}:{key_part(name, 'name')}"
+
+
+def estimate_pattern(deployment: str, name: str) -> str:
+    """SCAN pattern of every engine's estimate ``name``: ``gov:{deployment}:est:*:{name}``."""
+    return f"{_namespace(deployment, 'est')}:*:{key_part(name, 'name')}"
+
+
+def estimate_scope_of(deployment: str, name: str, key: str) -> str | None:
+    """The engine scope of an estimate key ``name`` (as ``estimate_key`` builds it), or None for any other key."""
+    prefix, suffix = f"{_namespace(deployment, 'est')}:", f":{name}"
+    if not (key.startswith(prefix) and key.endswith(suffix)) or len(key) <= len(prefix) + len(suffix):
+        return None
+    scope = key[len(prefix) : -len(suffix)]
+    return scope if _IDENTIFIER.fullmatch(scope) is not None else None
+
+
+def state_key(deployment: str, consumer: str, scope: str) -> str:
+    """Key of one state a consumer commits with its offsets.
+
+    The stream processor's states are its engines' estimator states, ``gov:{deployment}:est:{engine}:state``
+    (``scope`` is the engine id). Every other consumer's states are its own and live in a namespace no
+    engine id reaches, ``gov:{deployment}:service-state:{consumer}:{scope}``; there ``scope`` is a name the
+    service chose (``policy-ledger``, ``fleet-fleetopt``, ``policy-config:3``, ...), after the last fixed segment.
+    """
+    if consumer == STREAM_CONSUMER:
+        return estimate_key(deployment, scope, "state")
+    return f"{_namespace(deployment, 'service-state')}:{key_part(consumer, 'consumer')}:{scope}"
 
 
 def policy_key(deployment: str, kind: str, scope: str) -> str:
     """Key of the current policy document: ``gov:{deployment}:policy:{kind}:{scope}``."""
-    return f"gov:{deployment}:policy:{kind}:{scope}"
+    return f"{_namespace(deployment, 'policy')}:{key_part(kind, 'kind')}:{key_part(scope, 'scope')}"
 
 
 def policy_history_key(deployment: str, kind: str, scope: str) -> str:
-    """Key of the capped history list of a policy: ``gov:{deployment}:policy:{kind}:{scope}:history``."""
-    return f"{policy_key(deployment, kind, scope)}:history"
+    """Key of the capped history list of a policy: ``gov:{deployment}:policy-history:{kind}:{scope}``."""
+    return f"{_namespace(deployment, 'policy-history')}:{key_part(kind, 'kind')}:{key_part(scope, 'scope')}"
 
 
 def policy_channel(deployment: str) -> str:
     """Pub/sub channel announcing new policy versions: ``gov:{deployment}:policy-updates``."""
-    return f"gov:{deployment}:policy-updates"
+    return _namespace(deployment, "policy-updates")
 
 
 def pin_key(deployment: str, kind: str, scope: str) -> str:
     """Key of an operator's pin on a policy, expiring with it: ``gov:{deployment}:pin:{kind}:{scope}``."""
-    return f"gov:{deployment}:pin:{kind}:{scope}"
+    return f"{_namespace(deployment, 'pin')}:{key_part(kind, 'kind')}:{key_part(scope, 'scope')}"
 
 
 def ack_key(deployment: str, kind: str, engine_id: str) -> str:
     """Key of an engine's last acknowledgement: ``gov:{deployment}:ack:{kind}:{engine_id}``."""
-    return f"gov:{deployment}:ack:{kind}:{engine_id}"
+    return f"{_namespace(deployment, 'ack')}:{key_part(kind, 'kind')}:{key_part(engine_id, 'engine_id')}"
 
 
 def offsets_key(deployment: str, consumer: str) -> str:
     """Hash of applied Kafka offsets per ``topic:partition``: ``gov:{deployment}:offsets:{consumer}``."""
-    return f"gov:{deployment}:offsets:{consumer}"
+    return f"{_namespace(deployment, 'offsets')}:{key_part(consumer, 'consumer')}"
 
 
 def log_ids_key(deployment: str, consumer: str) -> str:
@@ -71,4 +132,4 @@ def log_ids_key(deployment: str, consumer: str) -> str:
     recreated, or a broker without durable storage restarted) is a new log, and its applied offset
     means nothing there (docs/operations.md, "Log resets").
     """
-    return f"gov:{deployment}:log-ids:{consumer}"
+    return f"{_namespace(deployment, 'log-ids')}:{key_part(consumer, 'consumer')}"

@@ -16,7 +16,7 @@ from pydantic import Field, JsonValue, model_validator
 from schemas.envelope import EventTime, Identifier
 from schemas.errors import InputErrorCode
 from schemas.estimates import EstimateSummary, check_summary_format
-from schemas.policy_docs.base import ContractModel, SourceOffset
+from schemas.policy_docs.base import ContractModel, DocumentSignature, SourceOffset
 
 
 class DeadLetter(ContractModel):
@@ -28,6 +28,9 @@ class DeadLetter(ContractModel):
     field: str | None = Field(default=None, max_length=512)
     source: SourceOffset
     raw: str = Field(max_length=70_000, description="the offending bytes, decoded as UTF-8 with replacement")
+
+
+SnapshotProducer = Literal["stream", "policy"]
 
 
 class EstimateSnapshot(ContractModel):
@@ -45,6 +48,12 @@ class EstimateSnapshot(ContractModel):
     trigger: str = Field(max_length=128, description="what fired: completions:100, interval:10s, ...")
     offsets: list[SourceOffset] = Field(default_factory=list)
     estimates: EstimateSummary
+    producer: SnapshotProducer | None = Field(
+        default=None, description="the service that took it: stream (engines' snapshots) or policy (fleet snapshots)"
+    )
+    signature: DocumentSignature | None = Field(
+        default=None, description="the producer's HMAC-SHA256 (schemas/signing.py); None: the deployment signs nothing"
+    )
 
     @model_validator(mode="before")
     @classmethod

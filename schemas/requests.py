@@ -12,7 +12,7 @@ from typing import Literal
 
 from pydantic import Field, model_validator
 
-from schemas.envelope import Envelope, Identifier, Seconds, Tokens
+from schemas.envelope import Envelope, Label, Seconds, Tokens
 
 
 class FinishReason(StrEnum):
@@ -31,21 +31,21 @@ class RequestArrived(Envelope):
     """A request reached the engine (or its router): prompt size, tier and limits are known."""
 
     event_type: Literal["request.arrived"] = "request.arrived"
-    request_id: Identifier
+    request_id: Label
     prompt_tokens: Tokens = Field(json_schema_extra={"otel": "gen_ai.usage.input_tokens"})
     max_tokens: int | None = Field(
         default=None, ge=1, le=10_000_000, json_schema_extra={"otel": "gen_ai.request.max_tokens"}
     )
-    tier: Identifier = "default"
+    tier: Label = "default"
     tbt_slo_s: float | None = Field(default=None, gt=0.0, le=3600.0, allow_inf_nan=False)
-    category: Identifier | None = Field(default=None, description="traffic category (prose, code, rag, ...)")
+    category: Label | None = Field(default=None, description="traffic category (prose, code, rag, ...)")
 
 
 class RequestAdmitted(Envelope):
     """The request got KV memory and a slot (on ``dp_rank`` for DP engines)."""
 
     event_type: Literal["request.admitted"] = "request.admitted"
-    request_id: Identifier
+    request_id: Label
     queue_time_s: Seconds = Field(default=0.0)
 
 
@@ -53,7 +53,7 @@ class RequestFirstToken(Envelope):
     """The request's first output token was produced (end of prefill)."""
 
     event_type: Literal["request.first_token"] = "request.first_token"
-    request_id: Identifier
+    request_id: Label
     ttft_s: Seconds = Field(json_schema_extra={"otel": "gen_ai.server.time_to_first_token"})
 
 
@@ -61,15 +61,15 @@ class RequestFinished(Envelope):
     """The request left the engine; carries its lengths and its latency summary."""
 
     event_type: Literal["request.finished"] = "request.finished"
-    request_id: Identifier
+    request_id: Label
     prompt_tokens: Tokens = Field(json_schema_extra={"otel": "gen_ai.usage.input_tokens"})
     output_tokens: Tokens = Field(json_schema_extra={"otel": "gen_ai.usage.output_tokens"})
     finish_reason: Literal["stop", "length", "abort", "error"] = Field(
         json_schema_extra={"otel": "gen_ai.response.finish_reasons"}
     )
-    tier: Identifier = "default"
+    tier: Label = "default"
     tbt_slo_s: float | None = Field(default=None, gt=0.0, le=3600.0, allow_inf_nan=False)
-    category: Identifier | None = None
+    category: Label | None = None
     arrived_ts: Seconds = Field(description="event time the request arrived, seconds")
     admitted_ts: Seconds | None = None
     ttft_s: Seconds | None = Field(default=None, json_schema_extra={"otel": "gen_ai.server.time_to_first_token"})
@@ -100,5 +100,5 @@ class RequestPreempted(Envelope):
     """The request lost its KV memory and will be recomputed."""
 
     event_type: Literal["request.preempted"] = "request.preempted"
-    request_id: Identifier
+    request_id: Label
     generated_tokens: Tokens

@@ -1,4 +1,4 @@
-"""HMAC-SHA256 signatures of policy documents: engines obey only what a holder of the key wrote.
+"""HMAC-SHA256 signatures of policy documents and estimate snapshots: only a holder of the key is obeyed.
 
 The policy service signs every document it stores; the engine SDK's ``PolicyClient`` verifies the
 signature before it caches a document. The MAC covers a canonical encoding of the document (its
@@ -6,6 +6,12 @@ JSON form without the ``signature`` field, keys sorted, no whitespace), so it su
 re-encoding of the same values and breaks on any changed value. The signature names its key by id,
 so keys rotate without a gap: engines accept every key of their keyring while the policy service
 moves from the old key to the new one (docs/security.md).
+
+Estimate snapshots on ``gov.estimates`` are signed the same way, with the same key, by the service
+that took them (``producer``: the stream processor for engines' snapshots and fleet contributions,
+the policy service for the fleet snapshots it closes); the policy service decides from no other
+(issue 34 item 5). The producer is under the MAC, so a snapshot cannot be passed off as another
+service's.
 """
 
 from __future__ import annotations
@@ -17,6 +23,7 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from schemas.policy_docs.base import DocumentSignature, PolicyDocument
+from schemas.records import EstimateSnapshot, SnapshotProducer
 
 DocumentT = TypeVar("DocumentT", bound=PolicyDocument)
 
@@ -69,5 +76,39 @@ def signature_problem(document: PolicyDocument, keyring: PolicyKeyring) -> str |
     if key is None:
         return "unknown_key"
     if not hmac.compare_digest(signature.hmac_sha256, _mac(key, document)):
+        return "bad_mac"
+    return None
+
+
+def _snapshot_mac(key: SigningKey, snapshot: EstimateSnapshot) -> str:
+    body = snapshot.model_dump(mode="json", exclude={"signature"})
+    text = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True, allow_nan=False)
+    return hmac.new(key.secret, text.encode(), hashlib.sha256).hexdigest()
+
+
+def sign_snapshot(snapshot: EstimateSnapshot, key: SigningKey, producer: SnapshotProducer) -> EstimateSnapshot:
+    """Return ``snapshot`` naming its ``producer``, signed (HMAC-SHA256 under ``key``, the producer included)."""
+    named = snapshot.model_copy(update={"producer": producer, "signature": None})
+    signature = DocumentSignature(key_id=key.key_id, hmac_sha256=_snapshot_mac(key, named))
+    return named.model_copy(update={"signature": signature})
+
+
+def snapshot_signature_problem(
+    snapshot: EstimateSnapshot, keyring: PolicyKeyring, producer: SnapshotProducer
+) -> str | None:
+    """Why ``snapshot`` is not a validly signed snapshot of ``producer``; or None.
+
+    Returns ``unsigned``, ``foreign_producer`` (signed, but naming another producer or none),
+    ``unknown_key`` or ``bad_mac``.
+    """
+    signature = snapshot.signature
+    if signature is None:
+        return "unsigned"
+    if snapshot.producer != producer:
+        return "foreign_producer"
+    key = keyring.accepted(signature.key_id)
+    if key is None:
+        return "unknown_key"
+    if not hmac.compare_digest(signature.hmac_sha256, _snapshot_mac(key, snapshot)):
         return "bad_mac"
     return None

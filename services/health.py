@@ -9,7 +9,11 @@ otherwise. Progress means two things, both required:
   (``lag_measured``), and when the assigned partitions have lag and nothing was folded
   (``folded``) for ``stall_after_s`` (``GOVERNOR_STALL_AFTER_S``), the service is stalled. A loop
   that polls and gets nothing while the log grows (a broker whose fetches stopped returning
-  records) is a stall, not health.
+  records) is a stall, not health;
+- batches succeed: a batch that fails and is retried (``batch_failed``) starts a clock that only a
+  fold stops, and after ``stall_after_s`` of failing the service is unhealthy, whatever the lag
+  says (the retried batch may hold the whole backlog, so the lag reads 0). Received records are not
+  progress: the policy service counts a fold only once a batch is committed.
 
 ``/readyz`` answers as ``/healthz`` does and adds whether the service holds partitions; both
 bodies give the lag, the seconds since the last fold and the log resets seen (services/log_reset.py).
@@ -154,10 +158,17 @@ class ServiceMetrics:
             (*labels, "topic", "partition", "reason"),
             registry=registry,
         )
+        self._unreadable_values = Counter(
+            "governor_store_values_unreadable",
+            "values in Redis of the wrong type or shape, reported and replaced or skipped (never retried as an outage)",
+            (*labels, "what"),
+            registry=registry,
+        )
         self._computed_at: dict[tuple[str, str], float] = {}
         self._foreign_seen: set[str] = set()
         self.last_progress = time.monotonic()
         self.last_folded = self.last_progress
+        self.failing_since: float | None = None
         self.current_lag = 0
         self.assigned = 0
         self.log_resets = 0
@@ -167,8 +178,23 @@ class ServiceMetrics:
         self.last_progress = time.monotonic()
 
     def folded(self) -> None:
-        """Record that the service folded (or decided from) at least one record just now."""
+        """Record that the service folded (or decided from) at least one record just now, and committed or
+        will commit it: its batches no longer fail."""
         self.last_folded = time.monotonic()
+        self.failing_since = None
+
+    def batch_failed(self) -> None:
+        """Record that a batch (or the step that positions the partitions) failed and will be retried.
+
+        The first failure since the last fold starts the clock health reads (``failing_for``): a loop
+        that turns, polls and retries the same input is not making progress, however busy it looks.
+        """
+        if self.failing_since is None:
+            self.failing_since = time.monotonic()
+
+    def failing_for(self) -> float:
+        """Seconds since the first of the batch failures not followed by a fold; 0.0 when none failed."""
+        return 0.0 if self.failing_since is None else time.monotonic() - self.failing_since
 
     def lag_measured(self, lag: int, assigned: int) -> None:
         """Record the lag over the ``assigned`` partitions, measured at this poll; also a loop turn."""
@@ -198,6 +224,10 @@ class ServiceMetrics:
     def dead_lettered(self, code: str) -> None:
         """Count one dead-lettered record under its code (schemas/records.py ``DeadLetterCode``)."""
         self._dead_letter_codes.labels(self.deployment, self.service, code).inc()
+
+    def stored_value_unreadable(self, what: str) -> None:
+        """Count one value in Redis the service could not read (``engine_state``, ``policy_key``, ``service_state``)."""
+        self._unreadable_values.labels(self.deployment, self.service, what).inc()
 
     def decided(self, document: PolicyDocument) -> None:
         """Export a newly stored document: its version, validity, decision time and headline values."""
@@ -286,6 +316,9 @@ class HealthServer:
             problems.append(f"loop made no progress for {age:.0f} s")
         if stalled > self._stall_after_s:
             problems.append(f"nothing folded for {stalled:.0f} s while {metrics.current_lag} records wait")
+        failing = metrics.failing_for()
+        if failing > self._stall_after_s:
+            problems.append(f"batches failing and retried for {failing:.0f} s")
         if ready and metrics.assigned == 0:
             problems.append("no partitions assigned")
         body: dict[str, object] = {
@@ -294,6 +327,7 @@ class HealthServer:
             "problems": problems,
             "seconds_since_progress": round(age, 3),
             "seconds_since_fold": round(time.monotonic() - metrics.last_folded, 3),
+            "seconds_failing": round(failing, 3),
             "lag": metrics.current_lag,
             "assigned_partitions": metrics.assigned,
             "log_resets": metrics.log_resets,

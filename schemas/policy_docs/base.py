@@ -13,6 +13,10 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 FiniteTime = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
+MAX_VERSION = 2**53 - 1
+"""The largest policy version (docs/contracts.md): the compare-and-set runs in Redis Lua, whose numbers are
+doubles, exact for integers below 2**53 only. A version above it is refused at write and not read as a
+version (the stored value counts as absent and is overwritten), so no value can freeze a scope."""
 DiagnosticValue = float | int | str | bool | None
 
 
@@ -60,13 +64,13 @@ class PolicyDocument(ContractModel):
     kind: str = Field(min_length=1, max_length=32)
     scope: str = Field(min_length=1, max_length=128, description="engine id, DP deployment or fleet name")
     deployment: str = Field(min_length=1, max_length=128)
-    version: int = Field(ge=1)
+    version: int = Field(ge=1, le=MAX_VERSION)
     computed_at: FiniteTime = Field(description="event time the decision was computed at, seconds")
     valid_until: FiniteTime = Field(description="event time after which engines fall back, seconds")
     inputs: InputsDigest
     diagnostics: dict[str, DiagnosticValue] = Field(default_factory=dict)
     clamps: list[ClampRecord] = Field(default_factory=list)
-    previous_version: int | None = Field(default=None, ge=1)
+    previous_version: int | None = Field(default=None, ge=1, le=MAX_VERSION)
     signature: DocumentSignature | None = Field(
         default=None, description="the policy service's signature; None where the deployment has no signing key"
     )

@@ -165,6 +165,7 @@ def run_stream(args: argparse.Namespace) -> int:
             reanchor_after=settings.event_time_reanchor_events,
         ),
         commit_interval_s=settings.stream_commit_interval_s,
+        keyring=settings.policy_keyring(),
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)

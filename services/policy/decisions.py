@@ -12,10 +12,11 @@ holds a key (services/policy/pins.py), the decision is recorded but not written.
 
 With a signing keyring, every document is signed before it is stored (schemas/signing.py).
 
-A stored value the policy cannot build upon (not JSON, not a valid document, or not validly signed
-while the keyring is set: someone else wrote it) is reported once per key (``policy_key_unreadable``)
-and replaced: the next decision starts afresh and is numbered above the stored value's version, so
-one malformed key never blocks its scope (issue 19).
+A stored value the policy cannot build upon (not JSON, not a valid document, a key of another Redis
+type, a version outside the contract's bound, or not validly signed while the keyring is set: someone
+else wrote it) is reported once per key (``policy_key_unreadable``) and replaced: the next decision
+starts afresh and is numbered above the stored value's version (when it has one inside the bound),
+so one malformed key never blocks its scope (issue 19, issue 34).
 
 Two phases, for the live service's outbox order (issue 19 item 5): ``stage`` decides and returns
 the decision records with the writes they imply, without writing (later snapshots of the same batch
@@ -32,10 +33,12 @@ from dataclasses import dataclass, field
 import structlog
 from pydantic import ValidationError
 
+from schemas.errors import UnreadableValueError
 from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.signing import PolicyKeyring, sign, signature_problem
+from services.health import ServiceMetrics
 from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry, PolicySpec
@@ -81,8 +84,10 @@ class DecisionMaker:
         *,
         pins: PinBoard | None = None,
         keyring: PolicyKeyring | None = None,
+        metrics: ServiceMetrics | None = None,
     ) -> None:
         self.policy_set = PolicySet(registry=registry)
+        self._metrics = metrics
         self._store = store
         self._pins = pins
         self._keyring = keyring
@@ -108,19 +113,32 @@ class DecisionMaker:
         staged = self._staged.get((spec.kind, scope))
         if staged is not None:
             return staged, staged.version
-        raw = self._store.get_policy(spec.kind, scope)
+        try:
+            raw = self._store.get_policy(spec.kind, scope)
+        except UnreadableValueError as exc:
+            self._unreadable(spec.kind, scope, str(exc))
+            raw = ""
         if raw is None:
             return None, 0
-        document, problem = self._readable(spec, raw)
+        document, problem = self._readable(spec, raw) if raw else (None, "")
         if document is not None:
             return document, document.version
-        self._unreadable(spec.kind, scope, problem)
+        if raw:
+            self._unreadable(spec.kind, scope, problem)
         floor_version = stored_version(raw) or 0
-        for entry in self._store.policy_history(spec.kind, scope):
+        for entry in self._history(spec.kind, scope):
             earlier, _ = self._readable(spec, entry)
             if earlier is not None:
                 return earlier, max(floor_version, earlier.version)
         return None, floor_version
+
+    def _history(self, kind: str, scope: str) -> list[str]:
+        """The key's history, newest first; none when its key holds another type (``put_policy`` replaces it)."""
+        try:
+            return self._store.policy_history(kind, scope)
+        except UnreadableValueError as exc:
+            self._unreadable(kind, scope, str(exc))
+            return []
 
     def _readable(self, spec: PolicySpec, raw: str) -> tuple[PolicyDocument | None, str]:
         """The document in ``raw`` when it validates (and is validly signed, with a keyring), else why not."""
@@ -135,6 +153,8 @@ class DecisionMaker:
 
     def _unreadable(self, kind: str, scope: str, reason: str) -> None:
         self.unreadable_keys += 1
+        if self._metrics is not None:
+            self._metrics.stored_value_unreadable("policy_key")
         key = (kind, scope)
         if key not in self._reported and len(self._reported) < UNREADABLE_KEYS_LOGGED:
             self._reported.add(key)
@@ -176,7 +196,10 @@ class DecisionMaker:
         self._staged.clear()
 
     def _store_version(self, kind: str, scope: str) -> int | None:
-        return stored_version(self._store.get_policy(kind, scope))
+        try:
+            return stored_version(self._store.get_policy(kind, scope))
+        except UnreadableValueError:
+            return None
 
     def stage(self, snapshot: EstimateSnapshot) -> Handled:
         """Decide from ``snapshot`` (or fold it into its fleet aggregator) without writing; return what followed."""
@@ -185,9 +208,12 @@ class DecisionMaker:
         if spec.scope == "fleet":
             if snapshot.scope == "fleet":
                 return handled
-            for fleet_snapshot in self._aggregator(spec, snapshot.deployment).add(snapshot):
+            aggregator = self._aggregator(spec, snapshot.deployment)
+            quarantined = set(aggregator.quarantined)
+            for fleet_snapshot in aggregator.add(snapshot):
                 handled.fleet_snapshots.append(fleet_snapshot)
                 self._decide(spec, fleet_snapshot, handled)
+            _report_quarantine(spec.kind, quarantined, aggregator)
             return handled
         summary = snapshot.estimates
         engine = summary.engine if isinstance(summary, EngineSummary) else None
@@ -251,3 +277,19 @@ class DecisionMaker:
                     record=record,
                 )
             )
+
+
+def _report_quarantine(kind: str, before: set[str], aggregator: FleetAggregator) -> None:
+    """Log each engine the fleet aggregator quarantined (a far clock) or trusted again, once per change."""
+    newest = max(aggregator.watermarks.values(), default=None)
+    for engine in sorted(set(aggregator.quarantined) - before):
+        log.warning(
+            "engine_quarantined",
+            kind=kind,
+            engine_id=engine,
+            engine_slot=aggregator.quarantined[engine],
+            fleet_slot=newest,
+            max_lead_slots=aggregator.silent_slots,
+        )
+    for engine in sorted(before - set(aggregator.quarantined)):
+        log.info("engine_trusted_again", kind=kind, engine_id=engine, fleet_slot=newest)

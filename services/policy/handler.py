@@ -33,7 +33,8 @@ import json
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Protocol
+from functools import partial
+from typing import Protocol, TypeVar
 
 import structlog
 
@@ -41,8 +42,8 @@ from schemas.errors import BackendUnavailableError, ConfigError, InvalidInputErr
 from schemas.estimates import FleetContribution
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
-from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord
-from schemas.signing import PolicyKeyring
+from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord, SnapshotProducer
+from schemas.signing import PolicyKeyring, sign_snapshot, snapshot_signature_problem
 from services.headline import parse_document
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord
@@ -62,6 +63,7 @@ CONFIG_STATE_SCOPE = "policy-config"
 LEDGER_STATE_SCOPE = "policy-ledger"
 FLEET_SCOPE = "fleet"
 FOREIGN_DEPLOYMENTS_LOGGED = 100
+StateT = TypeVar("StateT")
 DEAD_LETTER_RAW_CHARS = 70_000
 
 
@@ -89,6 +91,11 @@ def _scope_partition(name: str, scope: str) -> int | None:
         return 0
     prefix, _, partition = scope.rpartition(":")
     return int(partition) if prefix == name and partition.isdigit() and partition != "0" else None
+
+
+def _config_records(configs_state: str) -> list[PolicyConfigRecord]:
+    """The configuration records of a stored configs state, in their stored order."""
+    return [PolicyConfigRecord.model_validate_json(json.dumps(body)) for body in json.loads(configs_state).values()]
 
 
 @dataclass(slots=True)
@@ -119,6 +126,7 @@ class PolicyCounters:
     refused: int = 0
     invalid: int = 0
     inconsistent: int = 0
+    unsigned: int = 0
     foreign: int = 0
     skipped_offsets: int = 0
     configs: int = 0
@@ -126,6 +134,7 @@ class PolicyCounters:
     shadow_decisions: int = 0
     dead_lettered: int = 0
     batches_retried: int = 0
+    states_unreadable: int = 0
     last_decision_latency_s: float = 0.0
 
 
@@ -157,7 +166,8 @@ class PolicyHandler:
         self._deployment = deployment
         self._default_registry = registry
         self._fleet_slot_s = fleet_slot_s
-        self.decider = DecisionMaker(registry, store, pins=pins, keyring=keyring)
+        self.decider = DecisionMaker(registry, store, pins=pins, keyring=keyring, metrics=metrics)
+        self._keyring = keyring
         self._sink = sink
         self._partitions: dict[int, _Partition] = {}
         self._clock = clock
@@ -225,16 +235,35 @@ class PolicyHandler:
             if partition is not None:
                 part = self._restored(partition, state)
                 for shadow in part.shadows.values():
-                    shadow_state = states.get(partition_scope(shadow.state_scope, partition))
+                    shadow_scope = partition_scope(shadow.state_scope, partition)
+                    shadow_state = states.get(shadow_scope)
                     if shadow_state is not None:
-                        shadow.load(shadow_state)
+                        self._read_state(shadow_scope, partial(shadow.load, shadow_state))
                 self._partitions[partition] = part
         for scope, state in states.items():
             partition = _scope_partition(LEDGER_STATE_SCOPE, scope)
             if partition is not None:
-                self._partition(partition).ledger = SnapshotLedger.from_json(state)
+                ledger = self._read_state(scope, partial(SnapshotLedger.from_json, state))
+                self._partition(partition).ledger = ledger if ledger is not None else SnapshotLedger()
         self.decider.aggregators.clear()
-        self.decider.load_aggregators({s: v for s, v in states.items() if s.startswith(FLEET_STATE_PREFIX)})
+        for scope, state in states.items():
+            if scope.startswith(FLEET_STATE_PREFIX):
+                self._read_state(scope, partial(self.decider.load_aggregators, {scope: state}))
+
+    def _read_state(self, scope: str, read: Callable[[], StateT]) -> StateT | None:
+        """Run ``read`` over a stored state; one that cannot be read is reported, and None returned (start empty).
+
+        A malformed value under one of the service's keys must never stop it: retrying cannot fix
+        it, and every scope of the deployment would wait behind it. The next commit overwrites it.
+        """
+        try:
+            return read()
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            self.counters.states_unreadable += 1
+            if self._metrics is not None:
+                self._metrics.stored_value_unreadable("service_state")
+            log.warning("stored_state_unreadable", scope=scope, reason=repr(exc)[:300], action="start_empty")
+            return None
 
     def reset_fleet_and_ledger(self, partition: int, *, fleet: bool) -> None:
         """Start a partition's snapshot ledger, and with ``fleet`` the fleet aggregators, empty (a log reset).
@@ -254,8 +283,9 @@ class PolicyHandler:
     def _restored(self, partition: int, configs_state: str) -> _Partition:
         """A partition's state rebuilt from its stored configurations (shadows without their documents yet)."""
         part = _Partition(PolicySet(registry=self._default_registry))
-        for body in json.loads(configs_state).values():
-            self._apply_config(PolicyConfigRecord.model_validate_json(json.dumps(body)), part, announce=False)
+        records = self._read_state(config_scope(partition), partial(_config_records, configs_state))
+        for record in records or []:
+            self._apply_config(record, part, announce=False)
         return part
 
     def apply(self, batch: PendingBatch) -> bool:
@@ -324,6 +354,11 @@ class PolicyHandler:
         if isinstance(parsed, PolicyConfigRecord):
             self._apply_config(parsed, part)
             return
+        problem = self._signature_problem(parsed)
+        if problem is not None:
+            self.counters.unsigned += 1
+            self._dead_letter(record, problem, "signature")
+            return
         if parsed.scope != FLEET_SCOPE and not isinstance(parsed.estimates, FleetContribution):
             verdict = part.ledger.check(parsed)
             if verdict.refused is not None:
@@ -333,6 +368,27 @@ class PolicyHandler:
             if verdict.resynced:
                 log.warning("snapshot_ledger_resynced", scope=parsed.scope, version=parsed.version)
         self._snapshot(parsed, record, batch, part)
+
+    def _signed(self, fleet_snapshot: EstimateSnapshot) -> bytes:
+        """The record value of a fleet snapshot this service closed: signed as its own where the deployment signs."""
+        if self._keyring is not None:
+            fleet_snapshot = sign_snapshot(fleet_snapshot, self._keyring.signing, "policy")
+        return fleet_snapshot.model_dump_json().encode()
+
+    def _signature_problem(self, snapshot: EstimateSnapshot) -> str | None:
+        """Why ``snapshot`` is not taken as its producer's, where the deployment signs; else None.
+
+        Engines' snapshots and fleet contributions must be the stream processor's, fleet snapshots
+        this service's own. Checked before the snapshot ledger, so a forged snapshot is refused even
+        before an engine's first genuine one, and nothing is decided (or signed) from it.
+        """
+        if self._keyring is None:
+            return None
+        producer: SnapshotProducer = "policy" if snapshot.scope == FLEET_SCOPE else "stream"
+        problem = snapshot_signature_problem(snapshot, self._keyring, producer)
+        if problem is None:
+            return None
+        return f"snapshot not validly signed by the {producer} service ({problem})"
 
     def _snapshot(
         self, snapshot: EstimateSnapshot, record: ConsumedRecord, batch: PendingBatch, part: _Partition
@@ -354,7 +410,7 @@ class PolicyHandler:
             return
         for fleet_snapshot in handled.fleet_snapshots:
             self.counters.fleet_snapshots += 1
-            self._sink.send(ESTIMATES_TOPIC, b"fleet", fleet_snapshot.model_dump_json().encode())
+            self._sink.send(ESTIMATES_TOPIC, b"fleet", self._signed(fleet_snapshot))
         for decision in handled.records:
             self._record(decision, batch.started_s)
         batch.writes.extend(handled.writes)

@@ -52,7 +52,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError
-from schemas.names import ESTIMATES_TOPIC
+from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, Delivery, no_checkpoint
@@ -87,7 +87,7 @@ from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
 
-CONSUMER_NAME = "policy"
+CONSUMER_NAME = POLICY_CONSUMER
 KAFKA_COMMIT_TIMEOUT_MS = 2000
 
 
@@ -183,10 +183,10 @@ class PolicyService:
         applied = self._store.applied_offsets(CONSUMER_NAME)
         owned = sorted({tp.partition for tp in partitions})
         fleet_partition = self.fleet_partition()
-        configs = self._store.load_states([config_scope(p) for p in owned])
-        states = configs | self._store.load_states([ledger_scope(p) for p in owned])
+        configs = self._store.load_states(CONSUMER_NAME, [config_scope(p) for p in owned])
+        states = configs | self._store.load_states(CONSUMER_NAME, [ledger_scope(p) for p in owned])
         scopes = self.handler.state_scopes(configs, fleet_partition if fleet_partition in owned else None)
-        states.update(self._store.load_states(scopes))
+        states.update(self._store.load_states(CONSUMER_NAME, scopes))
         self.handler.restore(states)
         self._applied = applied
         self._committed_states = self.handler.states()
@@ -233,8 +233,6 @@ class PolicyService:
                 records = self._on_current_logs([record for part in batch.values() for record in part])
                 if self._metrics is not None:
                     self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
-                    if records:
-                        self._metrics.folded()
                 if not records:
                     if not self._consumer.assignment():
                         idle_since = self._clock()
@@ -250,12 +248,19 @@ class PolicyService:
                 idle_since = self._clock()
                 self._process(records)
             except BackendUnavailableError as exc:
+                self._failed()
                 self._pause(self.outage.failed(exc, exc.backend))
                 idle_since = self._clock()
             except KafkaError as exc:
+                self._failed()
                 self._pause(self.outage.failed(exc, "kafka"))
                 idle_since = self._clock()
         return self.counters
+
+    def _failed(self) -> None:
+        """Tell health a batch failed and is retried: only a committed batch counts as progress."""
+        if self._metrics is not None:
+            self._metrics.batch_failed()
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""
@@ -347,6 +352,8 @@ class PolicyService:
             if self._store.commit(CONSUMER_NAME, batch.offsets, states, {}):
                 self._applied.update(batch.offsets)
                 self._committed_states = states
+                if self._metrics is not None:
+                    self._metrics.folded()
             else:
                 self._refused_commit(batch.offsets)
         self._unfinished = None

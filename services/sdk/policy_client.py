@@ -29,6 +29,7 @@ import structlog
 from pydantic import ValidationError
 
 from schemas.engines import PolicyApplied
+from schemas.errors import InvalidInputError
 from schemas.names import policy_channel, policy_key
 from schemas.policy_docs import POLICY_DOCUMENTS
 from schemas.policy_docs.base import PolicyDocument
@@ -84,6 +85,7 @@ class PolicyClient:
         self._poll_interval_s = poll_interval_s
         self._cache: dict[tuple[str, str], PolicyDocument] = {}
         self._watched: set[tuple[str, str]] = set()
+        self._unwatchable: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
         self._wake = threading.Event()
         self._stopped = threading.Event()
@@ -114,9 +116,20 @@ class PolicyClient:
         self._client.close()
 
     def watch(self, kind: str, scope: str) -> None:
-        """Ask for (kind, scope) to be kept fresh; ``current`` calls this itself."""
+        """Ask for (kind, scope) to be kept fresh; ``current`` calls this itself.
+
+        A kind or scope that cannot be part of a key (``schemas.names.key_part``) has no document:
+        it is reported once and never fetched, so ``current`` gives the safe defaults and nothing
+        raises into the engine.
+        """
         with self._lock:
-            if (kind, scope) in self._watched:
+            if (kind, scope) in self._watched or (kind, scope) in self._unwatchable:
+                return
+            try:
+                policy_key(self._deployment, kind, scope)
+            except InvalidInputError as exc:
+                self._unwatchable.add((kind, scope))
+                log.warning("policy_watch_refused", kind=kind, scope=scope, reason=str(exc))
                 return
             self._watched.add((kind, scope))
         self._wake.set()

@@ -6,14 +6,19 @@ import json
 import math
 from collections.abc import Mapping
 
+from schemas.errors import InvalidInputError
+from schemas.names import STREAM_CONSUMER
+from schemas.policy_docs.base import MAX_VERSION
+
 HISTORY_CAP = 50
 
 
 def stored_version(raw: str | bytes | None) -> int | None:
     """The ``version`` of a stored policy value, or None when there is none or it cannot be read.
 
-    The compare-and-set treats an unreadable value (not JSON, not an object, no numeric version)
-    as absent, as put_policy.lua does, so one malformed key never blocks its scope (issue 19). A
+    The compare-and-set treats an unreadable value (not JSON, not an object, no numeric version, a
+    version outside ``0 <= v <= MAX_VERSION``) as absent, as put_policy.lua does, so one malformed
+    key never blocks its scope (issue 19) and a huge version cannot freeze it (issue 34). A
     fractional version reads as its floor: the next integer version is still above it.
     """
     if raw is None:
@@ -25,7 +30,21 @@ def stored_version(raw: str | bytes | None) -> int | None:
     version = body.get("version") if isinstance(body, dict) else None
     if isinstance(version, bool) or not isinstance(version, int | float) or not math.isfinite(version):
         return None
+    if not 0 <= version <= MAX_VERSION:
+        return None
     return math.floor(version)
+
+
+def check_version(version: int) -> int:
+    """Return ``version`` when a policy write may carry it (an integer, 0 <= version <= MAX_VERSION).
+
+    Raises:
+        InvalidInputError: out of bounds; the compare-and-set could not compare it exactly.
+    """
+    if isinstance(version, bool) or not isinstance(version, int) or not 0 <= version <= MAX_VERSION:
+        msg = f"policy version must be an integer in [0, {MAX_VERSION}], got {version!r}"
+        raise InvalidInputError(msg, field="version", value=version)
+    return version
 
 
 class MemoryStore:
@@ -35,6 +54,7 @@ class MemoryStore:
         self.offsets: dict[str, dict[str, int]] = {}
         self.log_id_map: dict[str, dict[str, str]] = {}
         self.states: dict[str, str] = {}
+        self.service_states: dict[str, dict[str, str]] = {}
         self.summaries: dict[str, str] = {}
         self.policies: dict[tuple[str, str], str] = {}
         self.history: dict[tuple[str, str], list[str]] = {}
@@ -46,9 +66,14 @@ class MemoryStore:
         """Return the applied offsets of ``consumer``."""
         return dict(self.offsets.get(consumer, {}))
 
-    def load_states(self, scopes: list[str]) -> dict[str, str]:
-        """Return the stored states of ``scopes``."""
-        return {scope: self.states[scope] for scope in scopes if scope in self.states}
+    def _states(self, consumer: str) -> dict[str, str]:
+        """The stream processor's engine states (``states``), or another consumer's own, apart as in Redis."""
+        return self.states if consumer == STREAM_CONSUMER else self.service_states.setdefault(consumer, {})
+
+    def load_states(self, consumer: str, scopes: list[str]) -> dict[str, str]:
+        """Return the states ``consumer`` stored for ``scopes``."""
+        states = self._states(consumer)
+        return {scope: states[scope] for scope in scopes if scope in states}
 
     def commit(
         self,
@@ -66,7 +91,7 @@ class MemoryStore:
         if any(stored.get(tp, -1) >= offset for tp, offset in offsets.items()):
             return False
         stored.update(offsets)
-        self.states.update(states)
+        self._states(consumer).update(states)
         self.summaries.update(summaries)
         for name in [*states, *summaries]:
             ttl = (expire_s or {}).get(name, 0)
@@ -91,9 +116,10 @@ class MemoryStore:
         self.offsets.get(consumer, {}).pop(partition, None)
         if topic_id is not None:
             self.log_id_map.setdefault(consumer, {})[partition] = topic_id
-        self.states.update(states)
+        stored = self._states(consumer)
+        stored.update(states)
         for scope in dropped:
-            self.states.pop(scope, None)
+            stored.pop(scope, None)
 
     def estimate_scopes(self, name: str) -> list[str]:
         """Return the scopes with a summary-like estimate ``name`` (keys ``gov:{dep}:est:{scope}:{name}``)."""
@@ -105,7 +131,12 @@ class MemoryStore:
         return self.policies.get((kind, scope))
 
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
-        """Compare-and-set on ``version``; a stored value without a readable version counts as absent."""
+        """Compare-and-set on ``version``; a stored value without a readable version counts as absent.
+
+        Raises:
+            InvalidInputError: ``version`` is out of bounds (``check_version``).
+        """
+        check_version(version)
         stored = stored_version(self.policies.get((kind, scope)))
         if stored is not None and stored >= version:
             return False

@@ -22,8 +22,12 @@ class Store(Protocol):
         """Return ``"topic:partition" -> last applied offset`` for ``consumer`` (empty when new)."""
         ...
 
-    def load_states(self, scopes: list[str]) -> dict[str, str]:
-        """Return the stored estimate-state JSON of each scope that has one."""
+    def load_states(self, consumer: str, scopes: list[str]) -> dict[str, str]:
+        """Return the state JSON ``consumer`` committed for each of ``scopes`` that has one.
+
+        The stream processor's scopes are engine ids; every other consumer's states live in its own
+        namespace, which no engine id reaches (``schemas.names.state_key``).
+        """
         ...
 
     def commit(
@@ -70,11 +74,15 @@ class Store(Protocol):
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
         """Compare-and-set: store the document if ``version`` is above the stored one; keep history; announce.
 
-        A stored value without a readable numeric ``version`` (not JSON, not an object) counts as
-        absent and is overwritten, so one malformed key never blocks its scope.
+        A stored value without a readable numeric ``version`` (not JSON, not an object, another Redis
+        type, a version outside ``0..MAX_VERSION``) counts as absent and is overwritten, so one
+        malformed key never blocks its scope.
 
         Returns:
             False when a newer or equal version is stored (nothing written).
+
+        Raises:
+            InvalidInputError: ``version`` is outside ``0..MAX_VERSION`` (schemas/policy_docs/base.py).
         """
         ...
 

@@ -13,20 +13,23 @@ from importlib import resources
 
 import redis
 
-from schemas.errors import BackendUnavailableError, ConfigError
+from schemas.errors import BackendUnavailableError, ConfigError, UnreadableValueError
 from schemas.names import (
     ack_key,
-    estimate_key,
+    estimate_pattern,
+    estimate_scope_of,
     log_ids_key,
     offsets_key,
     policy_channel,
     policy_history_key,
     policy_key,
+    state_key,
 )
+from schemas.policy_docs.base import MAX_VERSION
 from services.settings import RedisSecurity
-from services.store.memory_store import HISTORY_CAP
+from services.store.memory_store import HISTORY_CAP, check_version
 
-STATE_NAME = "state"
+VERSION_BOUND = MAX_VERSION + 1  # put_policy.lua's exclusive bound, 2**53
 
 
 def redis_client(url: str, timeout_s: float, security: RedisSecurity | None = None) -> redis.Redis:
@@ -91,6 +94,13 @@ class RedisStore:
     def _call(self, what: str, fn: object, *args: object, **kwargs: object) -> object:
         try:
             return fn(*args, **kwargs)  # type: ignore[operator]
+        except redis.ResponseError as exc:
+            if str(exc).startswith("WRONGTYPE"):
+                key = str(args[0]) if args and isinstance(args[0], str) else what
+                msg = f"redis {what} of {key}: the key holds a value of another type ({exc})"
+                raise UnreadableValueError(msg, key=key) from exc
+            msg = f"redis {what} failed: {exc}"
+            raise BackendUnavailableError(msg, backend="redis") from exc
         except redis.RedisError as exc:
             msg = f"redis {what} failed: {exc}"
             raise BackendUnavailableError(msg, backend="redis") from exc
@@ -101,11 +111,11 @@ class RedisStore:
         assert isinstance(raw, dict)
         return {k.decode(): int(v) for k, v in raw.items()}
 
-    def load_states(self, scopes: list[str]) -> dict[str, str]:
-        """Return the state JSON of each scope that has one."""
+    def load_states(self, consumer: str, scopes: list[str]) -> dict[str, str]:
+        """Return the state JSON of each of ``consumer``'s scopes that has one (``schemas.names.state_key``)."""
         if not scopes:
             return {}
-        keys = [estimate_key(self._deployment, scope, STATE_NAME) for scope in scopes]
+        keys = [state_key(self._deployment, consumer, scope) for scope in scopes]
         values = self._call("MGET", self._client.mget, keys)
         assert isinstance(values, list)
         return {scope: value.decode() for scope, value in zip(scopes, values, strict=True) if value is not None}
@@ -124,7 +134,7 @@ class RedisStore:
         values: list[str] = []
         ttls: list[int] = []
         for scope, state in states.items():
-            keys.append(estimate_key(self._deployment, scope, STATE_NAME))
+            keys.append(state_key(self._deployment, consumer, scope))
             values.append(state)
             ttls.append(expiries.get(scope, 0))
         for key, summary in summaries.items():
@@ -159,37 +169,54 @@ class RedisStore:
         if topic_id is not None:
             pipe.hset(log_ids_key(self._deployment, consumer), partition, topic_id)
         for scope, state in states.items():
-            pipe.set(estimate_key(self._deployment, scope, STATE_NAME), state)
+            pipe.set(state_key(self._deployment, consumer, scope), state)
         for scope in dropped:
-            pipe.delete(estimate_key(self._deployment, scope, STATE_NAME))
+            pipe.delete(state_key(self._deployment, consumer, scope))
         self._call("MULTI/EXEC", pipe.execute)
 
     def estimate_scopes(self, name: str) -> list[str]:
-        """Return the scopes with an estimate ``name`` (a SCAN of ``gov:{dep}:est:*:{name}``)."""
-        prefix = estimate_key(self._deployment, "", "")[:-1]
-        pattern = estimate_key(self._deployment, "*", name)
+        """Return the engine scopes with an estimate ``name`` (a SCAN of ``gov:{dep}:est:*:{name}``).
+
+        A key the pattern matches that ``estimate_key`` cannot have built (a scope with ``:``, written
+        before identifiers refused it) names no engine and is left out.
+        """
+        pattern = estimate_pattern(self._deployment, name)
         keys = self._call("SCAN", lambda: list(self._client.scan_iter(match=pattern, count=1000)))
         assert isinstance(keys, list)
-        return sorted(key.decode()[len(prefix) : -len(name) - 1] for key in keys)
+        scopes = (estimate_scope_of(self._deployment, name, key.decode(errors="replace")) for key in keys)
+        return sorted(scope for scope in scopes if scope is not None)
 
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON of (kind, scope), or None.
 
         Bytes that are not UTF-8 are decoded with replacement characters: whoever wrote them, the
         value is then simply not a valid document (reported and overwritten), never an error here.
+
+        Raises:
+            UnreadableValueError: the key holds another Redis type (``put_policy`` replaces it).
         """
         value = self._call("GET", self._client.get, policy_key(self._deployment, kind, scope))
         return value.decode(errors="replace") if isinstance(value, bytes) else None
 
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
-        """Compare-and-set the document; on success keep history and publish on the updates channel."""
+        """Compare-and-set the document; on success keep history and publish on the updates channel.
+
+        Raises:
+            InvalidInputError: ``version`` is out of bounds (``check_version``); nothing is sent to Redis.
+        """
+        check_version(version)
         announcement = json.dumps({"kind": kind, "scope": scope, "version": version})
         keys = [policy_key(self._deployment, kind, scope), policy_history_key(self._deployment, kind, scope)]
-        args = [version, document_json, self._history_cap, policy_channel(self._deployment), announcement]
+        channel = policy_channel(self._deployment)
+        args = [version, document_json, self._history_cap, channel, announcement, VERSION_BOUND]
         return bool(self._call("put_policy", self._put_policy, keys=keys, args=args))
 
     def policy_history(self, kind: str, scope: str) -> list[str]:
-        """Return the history list, newest first."""
+        """Return the history list, newest first.
+
+        Raises:
+            UnreadableValueError: the key holds another Redis type (``put_policy`` replaces it).
+        """
         raw = self._call("LRANGE", self._client.lrange, policy_history_key(self._deployment, kind, scope), 0, -1)
         assert isinstance(raw, list)
         return [item.decode(errors="replace") for item in raw]

@@ -60,9 +60,10 @@ from kafka import KafkaProducer
 from schemas.engines import PolicyApplied
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event, parse_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, ack_key, estimate_key
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, STREAM_CONSUMER, TELEMETRY_TOPIC, ack_key, estimate_key
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
+from schemas.signing import PolicyKeyring, sign_snapshot
 from services.delivery import Checkpoint, Delivery, no_checkpoint
 from services.engine_partitions import engine_partition
 from services.health import ServiceMetrics
@@ -75,7 +76,7 @@ from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 
-CONSUMER_NAME = "stream"
+CONSUMER_NAME = STREAM_CONSUMER
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
 RAW_BYTES_KEPT = 70_000  # of a dead letter's value: DeadLetter.raw's bound (a byte decodes to at most one character)
@@ -118,10 +119,20 @@ class StreamCounters:
     commits: int = 0
     commits_refused: int = 0
     batches_discarded: int = 0
+    states_unreadable: int = 0
     last_batch_latency_s: float = 0.0
     first_batch_at_s: float | None = None
     last_batch_at_s: float | None = None
     lag: dict[str, int] = field(default_factory=dict)
+
+
+def _holds_contributions(stored: str) -> bool:
+    """True when a stored engine state holds fleet contributions; False for one that cannot be read (nothing held)."""
+    try:
+        state = json.loads(stored)
+    except ValueError:
+        return False
+    return isinstance(state, dict) and bool(state.get("held_contributions"))
 
 
 def tp_field(topic: str, partition: int) -> str:
@@ -179,11 +190,14 @@ class TelemetryBatches:
         lifecycle: EngineLifecycle = DEFAULT_LIFECYCLE,
         limits: GuardLimits = DEFAULT_LIMITS,
         checkpoint: Checkpoint = no_checkpoint,
+        keyring: PolicyKeyring | None = None,
     ) -> None:
         """Handle batches for ``deployment``; ``checkpoint`` is called at ``snapshots_folded`` and
         ``snapshots_flushed`` of each batch that took snapshots, and at each ``committed`` (the crash
-        tests kill the process there)."""
+        tests kill the process there). With ``keyring`` every snapshot is signed with its signing key
+        as the stream processor's (schemas/signing.py): the policy service decides from no other."""
         self._deployment = deployment
+        self._keyring = keyring
         self._store = store
         self._folder = Folder(deployment, registry, registration_grace_s=lifecycle.registration_grace_s, limits=limits)
         self._retention_s = lifecycle.retention_s
@@ -264,13 +278,30 @@ class TelemetryBatches:
         """
         engines = sorted(engine for engine in candidates if not self._folder.has(engine))
         loaded = 0
-        for engine, stored in self._store.load_states(engines).items():
-            if not json.loads(stored).get("held_contributions"):
+        for engine, stored in self._store.load_states(CONSUMER_NAME, engines).items():
+            if not _holds_contributions(stored):
                 continue
-            self._folder.load(engine, stored)
+            self._load(engine, stored)
             self._engine_partition[engine] = candidates[engine]
             loaded += 1
         return loaded
+
+    def _load(self, engine: str, stored: str | None) -> None:
+        """Install ``engine``'s stored state; one that cannot be read is reported and replaced by a fresh state.
+
+        A malformed value under an engine's key (written by hand, by another tool, or left by a
+        release whose keys collided) must never stop the processor: retrying cannot fix it, and
+        every engine of the deployment would wait behind it. The engine starts afresh and the next
+        commit overwrites the value.
+        """
+        try:
+            self._folder.load(engine, stored)
+        except InvalidInputError as exc:
+            self.counters.states_unreadable += 1
+            if self._metrics is not None:
+                self._metrics.stored_value_unreadable("engine_state")
+            log.warning("stored_state_unreadable", engine_id=engine, reason=str(exc)[:300], action="start_afresh")
+            self._folder.load(engine, None)
 
     def _drop(self, engines: list[str]) -> None:
         """Forget ``engines`` folded since the last commit; they are reloaded before the next batch (``_reload``).
@@ -446,7 +477,13 @@ class TelemetryBatches:
         The caller passes ``snapshots_folded`` once per batch, before its first snapshot is sent.
         """
         for snapshot in snapshots:
-            self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), snapshot.model_dump_json().encode())
+            self._delivery.send(ESTIMATES_TOPIC, snapshot.scope.encode(), self._signed(snapshot))
+
+    def _signed(self, snapshot: EstimateSnapshot) -> bytes:
+        """The record value of ``snapshot``: signed as the stream processor's where the deployment has a key."""
+        if self._keyring is not None:
+            snapshot = sign_snapshot(snapshot, self._keyring.signing, "stream")
+        return snapshot.model_dump_json().encode()
 
     def _discard(self, touched: set[str], batch_from: dict[str, int]) -> None:
         """Forget everything folded since the last commit and rewind to it (a batch failed before delivery).
@@ -541,7 +578,7 @@ class TelemetryBatches:
         """Produce the held fleet contributions the watermark has passed, in event-time order; return how many."""
         released = self._folder.release(watermark_ts)
         for snapshot in released:
-            self._delivery.send(ESTIMATES_TOPIC, FLEET_KEY, snapshot.model_dump_json().encode())
+            self._delivery.send(ESTIMATES_TOPIC, FLEET_KEY, self._signed(snapshot))
             self._pending_engines.add(snapshot.scope)
         return len(released)
 
@@ -616,8 +653,7 @@ class TelemetryBatches:
     def _ensure_loaded(self, event: Event, tp: str) -> None:
         engine = event.engine_id
         if not self._folder.has(engine):
-            stored = self._store.load_states([engine]).get(engine)
-            self._folder.load(engine, stored)
+            self._load(engine, self._store.load_states(CONSUMER_NAME, [engine]).get(engine))
         self._engine_partition[engine] = tp
 
     def _admitted(self, event: Event, admission: Admission) -> None:

@@ -72,6 +72,7 @@ from mode.types.signals import BaseSignalT
 
 from schemas.errors import BackendUnavailableError, GovernorError
 from schemas.names import TELEMETRY_TOPIC
+from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord, record_producer
@@ -220,6 +221,7 @@ class FaustStreamProcessor:
         take_within_s: float = TAKE_WITHIN_S,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         limits: GuardLimits = DEFAULT_LIMITS,
+        keyring: PolicyKeyring | None = None,
     ) -> None:
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
@@ -253,6 +255,7 @@ class FaustStreamProcessor:
             commit_interval_s=commit_interval_s,
             limits=limits,
             lifecycle=lifecycle,
+            keyring=keyring,
         )
         self._store = store
         self._metrics = metrics
@@ -358,6 +361,8 @@ class FaustStreamProcessor:
                 step()
             except (BackendUnavailableError, KafkaError) as exc:
                 failed_backend = exc.backend if isinstance(exc, BackendUnavailableError) else "kafka"
+                if self._metrics is not None:
+                    self._metrics.batch_failed()
                 pause_s = self.outage.failed(exc, failed_backend)
                 fold_again = fold_again or self.counters.batches_discarded > discarded
                 step = self._fold_uncommitted_again if fold_again else self._batches.commit
@@ -428,6 +433,8 @@ class FaustStreamProcessor:
             try:
                 positions = self._read_positions(assigned)
             except BackendUnavailableError as exc:
+                if self._metrics is not None:
+                    self._metrics.batch_failed()
                 await asyncio.sleep(self.outage.failed(exc, exc.backend))
                 continue
             await self._app.consumer.seek_wait({tp: positions.get((tp.topic, tp.partition), 0) for tp in assigned})

@@ -18,6 +18,24 @@ fleet slot closes when every live engine's watermark has passed it and some engi
 rules read only watermarks, so catch-up, rebuild and live reading give the same fleet snapshots.
 A second contribution for an (engine, slot) (a processor re-folding after a crash) is skipped
 (``duplicate_contributions``); one for a slot already closed is dropped (``late_contributions``).
+
+Event-time sanity from an engine's first contribution (issue 34 item 4): an engine whose
+watermark would lead the newest watermark of the other engines by more than ``silent_slots``
+(the lead that would make every other engine silent) is *quarantined*, not trusted: its
+contributions are dropped and counted (``quarantined_contributions``), it holds no watermark, and
+it is named in every fleet snapshot (``quarantined_engines``). Without this one engine with a
+clock 700 s ahead, registered or not, made every real engine silent, got their contributions
+dropped as late and had FleetOpt plan from it alone. A quarantined engine is trusted again when
+the fleet catches up with it (the lead of its latest contribution falls within the bound), or
+when at least as many engines agree with its clock (within the bound of it, quarantined ones
+included) as there are live engines that do not: a whole fleet whose clocks jumped together (a
+restart after a long stop) is followed once half of it has spoken, while a lone far clock in a
+fleet of several is not. The very first engine of a deployment has nothing to be compared with
+and is trusted. This is event time only (the fleet partition's order), so live, rebuild and
+offline replay quarantine the same engines.
+
+Deviation: a deployment whose only established engine disagrees with one new far-clock engine
+cannot tell which clock is wrong; the tie trusts the newcomer (one engine against one).
 """
 
 from __future__ import annotations
@@ -137,6 +155,8 @@ class FleetAggregator:
         self.silent_slots = silent_slots
         self.grace_slots = grace_slots
         self.watermarks: dict[str, int] = {}
+        self.quarantined: dict[str, int] = {}
+        self.quarantined_contributions = 0
         self.pending: dict[int, _MergedSlot] = {}
         self.closed_through: int | None = None
         self.window: deque[tuple[int, _MergedSlot]] = deque(maxlen=window_slots)
@@ -160,7 +180,9 @@ class FleetAggregator:
             self.duplicate_contributions += 1
             return []
         entered = math.floor(snapshot.ts / self.slot_s)
-        self.watermarks[engine] = max(self.watermarks.get(engine, index), index, entered - 1)
+        if not self._trusted(engine, max(self.watermarks.get(engine, index), index, entered - 1)):
+            self.quarantined_contributions += 1
+            return []
         if self.closed_through is not None and index <= self.closed_through:
             self.late_contributions += 1
             return []
@@ -178,6 +200,30 @@ class FleetAggregator:
             snapshots.append(self._snapshot(slot, live_engines, silent_engines))
         return snapshots
 
+    def _trusted(self, engine: str, watermark: int) -> bool:
+        """Whether ``engine``'s clock, at ``watermark``, may move the fleet; record its watermark where it is held.
+
+        Quarantines an engine that leads the others by more than ``silent_slots`` unless at least as
+        many engines agree with it as there are live engines that do not (module docstring). A
+        quarantined engine's watermark is the claim of its latest contribution alone, so it is
+        trusted again as soon as the fleet catches up with what it says now.
+        """
+        others = {e: w for e, w in self.watermarks.items() if e != engine}
+        if not others or watermark - max(others.values()) <= self.silent_slots:
+            self.quarantined.pop(engine, None)
+            self.watermarks[engine] = watermark
+            return True
+        self.watermarks.pop(engine, None)
+        self.quarantined[engine] = watermark
+        newest = max(others.values())
+        live = sum(1 for w in others.values() if w >= newest - self.silent_slots)
+        agreeing = [e for e, w in self.quarantined.items() if abs(w - watermark) <= self.silent_slots]
+        if len(agreeing) < live:
+            return False
+        for agreed in agreeing:
+            self.watermarks[agreed] = self.quarantined.pop(agreed)
+        return True
+
     def _merged(self, index: int, engine: str) -> bool:
         """True when ``engine``'s contribution to slot ``index`` is already pending or in the window."""
         pending = self.pending.get(index)
@@ -194,6 +240,8 @@ class FleetAggregator:
             late_contributions=self.late_contributions,
             duplicate_contributions=self.duplicate_contributions,
             silent_engines=silent,
+            quarantined_engines=sorted(self.quarantined),
+            quarantined_contributions=self.quarantined_contributions,
         )
         ts = (slot + 1) * self.slot_s
         return EstimateSnapshot(
@@ -235,6 +283,8 @@ class FleetAggregator:
             "late_contributions": self.late_contributions,
             "duplicate_contributions": self.duplicate_contributions,
             "grace_slots": self.grace_slots,
+            "quarantined": self.quarantined,
+            "quarantined_contributions": self.quarantined_contributions,
         }
 
     @classmethod
@@ -259,6 +309,8 @@ class FleetAggregator:
             silent_slots=int(data["silent_slots"]),
             grace_slots=int(data.get("grace_slots", 1)),
         )
+        aggregator.quarantined = {str(k): int(v) for k, v in data.get("quarantined", {}).items()}
+        aggregator.quarantined_contributions = int(data.get("quarantined_contributions", 0))
         aggregator.watermarks = {str(k): int(v) for k, v in data["watermarks"].items()}
         aggregator.pending = {int(k): merged(v) for k, v in data["pending"].items()}
         aggregator.closed_through = data["closed_through"]
@@ -277,6 +329,8 @@ def fleet_estimates(
     late_contributions: int,
     duplicate_contributions: int,
     silent_engines: list[str],
+    quarantined_engines: list[str] | None = None,
+    quarantined_contributions: int = 0,
 ) -> FleetSummary:
     """The fleet summary over ``window``: arrival rates, the total-length CDF, the token split."""
     slots = list(window)
@@ -304,6 +358,8 @@ def fleet_estimates(
         late_contributions=late_contributions,
         duplicate_contributions=duplicate_contributions,
         silent_engines=list(silent_engines),
+        quarantined_engines=list(quarantined_engines or []),
+        quarantined_contributions=quarantined_contributions,
     )
 
 

@@ -19,6 +19,7 @@ import math
 from collections.abc import Iterable
 
 from schemas.engines import EngineRegistered
+from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
@@ -69,22 +70,38 @@ class Folder:
         return engine_id in self.engines
 
     def load(self, engine_id: str, state_json: str | None) -> None:
-        """Install an engine's stored state (or a fresh one when None)."""
+        """Install an engine's stored state (or a fresh one when None).
+
+        Raises:
+            InvalidInputError: ``state_json`` is not a state this fold wrote (not JSON, another shape or
+                format, or another engine's): nothing of the engine is installed, and the caller decides
+                what replaces it (the stream processor reports it and starts the engine afresh).
+        """
         self._first_ts.pop(engine_id, None)
         self._held.pop(engine_id, None)
         if state_json is None:
             self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
             self._folded_through[engine_id] = {}
             return
-        data = json.loads(state_json)
-        self._folded_through[engine_id] = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
-        held = [EstimateSnapshot.model_validate(snapshot) for snapshot in data.pop("held_contributions", [])]
+        try:
+            data = json.loads(state_json)
+            folded_through = {str(k): int(v) for k, v in data.pop("folded_through", {}).items()}
+            held = [EstimateSnapshot.model_validate(snapshot) for snapshot in data.pop("held_contributions", [])]
+            first_ts = data.pop("first_ts", None)
+            estimates = EngineEstimates.from_dict(data, self._limits)
+            first = None if first_ts is None else float(first_ts)
+        except (ValueError, KeyError, TypeError, AttributeError) as exc:
+            msg = f"stored state of engine {engine_id} cannot be read: {type(exc).__name__}: {exc}"[:500]
+            raise InvalidInputError(msg, field="state", value=engine_id) from exc
+        if estimates.engine_id != engine_id:
+            msg = f"stored state of engine {engine_id} holds the estimates of engine {estimates.engine_id}"
+            raise InvalidInputError(msg, field="state.engine_id", value=estimates.engine_id)
+        self._folded_through[engine_id] = folded_through
         if held:
             self._held[engine_id] = held
-        first_ts = data.pop("first_ts", None)
-        if first_ts is not None:
-            self._first_ts[engine_id] = float(first_ts)
-        self.engines[engine_id] = EngineEstimates.from_dict(data, self._limits)
+        if first is not None:
+            self._first_ts[engine_id] = first
+        self.engines[engine_id] = estimates
 
     def drop(self, engine_ids: list[str]) -> None:
         """Forget engines (their partition moved to another processor)."""

@@ -21,6 +21,7 @@ from the new log replaces it (docs/operations.md, "Log resets").
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import structlog
 
@@ -37,11 +38,28 @@ def reset_state(engine_id: str, stored: str | None, snapshot_version: int) -> st
     """An empty estimate state for ``engine_id`` that keeps its registration and snapshot version."""
     fresh = EngineEstimates(engine_id)
     fresh.snapshot_version = snapshot_version
-    if stored is not None:
-        old = json.loads(stored)
+    old = _readable(stored)
+    if old is not None:
         fresh.snapshot_version = max(snapshot_version, int(old.get("snapshot_version", 0)))
         fresh.engine = old.get("engine", {})
     return json.dumps(fresh.to_dict(), separators=(",", ":"))
+
+
+def _readable(stored: str | None) -> dict[str, Any] | None:
+    """The stored state as a dict with what a reset keeps, or None when there is none or it cannot be read.
+
+    A reset replaces the state anyway; a malformed one only loses what it could not say.
+    """
+    if stored is None:
+        return None
+    try:
+        old = json.loads(stored)
+        if isinstance(old, dict) and isinstance(old.get("engine", {}), dict):
+            int(old.get("snapshot_version", 0))
+            return old
+    except (ValueError, TypeError):
+        return None
+    return None
 
 
 def rebuild_partition(batches: TelemetryBatches, store: Store, reset: LogReset, partitions: int) -> list[str]:
@@ -56,7 +74,7 @@ def rebuild_partition(batches: TelemetryBatches, store: Store, reset: LogReset, 
         if partitions > 0 and engine_partition(engine, partitions) == reset.partition
     ]
     engines = sorted(set(stored_engines) | set(in_memory))
-    stored = store.load_states(engines)
+    stored = store.load_states(CONSUMER_NAME, engines)
     states = {engine: reset_state(engine, stored.get(engine), in_memory.get(engine, 0)) for engine in engines}
     store.reset_partition(CONSUMER_NAME, reset.field, reset.topic_id, states, [])
     log.warning(

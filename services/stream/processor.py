@@ -30,6 +30,7 @@ from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError
 from schemas.names import TELEMETRY_TOPIC
+from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
@@ -99,8 +100,11 @@ class StreamProcessor:
         security: KafkaSecurity = PLAINTEXT,
         limits: GuardLimits = DEFAULT_LIMITS,
         checkpoint: Checkpoint = no_checkpoint,
+        keyring: PolicyKeyring | None = None,
     ) -> None:
-        """Build the clients and subscribe; ``checkpoint`` is the batch handling's (the crash tests' hook)."""
+        """Build the clients and subscribe; ``checkpoint`` is the batch handling's (the crash tests' hook).
+
+        With ``keyring`` every snapshot is signed (``TelemetryBatches``)."""
         self._clock = clock
         self.outage = BackendOutage("stream", clock=clock)
         self._unpositioned: list[TopicPartition] = []
@@ -124,6 +128,7 @@ class StreamProcessor:
             limits=limits,
             lifecycle=lifecycle,
             checkpoint=checkpoint,
+            keyring=keyring,
         )
         self._store = store
         self._metrics = metrics
@@ -203,14 +208,21 @@ class StreamProcessor:
                     if self._metrics is not None:
                         self._metrics.folded()
             except BackendUnavailableError as exc:
+                self._failed()
                 self._pause(self.outage.failed(exc, exc.backend))
                 idle_since = self._clock()
             except KafkaError as exc:
+                self._failed()
                 self._pause(self.outage.failed(exc, "kafka"))
                 idle_since = self._clock()
             if self.counters.commits + self.counters.commits_refused > commits:
                 self.outage.succeeded("redis")
         return self.counters
+
+    def _failed(self) -> None:
+        """Tell health a batch (or positioning) failed and is retried: the loop turning is no progress then."""
+        if self._metrics is not None:
+            self._metrics.batch_failed()
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""

@@ -12,6 +12,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
 from schemas.errors import ConfigError
+from schemas.signing import PolicyKeyring
 from services.health import ServiceMetrics
 from services.kafka_factory import PLAINTEXT
 from services.settings import (
@@ -47,6 +48,7 @@ def stream_processor(
     security: KafkaSecurity = PLAINTEXT,
     limits: GuardLimits = DEFAULT_LIMITS,
     commit_interval_s: float = STREAM_COMMIT_INTERVAL_S,
+    keyring: PolicyKeyring | None = None,
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 
@@ -77,6 +79,7 @@ def stream_processor(
             kafka_timeouts=kafka_timeouts,
             limits=limits,
             commit_interval_s=commit_interval_s,
+            keyring=keyring,
         )
     return StreamProcessor(
         deployment=deployment,
@@ -89,6 +92,7 @@ def stream_processor(
         security=security,
         limits=limits,
         commit_interval_s=commit_interval_s,
+        keyring=keyring,
     )
 
 

@@ -136,14 +136,14 @@ def test_both_runtimes_fold_the_same_records_to_identical_redis_state_snapshots_
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     _fold_until_idle(stack, deployment, tmp_path / "kafka.log", "kafka")
     kafka_summaries = summaries(store, deployment, engines)
-    kafka_states = store.load_states(engines)
+    kafka_states = store.load_states("stream", engines)
     kafka_offsets = store.applied_offsets("stream")
     assert store.flush_deployment() > 0
     _fold_until_idle(stack, deployment, tmp_path / "faust.log", "faust")
 
     assert kafka_summaries == _expected(events, deployment)
     assert summaries(store, deployment, engines) == kafka_summaries
-    assert store.load_states(engines) == kafka_states
+    assert store.load_states("stream", engines) == kafka_states
     assert store.applied_offsets("stream") == kafka_offsets
 
     def snapshots_twice_alike() -> bool:

@@ -218,16 +218,16 @@ def test_a_stale_member_writes_nothing_after_its_partition_moved(
         batch = _decide(stale, partition, [(0, 1), (1, 2), (2, 3)])
         assert store.commit("policy", batch.offsets, stale.states(), {})
         owner = PolicyHandler(deployment=scaled_deployment, store=store, registry=default_registry(), sink=_Sink())
-        owner.restore(store.load_states([config_scope(partition), ledger_scope(partition)]))
+        owner.restore(store.load_states("policy", [config_scope(partition), ledger_scope(partition)]))
         batch = _decide(owner, partition, [(3, 4), (4, 5)])
         assert store.commit("policy", batch.offsets, owner.states(), {})
-        ledger_after_owner = store.load_states([ledger_scope(partition)])
+        ledger_after_owner = store.load_states("policy", [ledger_scope(partition)])
         document_after_owner = store.get_policy("admission", "eng-1")
 
         batch = _decide(stale, partition, [(3, 4)])
         assert not batch.writes  # snapshot 4 was decided already: nothing to write over the owner's newer document
         assert not store.commit("policy", batch.offsets, stale.states(), {})
-        assert store.load_states([ledger_scope(partition)]) == ledger_after_owner
+        assert store.load_states("policy", [ledger_scope(partition)]) == ledger_after_owner
         assert store.get_policy("admission", "eng-1") == document_after_owner
         assert store.applied_offsets("policy")[field_name] == 4
     finally:

@@ -375,7 +375,11 @@ def test_the_live_policy_service_signs_what_engines_with_the_key_obey_and_others
     publish_all(stack.kafka_bootstrap, synthetic_stream(engines=1, requests=300, deployment=deployment))
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     processor = StreamProcessor(
-        deployment=deployment, bootstrap=stack.kafka_bootstrap, store=store, registry=default_registry()
+        deployment=deployment,
+        bootstrap=stack.kafka_bootstrap,
+        store=store,
+        registry=default_registry(),
+        keyring=KEYRING,  # a policy service with the key takes only snapshots signed with it
     )
     processor.run(idle_exit_s=4.0)
     processor.close()

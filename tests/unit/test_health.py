@@ -112,6 +112,27 @@ class TestProgress:
         finally:
             server.close()
 
+    def test_batches_failing_past_the_stall_time_fail_health_even_without_lag(self) -> None:
+        """The probe's policy service retried one batch for ever (WRONGTYPE taken for an outage) while /healthz said
+        200: received records counted as progress, and the retried batch held the backlog, so the lag read 0."""
+        metrics = ServiceMetrics("policy", "prod")
+        server = self._server(metrics)
+        try:
+            metrics.lag_measured(0, assigned=1)
+            metrics.batch_failed()
+            assert server.status(ready=False)[0]
+            assert metrics.failing_since is not None
+            metrics.failing_since -= 6.0
+            metrics.batch_failed()  # a retry keeps the clock of the first failure
+            healthy, body = server.status(ready=False)
+            ready, _ = server.status(ready=True)
+            assert (healthy, ready) == (False, False)
+            assert body["problems"] == ["batches failing and retried for 6 s"]
+            metrics.folded()
+            assert server.status(ready=True)[0]
+        finally:
+            server.close()
+
     def test_readiness_needs_assigned_partitions(self) -> None:
         metrics = ServiceMetrics("policy", "prod")
         server = self._server(metrics)

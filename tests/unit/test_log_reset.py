@@ -101,7 +101,7 @@ class TestResetPartition:
         store.reset_partition("stream", f"{TOPIC}:0", "id-2", {"eng-0": "fresh"}, ["fleet-x"])
         assert store.applied_offsets("stream") == {f"{TOPIC}:1": 50}
         assert store.log_ids("stream") == {f"{TOPIC}:0": "id-2"}
-        assert store.load_states(["eng-0", "fleet-x"]) == {"eng-0": "fresh"}
+        assert store.load_states("stream", ["eng-0", "fleet-x"]) == {"eng-0": "fresh"}
         assert store.commit("stream", {f"{TOPIC}:0": 0}, {}, {})
 
 

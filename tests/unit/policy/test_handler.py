@@ -9,13 +9,17 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
+import pytest
 import structlog
+import structlog.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from schemas.policy_docs import AdmissionPolicy
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot
+from schemas.signing import PolicyKeyring, SigningKey, sign_snapshot, signature_problem, snapshot_signature_problem
 from services.policy.config_records import config_record
 from services.policy.handler import (
     CONFIG_STATE_SCOPE,
@@ -287,3 +291,90 @@ class TestPartitionedState:
         restarted.restore(states)
         assert (restarted.policy_set(0).digest, restarted.policy_set(3).digest) == (live.digest, default_digest)
         assert config_scope(3) == f"{CONFIG_STATE_SCOPE}:3"
+
+
+class TestUnreadableServiceState:
+    @pytest.mark.parametrize("garbage", ["not json", "[1, 2]", '{"format": 3, "engine_id": "policy-config"}'])
+    def test_a_stored_state_that_cannot_be_read_starts_that_part_empty_and_is_reported(self, garbage: str) -> None:
+        """An engine's estimates once landed on the service's keys; restoring must not crash-loop on them."""
+        handler = _handler(MemoryStore(), ListSink())
+        states = {config_scope(0): garbage, ledger_scope(0): garbage, "fleet-fleetopt": garbage}
+        with structlog.testing.capture_logs() as logs:
+            handler.restore(states)
+        assert handler.counters.states_unreadable == 3
+        assert sorted(e["scope"] for e in logs if e["event"] == "stored_state_unreadable") == sorted(states)
+        assert handler.policy_set(0).digest == _handler(MemoryStore(), ListSink()).policy_set(0).digest
+        assert len(handler.ledger(0)) == 0
+        assert handler.decider.aggregators == {}
+
+
+KEYRING = PolicyKeyring(signing=SigningKey("k1", b"a shared secret of the services"))
+OTHER_KEYRING = PolicyKeyring(signing=SigningKey("k1", b"a secret the services do not hold"))
+
+
+class TestSignedSnapshots:
+    """Snapshots are taken only from the stream processor (signed with the services' key), from the first on."""
+
+    @staticmethod
+    def _signed_handler(sink: ListSink) -> PolicyHandler:
+        return PolicyHandler(
+            deployment="dep", store=MemoryStore(), registry=default_registry(), sink=sink, keyring=KEYRING
+        )
+
+    @pytest.mark.parametrize(
+        ("forged", "reason"),
+        [
+            (_snapshot(1_000), "unsigned"),
+            (sign_snapshot(_snapshot(1_000), OTHER_KEYRING.signing, "stream"), "bad_mac"),
+            (sign_snapshot(_snapshot(1_000), KEYRING.signing, "policy"), "foreign_producer"),
+            (sign_snapshot(_snapshot(1_000), SigningKey("k9", b"x"), "stream"), "unknown_key"),
+        ],
+    )
+    def test_a_forged_first_snapshot_is_dead_lettered_and_nothing_is_decided_or_signed_from_it(
+        self, forged: EstimateSnapshot, reason: str
+    ) -> None:
+        """The probe's forged snapshot before an engine's first genuine one froze its policy for good
+        (0 SLAI decisions in 30,000 events), and the service signed the decision made from it."""
+        sink = ListSink()
+        handler = self._signed_handler(sink)
+        _handle(handler, [forged.model_dump_json().encode()])
+        assert sink.on(DECISIONS_TOPIC) == []
+        letters = [DeadLetter.model_validate_json(value) for value in sink.on(DEADLETTER_TOPIC)]
+        assert [(letter.reason, letter.field) for letter in letters] == [
+            (f"snapshot not validly signed by the stream service ({reason})", "signature")
+        ]
+        assert (handler.counters.unsigned, len(handler.ledger(0))) == (1, 0)
+        _handle(
+            handler, [sign_snapshot(_snapshot(v), KEYRING.signing, "stream").model_dump_json().encode() for v in (1, 2)]
+        )
+        assert _decided(sink) == [(1, True), (2, True)]
+        documents = [DecisionRecord.model_validate_json(value).document for value in sink.on(DECISIONS_TOPIC)]
+        assert all(signature_problem(AdmissionPolicy.model_validate(d), KEYRING) is None for d in documents)
+
+    def test_without_a_key_unsigned_snapshots_are_taken_as_before(self) -> None:
+        sink = ListSink()
+        _handle(_handler(MemoryStore(), sink), [_snapshot(1).model_dump_json().encode()])
+        assert _decided(sink) == [(1, True)]
+
+    def test_the_stream_processor_signs_every_snapshot_it_sends(self) -> None:
+        producer = KeptProducer()
+        batches = TelemetryBatches(
+            deployment="dep",
+            store=MemoryStore(),
+            registry=default_registry(),
+            producer=producer,  # type: ignore[arg-type]
+            consumer=Consumer(),
+            commit_interval_s=3600.0,
+            keyring=KEYRING,
+        )
+        batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
+        events = synthetic_stream(engines=1, requests=200, deployment="dep", seed=2)
+        batches.process(
+            [
+                TelemetryRecordStub(TELEMETRY_TOPIC, 0, o, e.engine_id.encode(), encode_event(e))
+                for o, e in enumerate(events)
+            ]
+        )
+        sent = [EstimateSnapshot.model_validate_json(v) for topic, v in producer.sent if topic == ESTIMATES_TOPIC]
+        assert sent
+        assert {snapshot_signature_problem(s, KEYRING, "stream") for s in sent} == {None}

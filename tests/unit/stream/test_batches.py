@@ -127,11 +127,11 @@ class DownStore(MemoryStore):
         super().__init__()
         self.down = False
 
-    def load_states(self, scopes: list[str]) -> dict[str, str]:
+    def load_states(self, consumer: str, scopes: list[str]) -> dict[str, str]:
         if self.down:
             msg = "redis MGET failed: Timeout reading from socket"
             raise BackendUnavailableError(msg, backend="redis")
-        return super().load_states(scopes)
+        return super().load_states(consumer, scopes)
 
     def commit(  # type: ignore[override]
         self, consumer: str, offsets: object, states: object, summaries: object, expire_s: object = None
@@ -237,7 +237,7 @@ def test_a_commit_by_the_previous_owner_between_assignment_and_first_event_is_no
     uninterrupted.process(records)
     assert uninterrupted.commit()
     engines = sorted({json.loads(record.value)["engine_id"] for record in records if record.value is not None})
-    assert store.load_states(engines) == uninterrupted_store.load_states(engines)
+    assert store.load_states("stream", engines) == uninterrupted_store.load_states("stream", engines)
 
 
 def test_keys_of_registered_engines_live_for_the_retention_and_those_of_stray_engines_briefly() -> None:
@@ -642,3 +642,43 @@ def test_an_empty_poll_releases_only_what_every_partition_still_behind_has_passe
     consumer.ends[1] = 0
     batches.idle()
     assert len(_contributions(producer)) >= 3
+
+
+@pytest.mark.parametrize(
+    "stored",
+    [
+        '{"format": 1, "entries": {}}',  # the policy service's ledger, which once shared the key
+        "not json",
+        "[1, 2]",
+        json.dumps({"format": 3, "engine_id": "another-engine"}),
+    ],
+)
+def test_an_unreadable_stored_engine_state_is_reported_and_replaced_not_a_crash(stored: str) -> None:
+    """The probe's engine ``policy-config`` loaded the policy service's state (``KeyError: 'format'``) and
+    crash-looped the processor; a state that cannot be read now starts the engine afresh, is counted and
+    logged, and the next commit overwrites it."""
+    store, producer = MemoryStore(), KeptProducer()
+    store.states["eng-0"] = stored
+    metrics = ServiceMetrics("stream", "dep")
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=store,
+        registry=default_registry(),
+        producer=producer,
+        consumer=Consumer(),
+        commit_interval_s=3600.0,
+        metrics=metrics,
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
+    records = _records("dep")
+    with structlog.testing.capture_logs() as logs:
+        batches.process(records)
+    assert batches.commit()
+    assert batches.counters.folded == len(records)
+    assert batches.counters.states_unreadable == 1
+    assert [e["engine_id"] for e in logs if e["event"] == "stored_state_unreadable"] == ["eng-0"]
+    assert json.loads(store.states["eng-0"])["engine_id"] == "eng-0"
+    value = metrics.registry.get_sample_value(
+        "governor_store_values_unreadable_total", {"deployment": "dep", "service": "stream", "what": "engine_state"}
+    )
+    assert value == 1.0

@@ -159,3 +159,65 @@ class TestFleetAggregatorContract:
         shares = [inputs.input_frac for s in fleet if (inputs := fleetopt_inputs(s)) is not None]
         assert shares
         assert all(share == round(share, 2) for share in shares)
+
+
+class TestFarClockQuarantine:
+    """Event-time sanity from an engine's first contribution (the probe: a registered ghost 70 slots ahead)."""
+
+    REAL: ClassVar[list[str]] = [f"eng-{i}" for i in range(7)]
+
+    @staticmethod
+    def _aggregator() -> FleetAggregator:
+        return FleetAggregator(deployment="d", kind="fleetopt", slot_s=10.0, grace_slots=1)
+
+    def _real(self, slots: range) -> list[EstimateSnapshot]:
+        return [
+            _contribution(engine, index, 3, [400]).model_copy(update={"ts": 10.0 * index + 5.0})
+            for index in slots
+            for engine in self.REAL
+        ]
+
+    @staticmethod
+    def _ghost(index: int) -> EstimateSnapshot:
+        return _contribution("ghost", index, 50, [9000]).model_copy(update={"ts": 10.0 * index + 5.0})
+
+    def test_a_new_engine_far_ahead_is_quarantined_and_cannot_move_the_fleets_slots(self) -> None:
+        honest, probed = self._aggregator(), self._aggregator()
+        without = [s for c in self._real(range(20)) for s in honest.add(c)]
+        stream = [*self._real(range(5)), self._ghost(75), self._ghost(76), *self._real(range(5, 20))]
+        with_ghost = [s for c in stream for s in probed.add(c)]
+        assert [s.trigger for s in with_ghost] == [s.trigger for s in without]
+        last = fleet_summary(with_ghost[-1])
+        assert (last.engines, last.silent_engines, last.late_contributions) == (self.REAL, [], 0)
+        assert (last.quarantined_engines, last.quarantined_contributions) == (["ghost"], 2)
+        assert last.arrival_rate_per_s == fleet_summary(without[-1]).arrival_rate_per_s
+
+    def test_a_quarantined_engine_is_trusted_once_the_fleet_catches_up_with_its_clock(self) -> None:
+        aggregator = self._aggregator()
+        for contribution in [*self._real(range(3)), self._ghost(60)]:
+            aggregator.add(contribution)
+        assert aggregator.quarantined == {"ghost": 60}
+        for contribution in self._real(range(3, 40)):
+            aggregator.add(contribution)
+        aggregator.add(self._ghost(41))
+        assert (aggregator.quarantined, aggregator.watermarks["ghost"]) == ({}, 41)
+        assert (aggregator.late_contributions, aggregator.quarantined_contributions) == (0, 1)
+
+    def test_a_fleet_whose_clocks_jumped_together_is_followed_once_half_of_it_agrees(self) -> None:
+        aggregator = self._aggregator()
+        for contribution in self._real(range(3)):
+            aggregator.add(contribution)
+        jumped = [_contribution(engine, 500, 1, [100]).model_copy(update={"ts": 5005.0}) for engine in self.REAL[:4]]
+        for contribution in jumped[:3]:
+            aggregator.add(contribution)
+        assert sorted(aggregator.quarantined) == self.REAL[:3]
+        aggregator.add(jumped[3])
+        assert aggregator.quarantined == {}
+        assert [aggregator.watermarks[e] for e in self.REAL[:4]] == [500, 500, 500, 500]
+
+    def test_quarantine_round_trips_with_the_state(self) -> None:
+        aggregator = self._aggregator()
+        for contribution in [*self._real(range(3)), self._ghost(60)]:
+            aggregator.add(contribution)
+        copy = FleetAggregator.from_dict(aggregator.to_dict())
+        assert (copy.quarantined, copy.quarantined_contributions) == ({"ghost": 60}, 1)
