@@ -12,8 +12,13 @@ document, so no ``/tokenize`` call (a FleetOpt plan adds one upstream round trip
 telemetry is built and dropped. The client shares the machine, so figures are upper bounds of the gateway's
 own cost.
 
+``--corpus FILE ...`` adds the compressor on real text: each file is cut into prompts of ``--prompt-sentences``
+sentences, each compressed to half and to three quarters of its length; reported are how much of the target
+the kept sentences fill, the share of sentences kept, the ``/tokenize`` calls per prompt and the compressor's
+own CPU time per prompt (the calls excluded). Lengths are counted in words there (the stub's tokenizer).
+
     PYTHONPATH=. python ops/bench/bench_gateway.py [--rates 250 500 1000] [--requests 2000]
-        [--concurrency 32] [--chunks 16] [--rounds 3] [--out out/bench/gateway.json]
+        [--concurrency 32] [--chunks 16] [--rounds 3] [--corpus FILE ...] [--out out/bench/gateway.json]
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import aiohttp
 import numpy as np
 from aiohttp import web
 
+from services.gateway.compressor import compress_to_fit, plan_sentences, split_sentences
 from services.stack.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -145,6 +151,52 @@ def _spread(runs: list[float]) -> dict[str, float]:
     return {"median": float(np.median(runs)), "min": float(min(runs)), "max": float(max(runs))}
 
 
+def measure_compressor(files: list[Path], prompt_sentences: int) -> dict[str, Any]:
+    """The compressor on prompts cut from ``files``, at targets of 50% and 75% of each prompt's words."""
+    sentences = [s for f in files for s in split_sentences(f.read_text(errors="replace"))]
+    prompts = [
+        " ".join(sentences[i : i + prompt_sentences])
+        for i in range(0, len(sentences) - prompt_sentences + 1, prompt_sentences)
+    ]
+    calls = [0]
+
+    async def count(text: str) -> int:
+        calls[0] += 1
+        return len(text.split())
+
+    async def run(share: float) -> tuple[list[float], list[float], list[int], list[float]]:
+        fill, kept, per_call, cpu_us = [], [], [], []
+        for prompt in prompts:
+            target = int(share * len(prompt.split()))
+            calls[0] = 0
+            started = time.process_time()
+            result = await compress_to_fit(plan_sentences(prompt), count, target)
+            cpu_us.append((time.process_time() - started) * 1e6)
+            per_call.append(calls[0])
+            if result is not None:
+                fill.append(result.tokens / target)
+                kept.append(result.sentences_kept / result.sentences_total)
+        return fill, kept, per_call, cpu_us
+
+    results: dict[str, Any] = {"prompts": len(prompts), "prompt_sentences": prompt_sentences}
+    for share in (0.5, 0.75):
+        fill, kept, per_call, cpu_us = asyncio.run(run(share))
+        results[f"target_{int(share * 100)}pct"] = {
+            "compressed": len(fill),
+            "target_filled_mean": float(np.mean(fill)) if fill else None,
+            "sentences_kept_mean": float(np.mean(kept)) if kept else None,
+            "tokenize_calls_mean": float(np.mean(per_call)),
+            "cpu_us_per_prompt_p50": float(np.percentile(cpu_us, 50)),
+        }
+        row = results[f"target_{int(share * 100)}pct"]
+        print(
+            f"compressor, target {share:.0%}: {row['compressed']}/{len(prompts)} compressed, "
+            f"target filled {row['target_filled_mean']:.3f}, sentences kept {row['sentences_kept_mean']:.3f}, "
+            f"{row['tokenize_calls_mean']:.1f} /tokenize calls, {row['cpu_us_per_prompt_p50']:.0f} us CPU"
+        )
+    return results
+
+
 def main() -> None:
     """Start the stub and the gateway, measure, print and write the JSON."""
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -154,6 +206,8 @@ def main() -> None:
     parser.add_argument("--chunks", type=int, default=16, help="SSE events per streamed answer")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--corpus", type=Path, nargs="*", default=[], help="text files for the compressor figures")
+    parser.add_argument("--prompt-sentences", type=int, default=40)
     parser.add_argument("--out", type=Path, default=Path("out/bench/gateway.json"))
     parser.add_argument("--serve-stub", type=int, default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -190,6 +244,8 @@ def main() -> None:
             gateway.wait(timeout=30)
             stub.kill()
             stub.wait()
+    if args.corpus:
+        results["compressor"] = measure_compressor(args.corpus, args.prompt_sentences)
     results["machine"] = {"cpus": os.cpu_count(), "python": platform.python_version(), "aiohttp": aiohttp.__version__}
     results["command"] = " ".join(["python", "ops/bench/bench_gateway.py", *sys.argv[1:]])
     args.out.parent.mkdir(parents=True, exist_ok=True)

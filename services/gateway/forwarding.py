@@ -2,8 +2,9 @@
 
 - A streaming answer (``text/event-stream``) is sent to the client as soon as the upstream's headers arrive,
   and every chunk is written the moment it is read: nothing is buffered, so the first byte is not held back.
-  Each SSE event counts as one generated token of the request's in-flight load (vLLM sends one event per
-  engine step per request; with speculative decoding an event can carry more, and the load is then low).
+  Each SSE event counts as one generated token of the request's in-flight load: vLLM sends one event per
+  engine step per request, but puts several tokens in one event when its output loop lags or speculative
+  decoding accepts several, so the count is a lower bound of the tokens generated.
 - A non-streaming answer is read whole and returned with the upstream's status and content type.
 - An upstream error status is passed through with its body. A refused connection answers 502 and counts as
   a failed health check; a timeout answers 504.
