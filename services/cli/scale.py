@@ -2,10 +2,11 @@
 
 It reads its pools from ``--config`` (TOML), the FleetOpt document through the SDK's ``PolicyClient``
 (a background-refreshed cache: a pass never waits on Redis), and appends every action to
-``gov.scaling``. It serves ``/healthz`` and ``/metrics`` like the other services, and the KEDA external
-scaler over gRPC where a pool uses it, except in advisory mode, which records actions without performing
-them (``--advisory`` forces it whatever the file's ``mode``) and so has no count to tell KEDA. Stops
-cleanly on SIGINT or SIGTERM.
+``gov.scaling``; at start it reads its own earlier actions there, so a restart keeps each pool's
+cool-down. It serves ``/healthz`` and ``/metrics`` like the other services, and the KEDA external
+scaler over gRPC where a pool uses it, except in advisory mode, which records actions without
+performing them (``--advisory`` forces it whatever the file's ``mode``) and so has no count to tell
+KEDA. Stops cleanly on SIGINT or SIGTERM.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from schemas.scaling import ScalerConfig
 from services.backends import wait_for_backends
 from services.cli.options import add_settings_flags, settings_from_args
 from services.health import HealthServer, ServiceMetrics
-from services.scaler.actions import KafkaActionSink
+from services.scaler.actions import KafkaActionSink, read_actions
 from services.scaler.config import read_scaler_config
 from services.scaler.connector import MemoryConnector, ScaleConnector
 from services.scaler.external_scaler import DesiredReplicas, ExternalScalerServer, KedaConnector
@@ -152,6 +153,13 @@ def _serve(
         sink=sink,
         metrics=ScalerMetrics(metrics),
     )
+    earlier = read_actions(
+        settings.kafka_bootstrap,
+        settings.deployment,
+        timeout_s=settings.kafka_timeout_s,
+        security=settings.kafka_security(),
+    )
+    log.info("scaler_resumed", actions_used=service.resume(earlier), actions_read=len(earlier))
     health = HealthServer(
         metrics,
         settings.metrics_port,

@@ -158,6 +158,28 @@ class ScalerService:
         """Whether actions are recorded only."""
         return self._config.mode == "advisory"
 
+    def resume(self, actions: list[ScalingAction]) -> int:
+        """Carry this scaler's earlier actions (``gov.scaling``, log order) across a restart; return how many it used.
+
+        Each pool's last action of this ``scaler_id`` in the current mode restarts its cool-down from that
+        action's time, and the sequence numbers go on after the last one. In advisory mode, whose counts
+        are the scaler's own, the pool's count is the one that action set. The hold is not carried: a
+        pending scale-down starts waiting again, the safe side.
+        """
+        mine = [a for a in actions if a.scaler_id == self._scaler_id and a.deployment == self._deployment]
+        if not mine:
+            return 0
+        self._seq = max(a.seq for a in mine) + 1
+        used = 0
+        for action in mine:
+            memory = self._memory.get(action.pool)
+            if memory is None or action.mode != self._config.mode or action.result == "failed":
+                continue
+            replicas = action.to_replicas if self.advisory else memory.replicas
+            self._memory[action.pool] = replace(memory, replicas=replicas, last_change_s=action.ts)
+            used += 1
+        return used
+
     def replicas(self) -> dict[str, int]:
         """Each pool's count as the scaler knows it."""
         return {name: memory.replicas for name, memory in self._memory.items()}

@@ -22,7 +22,7 @@ from schemas.names import policy_key
 from schemas.scaling import ScalerConfig
 from services.cli.status import render
 from services.health import ServiceMetrics
-from services.inspection import collect_status
+from services.inspection import collect_pool_status, collect_status
 from services.scaler import KafkaActionSink, MemoryConnector, ScalerMetrics, ScalerService
 from services.scaler.actions import read_actions
 from services.sdk.policy_client import PolicyClient
@@ -143,7 +143,7 @@ def test_advisory_governor_scale_records_actions_and_serves_health(
     argv += ["--metrics-port", str(port), "--idle-exit-s", "10"]
     process = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     try:
-        wait_until(lambda: len(read_actions(stack.kafka_bootstrap, deployment, timeout_s=5.0)) >= 1, 60.0, "an action")
+        wait_until(lambda: collect_pool_status(stack.kafka_bootstrap, deployment, timeout_s=5.0), 60.0, "an action")
         with urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=5.0) as response:
             health = json.loads(response.read())
         assert (health["healthy"], health["mode"]) == (True, "advisory")

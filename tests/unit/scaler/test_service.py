@@ -184,6 +184,25 @@ class TestScalerService:
         )
 
 
+class TestResume:
+    def test_a_restarted_scaler_keeps_the_cool_down_and_the_sequence(self) -> None:
+        first = Rig(scaler_config(max_step_replicas=6))
+        first.push(short_gpus=4, long_gpus=1, version=1)
+        logged = first.at(1000.0)
+        second = Rig(scaler_config(max_step_replicas=6), short=2)
+        assert second.service.resume(logged) == 1
+        second.push(short_gpus=10, long_gpus=1, version=2)
+        assert second.at(1010.0) == []
+        (action,) = second.at(1030.0)
+        assert (action.seq, action.from_replicas, action.to_replicas) == (1, 2, 5)
+
+    def test_another_scalers_actions_are_left_alone(self) -> None:
+        first = Rig(scaler_config())
+        first.push(short_gpus=4, long_gpus=1, version=1)
+        logged = [a.model_copy(update={"scaler_id": "other"}) for a in first.at(1000.0)]
+        assert Rig(scaler_config()).service.resume(logged) == 0
+
+
 class TestPlanClock:
     def test_time_is_the_newest_plans_so_holds_count_in_plan_time(self) -> None:
         """On the plan clock, plans from a simulated fleet (t near 0) are followed and the hold runs in their time."""
