@@ -222,53 +222,63 @@ def test_events_become_estimates_and_a_decision_the_engine_reads(kafka_stack: St
         store.close()
 
 
-@pytest.mark.slow
-def test_topics_deleted_and_created_again_are_a_log_reset_and_every_new_event_is_folded(
-    tmp_path: Path, kafka_stack: StackState, deployment: str
-) -> None:
-    """On a durable log a reset is an operator's act, not a restart: the topics deleted and created again
-    get new ids, both services count the reset, and the events published afterwards are all folded."""
-    own = stack_up(tmp_path, kafka_stack.redis_url, free_port(), broker="kafka")
-    events = synthetic_stream(engines=4, requests=600, deployment=deployment, seed=17)
-    before, after = events[: len(events) // 2], events[len(events) // 2 :]
-    store = RedisStore.from_url(own.redis_url, deployment, 5.0)
-    stream_metrics = ServiceMetrics("stream", deployment)
-    policy_metrics = ServiceMetrics("policy", deployment)
+def _services(
+    bootstrap: str, redis_url: str, deployment: str
+) -> tuple[StreamProcessor, PolicyService, ServiceMetrics, ServiceMetrics]:
+    """A stream processor and a policy service of ``deployment``, and the metrics of each."""
+    stream_metrics, policy_metrics = ServiceMetrics("stream", deployment), ServiceMetrics("policy", deployment)
     processor = StreamProcessor(
         deployment=deployment,
-        bootstrap=own.kafka_bootstrap,
-        store=store,
+        bootstrap=bootstrap,
+        store=RedisStore.from_url(redis_url, deployment, 5.0),
         registry=default_registry(),
         metrics=stream_metrics,
     )
     policy = PolicyService(
         deployment=deployment,
-        bootstrap=own.kafka_bootstrap,
-        store=RedisStore.from_url(own.redis_url, deployment, 5.0),
+        bootstrap=bootstrap,
+        store=RedisStore.from_url(redis_url, deployment, 5.0),
         registry=default_registry(),
         metrics=policy_metrics,
     )
+    return processor, policy, stream_metrics, policy_metrics
+
+
+@pytest.mark.slow
+def test_topics_deleted_and_created_again_are_a_log_reset_and_every_new_event_is_folded(
+    tmp_path: Path, kafka_stack: StackState, deployment: str
+) -> None:
+    """On a durable log a reset is an operator's act, not a restart: with the services stopped, the
+    topics are deleted and created again (new ids); the services started afterwards count the reset
+    and fold every event published to the new log."""
+    own = stack_up(tmp_path, kafka_stack.redis_url, free_port(), broker="kafka")
+    events = synthetic_stream(engines=4, requests=600, deployment=deployment, seed=17)
+    before, after = events[: len(events) // 2], events[len(events) // 2 :]
+    store = RedisStore.from_url(own.redis_url, deployment, 5.0)
     admin = KafkaAdminClient(bootstrap_servers=own.kafka_bootstrap)
     names = [topic.name for topic in TOPICS]
     try:
+        processor, policy, stream_metrics, policy_metrics = _services(own.kafka_bootstrap, own.redis_url, deployment)
         with _running(processor), _running(policy):
             publish_all(own.kafka_bootstrap, before)
             wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the reset")
             wait_until(lambda: policy.counters.decisions > 0, 60.0, "a decision before the reset")
-            ids_before = _topic_ids(own.kafka_bootstrap)
-            admin.delete_topics(names)
-            wait_until(lambda: not set(names) & set(admin.list_topics()), 60.0, "the topics' deletion")
-            create_topics(own.kafka_bootstrap, 60.0)
-            ids_after = _topic_ids(own.kafka_bootstrap)
-            assert all(ids_after[name] != ids_before[name] for name in names)
-            decisions_before = policy.counters.decisions
+        ids_before = _topic_ids(own.kafka_bootstrap)
+        admin.delete_topics(names)
+        wait_until(lambda: not set(names) & set(admin.list_topics()), 60.0, "the topics' deletion")
+        create_topics(own.kafka_bootstrap, 60.0)
+        ids_after = _topic_ids(own.kafka_bootstrap)
+        assert all(ids_after[name] != ids_before[name] for name in names)
+
+        processor, policy, stream_metrics, policy_metrics = _services(own.kafka_bootstrap, own.redis_url, deployment)
+        with _running(processor), _running(policy):
             publish_all(own.kafka_bootstrap, after)
             wait_until(lambda: applied_total(store) == len(after), 180.0, "every event after the reset")
-            wait_until(lambda: policy.counters.decisions > decisions_before, 120.0, "a decision from the new log")
+            wait_until(lambda: policy.counters.decisions > 0, 120.0, "a decision from the new log")
             wait_until(lambda: _resets(policy_metrics) >= 1, 60.0, "the policy service to notice its new log")
         assert _resets(stream_metrics) >= 1
         assert processor.counters.skipped == 0
-        assert processor.counters.folded == len(events)
+        assert processor.counters.folded == len(after)
     finally:
         admin.close()
         store.close()
