@@ -94,13 +94,29 @@ class RedisStore:
     def _call(self, what: str, fn: object, *args: object, **kwargs: object) -> object:
         try:
             return fn(*args, **kwargs)  # type: ignore[operator]
-        except redis.ResponseError as exc:
-            if str(exc).startswith("WRONGTYPE"):
-                key = str(args[0]) if args and isinstance(args[0], str) else what
-                msg = f"redis {what} of {key}: the key holds a value of another type ({exc})"
-                raise UnreadableValueError(msg, key=key) from exc
+        except redis.RedisError as exc:
             msg = f"redis {what} failed: {exc}"
             raise BackendUnavailableError(msg, backend="redis") from exc
+
+    def _read_policy_key(self, what: str, fn: object, key: str, *args: object) -> object:
+        """``_call`` for a policy read, where a key of another type is a bad value, not an outage.
+
+        Only policy keys and histories are replaced by the next write (``put_policy.lua``). The
+        services' own keys (offsets, log ids, states) keep failing as outages: overwriting them
+        would lose the offsets that make each effect exactly-once, so a wrong type there waits for
+        an operator, and health turns red after ``GOVERNOR_STALL_AFTER_S``.
+
+        Raises:
+            UnreadableValueError: ``key`` holds another Redis type (``WRONGTYPE``).
+        """
+        try:
+            return fn(key, *args)  # type: ignore[operator]
+        except redis.ResponseError as exc:
+            if not str(exc).startswith("WRONGTYPE"):
+                msg = f"redis {what} failed: {exc}"
+                raise BackendUnavailableError(msg, backend="redis") from exc
+            msg = f"redis {what} of {key}: the key holds a value of another type ({exc})"
+            raise UnreadableValueError(msg, key=key) from exc
         except redis.RedisError as exc:
             msg = f"redis {what} failed: {exc}"
             raise BackendUnavailableError(msg, backend="redis") from exc
@@ -195,7 +211,7 @@ class RedisStore:
         Raises:
             UnreadableValueError: the key holds another Redis type (``put_policy`` replaces it).
         """
-        value = self._call("GET", self._client.get, policy_key(self._deployment, kind, scope))
+        value = self._read_policy_key("GET", self._client.get, policy_key(self._deployment, kind, scope))
         return value.decode(errors="replace") if isinstance(value, bytes) else None
 
     def put_policy(self, kind: str, scope: str, version: int, document_json: str) -> bool:
@@ -217,7 +233,9 @@ class RedisStore:
         Raises:
             UnreadableValueError: the key holds another Redis type (``put_policy`` replaces it).
         """
-        raw = self._call("LRANGE", self._client.lrange, policy_history_key(self._deployment, kind, scope), 0, -1)
+        raw = self._read_policy_key(
+            "LRANGE", self._client.lrange, policy_history_key(self._deployment, kind, scope), 0, -1
+        )
         assert isinstance(raw, list)
         return [item.decode(errors="replace") for item in raw]
 
