@@ -22,6 +22,7 @@ from schemas.names import (
     ESTIMATES_TOPIC,
     POLICY_CONSUMER,
     STREAM_CONSUMER,
+    TELEMETRY_TOPIC,
     policy_history_key,
     policy_key,
 )
@@ -80,6 +81,55 @@ def test_an_engine_named_like_the_policy_services_state_keeps_its_own_key(store:
         ledger_scope(0): ledger,
     }
     assert store.load_states(STREAM_CONSUMER, ["policy-config", "policy-ledger"]) == engine_states
+
+
+def test_engines_named_like_service_state_or_history_keys_stop_nothing(
+    stack: StackState, deployment: str, store: RedisStore
+) -> None:
+    """The probe's engines ``policy-config`` and ``policy-ledger`` crash-looped the stream processor (20 crashes
+    in 150 s, nothing folded for any engine); one named ``eng-1:history`` is refused at the edge now."""
+    names = {"eng-0": "policy-config", "eng-1": "policy-ledger"}
+    events = [
+        _moved(e, names[e.engine_id], 0.0) for e in synthetic_stream(engines=2, requests=300, deployment=deployment)
+    ]
+    publish_all(stack.kafka_bootstrap, events)
+    hostile = json.loads(events[0].model_dump_json()) | {"engine_id": "eng-1:history", "event_id": "hostile-1"}
+    producer = KafkaProducer(bootstrap_servers=stack.kafka_bootstrap)
+    producer.send(TELEMETRY_TOPIC, key=b"eng-1:history", value=json.dumps(hostile).encode()).get(timeout=10.0)
+    producer.close()
+    for _ in range(2):  # the second run restarts both services from what the first committed
+        processor = StreamProcessor(
+            deployment=deployment,
+            bootstrap=stack.kafka_bootstrap,
+            store=store,
+            registry=default_registry(),
+            group_id=f"stream-{deployment}",
+        )
+        processor.run(idle_exit_s=4.0)
+        processor.close()
+        service = PolicyService(
+            deployment=deployment,
+            bootstrap=stack.kafka_bootstrap,
+            store=store,
+            registry=default_registry(),
+            group_id=f"policy-{deployment}",
+        )
+        service.run(idle_exit_s=4.0)
+        service.close()
+        assert processor.counters.states_unreadable == 0
+        assert service.counters.states_unreadable == 0
+    assert store.estimate_scopes("summary") == ["policy-config", "policy-ledger"]
+    assert store.load_states(POLICY_CONSUMER, [config_scope(0), ledger_scope(0)]).keys() == {
+        config_scope(0),
+        ledger_scope(0),
+    }
+    assert store.get_policy("admission", "policy-config") is not None
+    letters = [
+        DeadLetter.model_validate_json(raw)
+        for raw in read_topic(stack.kafka_bootstrap, DEADLETTER_TOPIC)
+        if b"hostile-1" in raw
+    ]
+    assert [(letter.code, letter.field) for letter in letters] == [("contract", "engine_id")]
 
 
 def test_a_policy_key_of_another_type_is_reported_and_overwritten_not_retried_as_an_outage(
