@@ -184,6 +184,19 @@ class TestScalerService:
         )
 
 
+class TestRun:
+    def test_run_passes_until_idle_and_counts(self) -> None:
+        rig = Rig(scaler_config().model_copy(update={"interval_s": 0.01}))
+        rig.push(short_gpus=4, long_gpus=1, version=1)
+        counters = rig.service.run(idle_exit_s=0.0)
+        assert (counters.passes, counters.actions, counters.failed, counters.unrecorded) == (1, 1, 0, 0)
+
+    def test_stop_ends_run_after_the_current_pass(self) -> None:
+        rig = Rig(scaler_config())
+        rig.service.stop()
+        assert rig.service.run().passes == 0
+
+
 class TestResume:
     def test_a_restarted_scaler_keeps_the_cool_down_and_the_sequence(self) -> None:
         first = Rig(scaler_config(max_step_replicas=6))
