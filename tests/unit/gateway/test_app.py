@@ -203,6 +203,20 @@ class TestBadInput:
 
         _run(scenario())
 
+    @pytest.mark.parametrize("header", ["x-governor-tier", "x-governor-category"])
+    def test_an_invalid_tier_or_category_header_is_refused(self, header: str, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            stub = StubUpstream("e0")
+            async with gateway_over(tmp_path, stub) as gw:
+                body = {"model": "m", "prompt": "x"}
+                headers = {header: "not an id"}
+                async with gw.session.post(f"{gw.url}/v1/completions", json=body, headers=headers) as response:
+                    assert response.status == 400
+                    assert header in (await response.json())["error"]["message"]
+                assert stub.requests == []
+
+        _run(scenario())
+
     def test_a_chat_request_without_messages_is_refused(self, tmp_path: Path) -> None:
         async def scenario() -> None:
             stub = StubUpstream("e0")
