@@ -15,6 +15,7 @@ from typing import Literal, Self
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
 from schemas.errors import ConfigError
+from schemas.names import IDENTIFIER_PATTERN
 from schemas.signing import PolicyKeyring, SigningKey
 
 ENV_PREFIX = "GOVERNOR_"
@@ -275,7 +276,9 @@ class SecuritySettings(EnvSettings):
 class Settings(SecuritySettings):
     """Runtime settings of every Governor service and command."""
 
-    deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
+    deployment: str = Field(
+        default="local", min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN, description="deployment name"
+    )
     kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
     state_dir: Path = Field(default=Path(".governor"), description="where the local stack keeps its state file")
@@ -385,7 +388,7 @@ class Settings(SecuritySettings):
         default="gateway-0",
         min_length=1,
         max_length=128,
-        pattern=r"^[A-Za-z0-9_.:/@-]+$",
+        pattern=IDENTIFIER_PATTERN,
         description="the gateway's engine id on gov.telemetry (its routing events and acks)",
     )
     gateway_config: Path | None = Field(
@@ -447,14 +450,16 @@ class EngineSettings(SecuritySettings):
     and the others), so installing the adapter and exporting them is all an operator does.
     """
 
-    deployment: str = Field(default="local", min_length=1, max_length=128, description="deployment name")
+    deployment: str = Field(
+        default="local", min_length=1, max_length=128, pattern=IDENTIFIER_PATTERN, description="deployment name"
+    )
     kafka_bootstrap: str = Field(default="127.0.0.1:19092", description="Kafka bootstrap servers, host:port[,...]")
     redis_url: str = Field(default="redis://127.0.0.1:6379/0", description="Redis URL (env REDIS_URL)")
     engine_id: str | None = Field(
         default=None,
         min_length=1,
         max_length=128,
-        pattern=r"^[A-Za-z0-9_.:/@-]+$",
+        pattern=IDENTIFIER_PATTERN,
         description="this engine's id; the stat-logger plugin stays off while it is unset",
     )
     gpu: str = Field(default="unknown", min_length=1, max_length=128, description="GPU model, for the registration")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import typing
 from pathlib import Path
 
@@ -134,3 +135,22 @@ class TestBroker:
     def test_another_broker_is_refused_by_name(self) -> None:
         with pytest.raises(ConfigError, match="broker='redpanda' from environment GOVERNOR_BROKER"):
             Settings.load({}, {"GOVERNOR_BROKER": "redpanda"})
+
+
+class TestIdentifiers:
+    @pytest.mark.parametrize(
+        ("variable", "value"),
+        [
+            ("GOVERNOR_DEPLOYMENT", "prod:eu"),
+            ("GOVERNOR_DEPLOYMENT", "../etc"),
+            ("GOVERNOR_GATEWAY_ID", "gw/0"),
+        ],
+    )
+    def test_a_name_that_would_build_a_key_is_refused_at_start_naming_it(self, variable: str, value: str) -> None:
+        field = variable.removeprefix("GOVERNOR_").lower()
+        with pytest.raises(ConfigError, match=f"{field}='{re.escape(value)}' from environment {variable}"):
+            Settings.load({}, {variable: value})
+
+    def test_a_plain_name_is_accepted(self) -> None:
+        settings = Settings.load({}, {"GOVERNOR_DEPLOYMENT": "prod-eu.1", "GOVERNOR_GATEWAY_ID": "gw-0"})
+        assert (settings.deployment, settings.gateway_id) == ("prod-eu.1", "gw-0")
