@@ -68,18 +68,34 @@ def pid_alive(pid: int) -> bool:
 
 
 def stop(pid: int, timeout_s: float = 5.0) -> None:
-    """Terminate ``pid`` (SIGTERM, then SIGKILL after ``timeout_s``); a missing process is fine."""
+    """Terminate ``pid`` (SIGTERM, then SIGKILL after ``timeout_s``) and return once it is gone.
+
+    It also waits for the SIGKILL to take effect: a process still dying holds its listening port,
+    so a broker started at once on the same port would fail to bind while the dying one still
+    accepted the new broker's clients. A missing process is fine.
+    """
     with contextlib.suppress(ProcessLookupError):
         os.kill(pid, signal.SIGTERM)
+    if _gone_within(pid, timeout_s):
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    _gone_within(pid, KILL_WAIT_S)
+
+
+KILL_WAIT_S = 10.0
+
+
+def _gone_within(pid: int, timeout_s: float) -> bool:
+    """Reap ``pid`` if it is a child and poll until it is gone; whether it went within ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
         if not pid_alive(pid):
-            return
+            return True
         time.sleep(0.05)
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGKILL)
+    return False
 
 
 def wait_for_port(host: str, port: int, timeout_s: float, what: str, *, pid: int | None = None) -> None:
