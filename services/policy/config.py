@@ -18,7 +18,6 @@ import dataclasses
 import fnmatch
 import hashlib
 import json
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ from schemas.estimates import EngineRegistration
 from services.policy.registry import PolicyRegistry
 from services.policy.specs import default_registry
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
+from services.toml_files import read_toml
 
 Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]
 NonNegative = Annotated[float, Field(ge=0.0, allow_inf_nan=False)]
@@ -275,16 +275,7 @@ def read_config(path: Path) -> tuple[PolicyConfig, dict[str, Any]]:
     Raises:
         InvalidInputError: the file cannot be read, is not TOML, or does not fit the schema.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"{path}: cannot read the policy config: {exc.strerror or exc}"
-        raise InvalidInputError(msg, source=str(path)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: not valid TOML: {exc}"
-        raise InvalidInputError(msg, source=str(path)) from None
+    data = read_toml(path, "the policy config")
     return parse_config(data, str(path)), data
 
 

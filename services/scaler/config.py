@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import tomllib
 from pathlib import Path
 
 from pydantic import ValidationError
 
 from schemas.errors import InvalidInputError
 from schemas.scaling import ScalerConfig
+from services.toml_files import read_toml
 
 
 def read_scaler_config(path: Path) -> ScalerConfig:
@@ -18,16 +18,7 @@ def read_scaler_config(path: Path) -> ScalerConfig:
         InvalidInputError: the file cannot be read, is not TOML, or does not fit ``ScalerConfig``; the
             message names the file, the key path and the reason.
     """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"{path}: cannot read the scaler config: {exc.strerror or exc}"
-        raise InvalidInputError(msg, source=str(path)) from None
-    try:
-        data = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        msg = f"{path}: not valid TOML: {exc}"
-        raise InvalidInputError(msg, source=str(path)) from None
+    data = read_toml(path, "the scaler config")
     try:
         return ScalerConfig.model_validate(data)
     except ValidationError as exc:

@@ -6,12 +6,18 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from schemas.names import estimate_key
+from services.health import ServiceMetrics
+from services.policy.service import PolicyService
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
+from services.stream.processor import StreamProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -114,3 +120,27 @@ def summaries(store: RedisStore, deployment: str, engines: list[str]) -> dict[st
     """The stored estimate summaries of ``engines``, parsed."""
     raw = {e: store._client.get(estimate_key(deployment, e, "summary")) for e in engines}
     return {e: json.loads(v) if v is not None else None for e, v in raw.items()}
+
+
+@contextmanager
+def running_in_thread(service: StreamProcessor | PolicyService) -> Iterator[None]:
+    """Run ``service`` on a thread of the test; stop, join and close it when the block ends."""
+    thread = threading.Thread(target=service.run, daemon=True)
+    thread.start()
+    try:
+        yield
+    finally:
+        service.stop()
+        thread.join(timeout=30)
+        service.close()
+
+
+def log_resets(metrics: ServiceMetrics) -> float:
+    """How many log resets a service counted (``governor_log_resets_total``, over its partitions)."""
+    return sum(
+        sample.value
+        for family in metrics.registry.collect()
+        if family.name == "governor_log_resets"
+        for sample in family.samples
+        if sample.name == "governor_log_resets_total"
+    )

@@ -10,10 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
-import threading
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 
@@ -32,7 +29,7 @@ from services.stack.launcher import StackState, create_topics, stack_down, stack
 from services.stack.processes import free_port, pid_alive
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
-from tests.integration.processes import applied_total, summaries, wait_until
+from tests.integration.processes import applied_total, log_resets, running_in_thread, summaries, wait_until
 from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
@@ -55,28 +52,6 @@ def _topic_ids(bootstrap: str) -> dict[str, str | None]:
         return {topic.name: view.topic_id(topic.name) for topic in TOPICS}
     finally:
         consumer.close()
-
-
-@contextmanager
-def _running(service: StreamProcessor | PolicyService) -> Iterator[None]:
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        service.stop()
-        thread.join(timeout=30)
-        service.close()
-
-
-def _resets(metrics: ServiceMetrics) -> float:
-    return sum(
-        sample.value
-        for family in metrics.registry.collect()
-        if family.name == "governor_log_resets"
-        for sample in family.samples
-        if sample.name == "governor_log_resets_total"
-    )
 
 
 def test_a_topic_no_one_created_stays_missing(kafka_stack: StackState) -> None:
@@ -164,7 +139,7 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
         kafka_timeouts=timeouts,
     )
     try:
-        with _running(processor), _running(policy):
+        with running_in_thread(processor), running_in_thread(policy):
             publish_all(own.kafka_bootstrap, before)
             wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the kill")
             ids_before = _topic_ids(own.kafka_bootstrap)
@@ -178,8 +153,8 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
             publish_all(own.kafka_bootstrap, after)
             wait_until(lambda: applied_total(store) == len(events), 180.0, "every event after the restart")
             wait_until(lambda: policy.counters.decisions > 0, 120.0, "a decision")
-        assert _resets(stream_metrics) == 0
-        assert _resets(policy_metrics) == 0
+        assert log_resets(stream_metrics) == 0
+        assert log_resets(policy_metrics) == 0
         assert processor.counters.skipped == 0
         assert processor.counters.folded == len(events)
     finally:
@@ -259,7 +234,7 @@ def test_topics_deleted_and_created_again_are_a_log_reset_and_every_new_event_is
     names = [topic.name for topic in TOPICS]
     try:
         processor, policy, stream_metrics, policy_metrics = _services(own.kafka_bootstrap, own.redis_url, deployment)
-        with _running(processor), _running(policy):
+        with running_in_thread(processor), running_in_thread(policy):
             publish_all(own.kafka_bootstrap, before)
             wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the reset")
             wait_until(lambda: policy.counters.decisions > 0, 60.0, "a decision before the reset")
@@ -271,12 +246,12 @@ def test_topics_deleted_and_created_again_are_a_log_reset_and_every_new_event_is
         assert all(ids_after[name] != ids_before[name] for name in names)
 
         processor, policy, stream_metrics, policy_metrics = _services(own.kafka_bootstrap, own.redis_url, deployment)
-        with _running(processor), _running(policy):
+        with running_in_thread(processor), running_in_thread(policy):
             publish_all(own.kafka_bootstrap, after)
             wait_until(lambda: applied_total(store) == len(after), 180.0, "every event after the reset")
             wait_until(lambda: policy.counters.decisions > 0, 120.0, "a decision from the new log")
-            wait_until(lambda: _resets(policy_metrics) >= 1, 60.0, "the policy service to notice its new log")
-        assert _resets(stream_metrics) >= 1
+            wait_until(lambda: log_resets(policy_metrics) >= 1, 60.0, "the policy service to notice its new log")
+        assert log_resets(stream_metrics) >= 1
         assert processor.counters.skipped == 0
         assert processor.counters.folded == len(after)
     finally:

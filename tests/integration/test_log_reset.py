@@ -8,9 +8,6 @@ the restart is folded and the policies keep deciding; none is skipped silently.
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,7 +21,7 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
-from tests.integration.processes import applied_total, wait_until
+from tests.integration.processes import applied_total, log_resets, running_in_thread, wait_until
 from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -38,28 +35,6 @@ def _publish(bootstrap: str, events: list[Event]) -> None:
     stats = publisher.stats()
     publisher.close()
     assert stats.dropped == 0
-
-
-@contextmanager
-def _running(service: StreamProcessor | PolicyService) -> Iterator[None]:
-    thread = threading.Thread(target=service.run, daemon=True)
-    thread.start()
-    try:
-        yield
-    finally:
-        service.stop()
-        thread.join(timeout=30)
-        service.close()
-
-
-def _resets(metrics: ServiceMetrics) -> float:
-    return sum(
-        sample.value
-        for family in metrics.registry.collect()
-        if family.name == "governor_log_resets"
-        for sample in family.samples
-        if sample.name == "governor_log_resets_total"
-    )
 
 
 def test_broker_restart_without_its_log_is_reported_and_every_new_event_is_folded(
@@ -88,13 +63,13 @@ def test_broker_restart_without_its_log_is_reported_and_every_new_event_is_folde
         metrics=policy_metrics,
     )
     try:
-        with _running(processor), _running(policy):
+        with running_in_thread(processor), running_in_thread(policy):
             _publish(own.kafka_bootstrap, before)
             wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the restart")
             wait_until(lambda: policy.counters.decisions > 0, 60.0, "a decision before the restart")
             applied_before = store.applied_offsets("stream")
             decisions_before = policy.counters.decisions
-            assert _resets(stream_metrics) == 0
+            assert log_resets(stream_metrics) == 0
 
             stack_down(stack_dir)
             restarted = stack_up(stack_dir, redis_url, port)
@@ -103,9 +78,9 @@ def test_broker_restart_without_its_log_is_reported_and_every_new_event_is_folde
 
             wait_until(lambda: applied_total(store) == len(after), 180.0, "every event after the restart to be applied")
             wait_until(lambda: policy.counters.decisions > decisions_before, 120.0, "a decision from the new log")
-            wait_until(lambda: _resets(policy_metrics) >= 1, 30.0, "the policy service to notice its new log")
+            wait_until(lambda: log_resets(policy_metrics) >= 1, 30.0, "the policy service to notice its new log")
         assert processor.counters.skipped == 0
-        assert _resets(stream_metrics) >= 1
+        assert log_resets(stream_metrics) >= 1
         assert processor.counters.folded == len(before) + len(after)
         applied_after = store.applied_offsets("stream")
         assert set(applied_after) == set(applied_before)
