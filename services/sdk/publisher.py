@@ -186,11 +186,15 @@ class TelemetryPublisher:
         """
 
         def failed(exc: BaseException) -> None:
-            with self._lock:
-                self._failed_generation = max(self._failed_generation, generation)
+            self._mark_failed(generation)
             self._drop(1, reason="delivery_failed", error=exc)
 
         return failed
+
+    def _mark_failed(self, generation: int) -> None:
+        """Mark the producer of ``generation`` for rebuild (a later generation stays marked)."""
+        with self._lock:
+            self._failed_generation = max(self._failed_generation, generation)
 
     def _connect(self) -> KafkaProducer | None:
         # Records the broker cannot take expire after the delivery timeout (their futures fail and
@@ -263,8 +267,7 @@ class TelemetryPublisher:
                     continue
                 self._send(self._producer, event)
             except KafkaError as exc:
-                with self._lock:
-                    self._failed_generation = max(self._failed_generation, self._generation)
+                self._mark_failed(self._generation)
                 self._drop(1, reason="broker_unavailable", error=exc)
             except Exception as exc:
                 # The publisher's thread is the engine's lifeline to the log: it never dies.
