@@ -19,6 +19,7 @@ SCALING_TOPIC = "gov.scaling"
 SCALING_SCHEMA_VERSION = 1
 
 Name = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.-]+$")]
+EnvName = Annotated[str, Field(min_length=1, max_length=128, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")]
 KubernetesName = Annotated[
     str, Field(min_length=1, max_length=253, pattern=r"^[a-z0-9]([-a-z0-9.]*[a-z0-9])?$", description="RFC 1123")
 ]
@@ -41,11 +42,32 @@ class KubernetesTarget(ContractModel):
 
 
 class LocalEngineSpec(ContractModel):
-    """How the local connector starts one replica of a pool: a command with ``{port}`` in it."""
+    """How the local connector starts, checks and stops one replica of a pool (services/scaler/local_engines.py).
+
+    ``command`` is the replica's argv with ``{port}`` (and optionally ``{engine_id}``) in it; replica slot i
+    listens on ``first_port + i`` at ``host``. It counts once ``GET /health`` answers 200 (within
+    ``start_timeout_s``); it is drained for at most ``drain_timeout_s`` before it is stopped, and a stop
+    is SIGTERM, then SIGKILL after ``stop_timeout_s``.
+    """
 
     command: list[str] = Field(min_length=1, description="argv; '{port}' is replaced by the replica's port")
     first_port: int = Field(ge=1024, le=65535, description="replica i listens on first_port + i")
+    host: str = Field(default="127.0.0.1", min_length=1, max_length=253, description="where the replicas listen")
+    env: dict[EnvName, str] = Field(default_factory=dict, description="added to each replica's environment")
+    log_dir: str | None = Field(default=None, max_length=1024, description="each replica's output goes here")
+    start_timeout_s: float = Field(default=600.0, gt=0.0, le=7200.0, allow_inf_nan=False)
     drain_timeout_s: float = Field(default=30.0, gt=0.0, le=3600.0, allow_inf_nan=False)
+    stop_timeout_s: float = Field(default=30.0, gt=0.0, le=600.0, allow_inf_nan=False)
+
+
+class GatewayAdminConfig(ContractModel):
+    """Where the gateway's admin API is (docs/gateway.md), for the local connector to register and drain replicas."""
+
+    url: str = Field(min_length=1, max_length=1024, pattern=r"^https?://", description="the gateway's base URL")
+    token_file: str | None = Field(
+        default=None, max_length=1024, description="file holding the admin bearer token, where the gateway needs one"
+    )
+    timeout_s: float = Field(default=5.0, gt=0.0, le=120.0, allow_inf_nan=False, description="per admin call")
 
 
 class ScalerPoolConfig(ContractModel):
@@ -91,7 +113,21 @@ class ScalerConfig(ContractModel):
     interval_s: float = Field(default=5.0, gt=0.0, le=3600.0, allow_inf_nan=False, description="seconds per pass")
     scope: Name = Field(default="fleet", description="scope of the FleetOpt document to follow")
     keda_port: int | None = Field(default=None, ge=0, le=65535, description="gRPC port of the KEDA external scaler")
+    gateway: GatewayAdminConfig | None = Field(
+        default=None, description="the gateway local replicas are registered with and drained through"
+    )
     pools: dict[Name, ScalerPoolConfig] = Field(min_length=1)
+
+
+class ActionLimits(ContractModel):
+    """The limits of a pool as the rules applied them to one action (policies/scaling/rules.py ``PoolLimits``)."""
+
+    min_replicas: int = Field(ge=0)
+    max_replicas: int = Field(ge=1)
+    max_step_replicas: int = Field(ge=1)
+    cooldown_s: float = Field(ge=0.0, allow_inf_nan=False)
+    scale_down_hold_s: float = Field(ge=0.0, allow_inf_nan=False)
+    pinned_replicas: int | None = Field(default=None, ge=0)
 
 
 class ScalingAction(ContractModel):
@@ -117,4 +153,22 @@ class ScalingAction(ContractModel):
     pinned: bool
     mode: ScalerMode
     result: ConnectorResult
-    detail: str | None = Field(default=None, max_length=1024, description="the connector's error, when it failed")
+    detail: str | None = Field(
+        default=None,
+        max_length=1024,
+        description="the connector's error when it failed, or what it had to do (a replica stopped undrained)",
+    )
+    plan_gpus: int | None = Field(default=None, ge=0, description="the plan's GPUs for the pool; None: no plan")
+    limits: ActionLimits | None = Field(default=None, description="the pool's limits the rules applied")
+    previous_change_ts: float | None = Field(
+        default=None, ge=0.0, allow_inf_nan=False, description="event time of the pool's change before this, s"
+    )
+    down_since_ts: float | None = Field(
+        default=None,
+        ge=0.0,
+        allow_inf_nan=False,
+        description="scale-downs: event time since which the plan wanted fewer replicas (the hold's start), s",
+    )
+    down_peak_replicas: int | None = Field(
+        default=None, ge=0, description="scale-downs: the largest count wanted while the hold ran"
+    )

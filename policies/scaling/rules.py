@@ -125,7 +125,10 @@ class PoolDecision:
     """One pool's decision: the count wanted, the change to make now (``to_replicas``) and why.
 
     ``changed`` is True when ``to_replicas`` differs from ``from_replicas``: the shell acts on those
-    only. ``memory`` is what to pass to the next call.
+    only. ``memory`` is what to pass to the next call. ``previous_change_s`` (the cool-down's start),
+    ``down_since_s`` and ``down_peak_replicas`` (a scale-down's hold: since when the plan wanted fewer,
+    and the most it wanted meanwhile) are the facts the decision was taken on, so that an action can be
+    explained from its record alone.
     """
 
     desired_replicas: int | None
@@ -135,6 +138,9 @@ class PoolDecision:
     pinned: bool
     plan_version: int | None
     memory: PoolMemory
+    previous_change_s: float | None = None
+    down_since_s: float | None = None
+    down_peak_replicas: int | None = None
 
     @property
     def changed(self) -> bool:
@@ -184,9 +190,12 @@ def decide_pool(limits: PoolLimits, memory: PoolMemory, target: PlanTarget | Non
             pinned=pinned,
             plan_version=version,
             memory=kept,
+            previous_change_s=memory.last_change_s,
+            down_since_s=kept.down_since_s,
+            down_peak_replicas=kept.down_peak_replicas if kept.down_since_s is not None else None,
         )
 
-    def move(to: int, reason: ScaleReason, kept: PoolMemory) -> PoolDecision:
+    def move(to: int, reason: ScaleReason, kept: PoolMemory, *, down: PoolMemory | None = None) -> PoolDecision:
         return PoolDecision(
             desired_replicas=desired,
             from_replicas=current,
@@ -195,6 +204,9 @@ def decide_pool(limits: PoolLimits, memory: PoolMemory, target: PlanTarget | Non
             pinned=pinned,
             plan_version=version,
             memory=replace(kept, replicas=to, last_change_s=now_s),
+            previous_change_s=memory.last_change_s,
+            down_since_s=None if down is None else down.down_since_s,
+            down_peak_replicas=None if down is None else down.down_peak_replicas,
         )
 
     if desired is None:
@@ -220,4 +232,4 @@ def decide_pool(limits: PoolLimits, memory: PoolMemory, target: PlanTarget | Non
         return hold(ScaleReason.COOLING_DOWN, waiting)
     to = max(peak, current - limits.max_step_replicas)
     reason = ScaleReason.OUT_OF_BOUNDS if out_of_bounds else ScaleReason.SCALE_DOWN
-    return move(to, reason, settled if to == peak else waiting)
+    return move(to, reason, settled if to == peak else waiting, down=waiting)

@@ -5,7 +5,8 @@ when it holds, the inputs digest (the estimate snapshot, its version, the Kafka 
 up to and the engines it covers), the payload the engines obey, the diagnostics the policy
 returned and the clamps the guardrails applied. ``--inputs`` also fetches the estimate snapshot
 itself from ``gov.estimates`` and prints the estimates the decision read; ``--json`` prints the
-record (and snapshot) as JSON.
+record (and snapshot) as JSON. ``governor explain scaling POOL [--seq N]`` explains one of the scaler's
+actions instead (services/cli/explain_scaling.py).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ from collections.abc import Mapping
 from pydantic import JsonValue
 
 from schemas.records import DecisionRecord, EstimateSnapshot
+from services.cli import explain_scaling
 from services.cli.options import add_settings_flags, settings_from_args
 from services.cli.table import MISSING, aligned
 from services.headline import parse_document
@@ -27,8 +29,11 @@ from services.inspection.decisions import find_decision, find_snapshot
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``explain`` command."""
     explain = commands.add_parser("explain", help="one decision from gov.policy.decisions, with its inputs")
-    explain.add_argument("kind", help="policy kind (admission, ebplus, slai, bfio, fleetopt)")
-    explain.add_argument("scope", help="engine id, or `fleet` for fleet-scope policies")
+    explain.add_argument(
+        "kind", help="policy kind (admission, ebplus, slai, bfio, fleetopt), or `scaling` for a scaler's action"
+    )
+    explain.add_argument("scope", help="engine id, or `fleet` for fleet-scope policies; the pool for `scaling`")
+    explain.add_argument("--seq", type=int, default=None, help="scaling: the action's seq (default: the newest)")
     explain.add_argument("--version", type=int, default=None, help="document version (default: the newest)")
     explain.add_argument("--inputs", action="store_true", help="also print the estimate snapshot the decision read")
     explain.add_argument("--json", action="store_true", help="print the record (and snapshot) as JSON")
@@ -96,6 +101,8 @@ def render(record: DecisionRecord, snapshot: EstimateSnapshot | None) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """Find the decision and print it; exit 1 when ``--inputs`` asked for a snapshot the log no longer has."""
+    if args.kind == "scaling":
+        return explain_scaling.run(args)
     settings = settings_from_args(args)
     record = find_decision(
         settings.kafka_bootstrap,

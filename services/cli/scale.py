@@ -18,7 +18,7 @@ from pathlib import Path
 import structlog
 
 from schemas.errors import ConfigError
-from schemas.scaling import ScalerConfig
+from schemas.scaling import ScalerConfig, ScalerPoolConfig
 from services.backends import wait_for_backends
 from services.cli.options import add_settings_flags, settings_from_args
 from services.health import HealthServer, ServiceMetrics
@@ -26,6 +26,8 @@ from services.scaler.actions import KafkaActionSink, read_actions
 from services.scaler.config import read_scaler_config
 from services.scaler.connector import MemoryConnector, ScaleConnector
 from services.scaler.external_scaler import DesiredReplicas, ExternalScalerServer, KedaConnector
+from services.scaler.gateway_admin import GatewayAdmin
+from services.scaler.local_engines import LocalEngineConnector
 from services.scaler.scale_subresource import KubernetesScaleConnector, kubernetes_api
 from services.scaler.service import ScalerMetrics, ScalerService
 from services.sdk.policy_client import PolicyClient
@@ -50,7 +52,7 @@ FLAGS = [
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``scale`` command."""
     parser = commands.add_parser(
-        "scale", help="resize the pools to FleetOpt's plan through KEDA, Kubernetes or in-memory connectors"
+        "scale", help="resize the pools to FleetOpt's plan through KEDA, Kubernetes, local engines or in memory"
     )
     add_settings_flags(parser, FLAGS)
     parser.add_argument("--config", type=Path, required=True, help="the scaler's pools (TOML, docs/scaler.md)")
@@ -66,19 +68,42 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.set_defaults(handler=run)
 
 
+def gateway_admin(config: ScalerConfig) -> GatewayAdmin | None:
+    """The gateway's admin client of the ``[gateway]`` table, with its bearer token read from ``token_file``.
+
+    Raises:
+        ConfigError: the token file cannot be read or is empty.
+    """
+    table = config.gateway
+    if table is None:
+        return None
+    token = None
+    if table.token_file is not None:
+        try:
+            token = Path(table.token_file).read_text(encoding="utf-8").strip()
+        except OSError as exc:
+            msg = f"gateway.token_file {table.token_file}: cannot read it: {exc.strerror or exc}"
+            raise ConfigError(msg) from None
+        if not token:
+            msg = f"gateway.token_file {table.token_file} is empty"
+            raise ConfigError(msg)
+    return GatewayAdmin(table.url, token=token, timeout_s=table.timeout_s)
+
+
 def build_connectors(
     config: ScalerConfig, board: DesiredReplicas, kubeconfig: Path | None
 ) -> dict[str, ScaleConnector]:
     """One connector per pool, as its ``connector`` key says.
 
-    A KEDA pool with a ``kubernetes`` table reads its live count from that workload's scale subresource.
+    A KEDA pool with a ``kubernetes`` table reads its live count from that workload's scale subresource;
+    a local pool registers its replicas with the ``[gateway]`` where there is one.
 
     Raises:
-        ConfigError: a pool names the local connector, which this build does not have yet (docs/scaler.md),
-            or Kubernetes credentials are missing.
+        ConfigError: Kubernetes credentials are missing, or the gateway's token file cannot be read.
     """
     connectors: dict[str, ScaleConnector] = {}
     api = None
+    gateway = gateway_admin(config)
     for name, pool in config.pools.items():
         start = pool.initial_replicas if pool.initial_replicas is not None else pool.min_replicas
         workload = None
@@ -89,11 +114,10 @@ def build_connectors(
             connectors[name] = KedaConnector(name, board, reader=workload)
         elif pool.connector == "memory":
             connectors[name] = MemoryConnector(name, start)
+        elif pool.connector == "local" and pool.local is not None:
+            connectors[name] = LocalEngineConnector(name, pool.local, gateway=gateway)
         elif workload is not None:
             connectors[name] = workload
-        else:
-            msg = f"pool {name}: the local connector is not built yet (docs/scaler.md, 'Local engines')"
-            raise ConfigError(msg)
     return connectors
 
 
@@ -116,6 +140,13 @@ def run(args: argparse.Namespace) -> int:
     board = DesiredReplicas([name for name, pool in config.pools.items() if pool.connector == "keda"])
     connectors = build_connectors(config, board, args.kubeconfig)
     return _serve(args, settings, config, board, connectors)
+
+
+def _longest_local_change_s(pool: ScalerPoolConfig) -> float:
+    """How long one pass may block on a local pool (starting, or draining and stopping, its replicas)."""
+    if pool.local is None:
+        return 0.0
+    return pool.local.start_timeout_s + pool.local.drain_timeout_s + pool.local.stop_timeout_s
 
 
 def _serve(
@@ -164,7 +195,9 @@ def _serve(
         metrics,
         settings.metrics_port,
         settings.metrics_host,
-        stale_after_s=max(30.0, 3 * config.interval_s),
+        stale_after_s=max(
+            30.0, 3 * config.interval_s, *(_longest_local_change_s(pool) for pool in config.pools.values())
+        ),
         details=lambda: {"mode": config.mode, "replicas": service.replicas()},
     )
     health.start()

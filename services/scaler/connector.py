@@ -2,7 +2,8 @@
 
 A connector reports the replicas its pool runs (where it can read them) and sets a new count.
 Each kind lives in its own module: ``scale_subresource.py`` patches a Kubernetes workload's
-``scale`` subresource, ``external_scaler.py`` answers KEDA's external scaler calls with the count.
+``scale`` subresource, ``external_scaler.py`` answers KEDA's external scaler calls with the count,
+``local_engines.py`` starts and stops engine processes on this machine.
 Failures reach the service as ``BackendUnavailableError``, which it records on the action and
 retries after the pool's cool-down; they never stop the other pools.
 """
@@ -36,12 +37,19 @@ class ScaleConnector(Protocol):
         """
         ...
 
-    def scale(self, replicas: int) -> None:
-        """Set the pool to ``replicas``.
+    def scale(self, replicas: int) -> str | None:
+        """Set the pool to ``replicas``; return a note for the action's record, or None.
+
+        The note says what the connector had to do that the operator should know (a replica stopped
+        at its drain timeout with requests still in flight).
 
         Raises:
             BackendUnavailableError: the backend refused or did not answer; the count is unchanged.
         """
+        ...
+
+    def close(self) -> None:
+        """Release what the connector holds (the local connector stops the processes it started)."""
         ...
 
 
@@ -69,9 +77,13 @@ class MemoryConnector:
         """The count last set."""
         return self._replicas
 
-    def scale(self, replicas: int) -> None:
+    def scale(self, replicas: int) -> str | None:
         """Record the call and set the count, or fail as configured."""
         self.calls.append(replicas)
         if self.fail_with is not None:
             raise BackendUnavailableError(self.fail_with, backend="memory")
         self._replicas = replicas
+        return None
+
+    def close(self) -> None:
+        """Nothing to release."""

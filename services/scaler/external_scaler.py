@@ -137,9 +137,13 @@ class KedaConnector:
             return self._reader.replicas()
         return self._board.get(self._pool)
 
-    def scale(self, replicas: int) -> None:
+    def scale(self, replicas: int) -> str | None:
         """Post ``replicas`` for KEDA's next call (and push it to open streams)."""
         self._board.set(self._pool, replicas)
+        return None
+
+    def close(self) -> None:
+        """Nothing to release: the pool's workloads outlive the scaler."""
 
 
 class ExternalScalerServer:

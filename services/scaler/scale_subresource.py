@@ -110,9 +110,13 @@ class KubernetesScaleConnector:
         replicas = spec.get("replicas") if isinstance(spec, dict) else None
         return replicas if isinstance(replicas, int) else None
 
-    def scale(self, replicas: int) -> None:
-        """Merge-patch ``spec.replicas``."""
+    def scale(self, replicas: int) -> str | None:
+        """Merge-patch ``spec.replicas``; the workload's own drain (``preStop``) stops what leaves."""
         self._call("patch", scale_patch(replicas))
+        return None
+
+    def close(self) -> None:
+        """Nothing to release: the pool's workloads outlive the scaler."""
 
     def _call(self, verb: str, body: dict[str, Any] | None) -> object:
         resource, target = self._resource, self._target

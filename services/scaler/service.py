@@ -13,6 +13,8 @@ change, makes it through the pool's connector, and appends every change to ``gov
 - Advisory mode computes and records every action (``result: advisory``) and calls no connector.
   Its memory moves as if the action had been made, so the advisory log is the trace the pools
   would have followed.
+- A connector that reports what it had to do (the local connector stopping a replica at its drain
+  timeout) has that on the action's ``detail``.
 - A connector that fails is recorded (``result: failed`` with its error); the pool keeps its
   count and the next try waits for the pool's cool-down, so a broken API is not hammered.
 - Pins: ``governor pin fleetopt ...`` changes the document itself, so it reaches the pools here;
@@ -33,7 +35,7 @@ from policies.scaling import PlanTarget, PoolDecision, PoolLimits, PoolMemory, d
 from schemas.errors import BackendUnavailableError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.fleetopt import FleetoptPolicy
-from schemas.scaling import ConnectorResult, ScalerConfig, ScalerPoolConfig, ScalingAction
+from schemas.scaling import ActionLimits, ConnectorResult, ScalerConfig, ScalerPoolConfig, ScalingAction
 from services.health import SERVICE_LABELS, ServiceMetrics
 from services.scaler.actions import ActionSink
 from services.scaler.connector import ScaleConnector
@@ -234,7 +236,7 @@ class ScalerService:
         detail = None
         if not self.advisory:
             try:
-                connector.scale(decision.to_replicas)
+                detail = connector.scale(decision.to_replicas)
                 result = "applied"
             except BackendUnavailableError as exc:
                 result, detail = "failed", str(exc)[:1024]
@@ -274,6 +276,7 @@ class ScalerService:
     ) -> ScalingAction:
         seq = self._seq
         self._seq += 1
+        limits = self._limits[name]
         return ScalingAction(
             event_id=f"{self._scaler_id}-{int(now_s * 1000)}-{seq}",
             ts=now_s,
@@ -294,6 +297,18 @@ class ScalerService:
             mode=self._config.mode,
             result=result,
             detail=detail,
+            plan_gpus=None if target is None else target.n_gpus,
+            limits=ActionLimits(
+                min_replicas=limits.min_replicas,
+                max_replicas=limits.max_replicas,
+                max_step_replicas=limits.max_step_replicas,
+                cooldown_s=limits.cooldown_s,
+                scale_down_hold_s=limits.scale_down_hold_s,
+                pinned_replicas=limits.pinned_replicas,
+            ),
+            previous_change_ts=decision.previous_change_s,
+            down_since_ts=decision.down_since_s,
+            down_peak_replicas=decision.down_peak_replicas,
         )
 
     def run(self, *, idle_exit_s: float | None = None) -> ScalerCounters:
@@ -321,5 +336,10 @@ class ScalerService:
         self._stopped.set()
 
     def close(self) -> None:
-        """Release the log's connection."""
+        """Close every connector (the local one stops its processes), then the log's connection."""
+        for name in sorted(self._connectors):
+            try:
+                self._connectors[name].close()
+            except Exception:
+                log.exception("connector_close_failed", pool=name)
         self._sink.close()

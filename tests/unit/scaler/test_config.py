@@ -8,7 +8,7 @@ import pytest
 
 from schemas.errors import ConfigError, InvalidInputError
 from services.cli.main import main
-from services.cli.scale import build_connectors
+from services.cli.scale import build_connectors, gateway_admin
 from services.scaler import DesiredReplicas, KedaConnector, MemoryConnector
 from services.scaler.config import read_scaler_config
 
@@ -47,13 +47,31 @@ class TestReadScalerConfig:
             read_scaler_config(path)
         assert info.value.field == "pools.long.max_replicas"
 
-    def test_a_local_pool_is_refused_until_the_connector_exists(self, tmp_path: Path) -> None:
+    def test_a_local_pool_gets_the_local_connector_with_the_gateways_token(self, tmp_path: Path) -> None:
+        token = tmp_path / "admin.token"
+        token.write_text("s3cret\n")
         path = tmp_path / "scaler.toml"
         path.write_text(
+            f'gateway = {{ url = "http://127.0.0.1:8080", token_file = "{token}" }}\n'
             'pools.short = { max_replicas = 2, connector = "local", local = { command = ["vllm"], first_port = 8100 } }'
         )
-        with pytest.raises(ConfigError, match="pool short: the local connector is not built yet"):
-            build_connectors(read_scaler_config(path), DesiredReplicas([]), None)
+        config = read_scaler_config(path)
+        connector = build_connectors(config, DesiredReplicas([]), None)["short"]
+        assert (connector.kind, connector.target, connector.replicas()) == ("local", "local/short", 0)
+        admin = gateway_admin(config)
+        assert admin is not None
+        assert (admin.base_url, admin.token) == ("http://127.0.0.1:8080", "s3cret")
+
+    def test_an_empty_gateway_token_file_is_refused(self, tmp_path: Path) -> None:
+        token = tmp_path / "admin.token"
+        token.write_text("\n")
+        path = tmp_path / "scaler.toml"
+        path.write_text(
+            f'gateway = {{ url = "http://127.0.0.1:8080", token_file = "{token}" }}\n'
+            'pools.short = { max_replicas = 2, connector = "memory" }'
+        )
+        with pytest.raises(ConfigError, match=r"admin\.token is empty"):
+            gateway_admin(read_scaler_config(path))
 
     def test_governor_scale_exits_2_naming_the_file_and_key(
         self, tmp_path: Path, capsys: pytest.CaptureFixture[str]

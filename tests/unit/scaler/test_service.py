@@ -110,6 +110,18 @@ class TestScalerService:
             "mode": "act",
             "result": "applied",
             "detail": None,
+            "plan_gpus": 4,
+            "limits": {
+                "min_replicas": 1,
+                "max_replicas": 6,
+                "max_step_replicas": 2,
+                "cooldown_s": 30.0,
+                "scale_down_hold_s": 120.0,
+                "pinned_replicas": None,
+            },
+            "previous_change_ts": None,
+            "down_since_ts": None,
+            "down_peak_replicas": None,
         }
         assert rig.sink.actions == [action]
 
