@@ -9,11 +9,12 @@ The gateway publishes them on ``gov.telemetry`` under its own ``engine_id`` (the
 
 from __future__ import annotations
 
-from typing import Literal
+from typing import Annotated, Literal
 
 from pydantic import Field
 
-from schemas.envelope import Envelope, Identifier, Seconds, Tokens
+from schemas.envelope import Envelope, Identifier, Label, Seconds, Tokens
+from schemas.policy_docs.base import ContractModel
 
 RouteReason = Literal["fleetopt_short", "fleetopt_compressed", "fleetopt_long", "context_fit"]
 Balancer = Literal["least_load", "bfio", "jsq_load", "fcfs"]
@@ -81,3 +82,35 @@ class GatewayUpstreamError(Envelope):
     upstream: Identifier
     kind: UpstreamErrorKind
     status: int | None = Field(default=None, ge=100, le=599, description="the upstream's HTTP status, if any")
+
+
+UpstreamState = Literal["active", "draining"]
+UpstreamUrl = Annotated[str, Field(pattern=r"^https?://[^\s]+$", max_length=2048, description="base URL (without /v1)")]
+
+
+class UpstreamAdd(ContractModel):
+    """Body of ``POST /admin/upstreams``: an engine endpoint the gateway should route to (docs/gateway.md, Admin).
+
+    ``model`` may be left out: the gateway then reads it (and the context window) from the endpoint's
+    ``/v1/models`` on its first passing health check, and routes nothing there before.
+    """
+
+    url: UpstreamUrl
+    pool: Label
+    model: Label | None = None
+
+
+class UpstreamDrain(ContractModel):
+    """Body of ``POST /admin/upstreams/drain``: the endpoint that takes no new requests from now on."""
+
+    url: UpstreamUrl
+
+
+class UpstreamEntry(ContractModel):
+    """One upstream as ``GET /admin/upstreams`` lists it: the scaler's local connector drains and removes by it."""
+
+    url: UpstreamUrl
+    pool: Label
+    dp_rank: int | None = Field(ge=0, le=4096, description="its rank in a DP group; None: not a rank")
+    state: UpstreamState = Field(description="active: takes new requests when healthy; draining: takes none")
+    in_flight: int = Field(ge=0, description="requests the gateway has on it now, streaming ones included")

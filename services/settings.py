@@ -21,7 +21,13 @@ from schemas.signing import PolicyKeyring, SigningKey
 ENV_PREFIX = "GOVERNOR_"
 ENV_ALIASES = {"redis_url": "REDIS_URL"}
 SECRET_FIELDS = frozenset(
-    {"redis_password", "kafka_sasl_password", "policy_signing_key", "policy_previous_signing_key"}
+    {
+        "redis_password",
+        "kafka_sasl_password",
+        "policy_signing_key",
+        "policy_previous_signing_key",
+        "gateway_admin_token",
+    }
 )
 
 
@@ -403,6 +409,17 @@ class Settings(SecuritySettings):
     gateway_health_interval_s: float = Field(
         default=2.0, gt=0.0, le=3600.0, description="how often the gateway checks each upstream's /health, seconds"
     )
+    gateway_admin_token: SecretStr | None = Field(
+        default=None,
+        min_length=16,
+        description="bearer token of the gateway's /admin API; required when gateway_host is not loopback; a secret",
+    )
+
+    @field_validator("gateway_admin_token", mode="before")
+    @classmethod
+    def _empty_token_is_unset(cls, value: object) -> object:
+        """An empty token is no token, as for the other secrets."""
+        return None if value == "" else value
 
     @model_validator(mode="after")
     def _heartbeat_within_session(self) -> Self:

@@ -14,7 +14,7 @@ SDK's cached ``PolicySource`` (never waiting on Redis; no valid document means t
 
 It is then forwarded (services/gateway/forwarding.py). Every step is counted (services/gateway/metrics.py),
 published (services/gateway/telemetry.py) and logged when it sheds or fails. ``/healthz``, ``/readyz``,
-``/metrics`` and ``/v1/models`` complete the front.
+``/metrics``, ``/v1/models`` and the admin API (services/gateway/admin.py) complete the front.
 """
 
 from __future__ import annotations
@@ -36,6 +36,7 @@ from policies.bfio import BfioRouter
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.gateway import Balancer, RouteReason, ShedReason, UpstreamErrorKind
 from schemas.policy_docs.fleetopt import FleetoptPolicy
+from services.gateway.admin import AdminApi
 from services.gateway.admission import AdmissionGate
 from services.gateway.compressor import Compression, compress_to_fit, plan_sentences
 from services.gateway.config import GatewayConfig
@@ -74,6 +75,7 @@ class Gateway:
         max_body_bytes: int,
         upstream_timeout_s: float,
         health_interval_s: float,
+        admin_token: str | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         """Build the gateway; nothing connects until the application starts.
@@ -88,6 +90,7 @@ class Gateway:
             max_body_bytes: larger bodies are refused with 400.
             upstream_timeout_s: longest a request may take upstream.
             health_interval_s: period of the upstream health checks.
+            admin_token: bearer token of the admin API (services/gateway/admin.py); None: unauthenticated.
             clock: event time, Unix seconds (documents' ``valid_until`` is compared with it).
         """
         self._config = config
@@ -106,6 +109,7 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._counter: TokenCounter | None = None
         self.health: HealthChecker | None = None
+        self._admin = AdminApi(registry, token=admin_token, on_added=self._added, on_change=self._capacity_changed)
 
     def application(self) -> web.Application:
         """The aiohttp application; its start opens the client session and the background loops."""
@@ -116,6 +120,7 @@ class Gateway:
         app.router.add_get("/healthz", self._healthz)
         app.router.add_get("/readyz", self._readyz)
         app.router.add_get("/metrics", self._metrics)
+        self._admin.add_routes(app)
         app.on_startup.append(self._start)
         app.on_cleanup.append(self._stop)
         return app
@@ -182,6 +187,12 @@ class Gateway:
         self._tasks.clear()
         if self._session is not None:
             await self._session.close()
+
+    def _added(self, upstream: Upstream) -> None:
+        """Health-check an upstream added through the admin API at once: it joins rotation when it passes."""
+        if self.health is not None:
+            self._tasks.append(asyncio.get_running_loop().create_task(self.health.check(upstream)))
+        self._capacity_changed()
 
     def _capacity_changed(self) -> None:
         for queue in self._queues.values():

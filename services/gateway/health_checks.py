@@ -2,7 +2,9 @@
 
 A 200 within the timeout passes; anything else fails. ``UpstreamRegistry`` decides when failures take an
 upstream out of rotation and when a pass brings it back; this loop only probes and tells the gateway, which
-wakes the requests waiting for capacity.
+wakes the requests waiting for capacity. An upstream added through the admin API without a model passes
+only once its ``/v1/models`` names one: the first model served there, with its ``max_model_len`` when
+vLLM gives it, becomes the upstream's.
 """
 
 from __future__ import annotations
@@ -48,18 +50,47 @@ class HealthChecker:
         results = await asyncio.gather(*(self._probe(u) for u in upstreams))
         changed = False
         for upstream, passed in zip(upstreams, results, strict=True):
-            if passed and self._registry.check_passed(upstream):
-                log.info("upstream_restored", upstream=upstream.engine_id)
-                changed = True
-            elif not passed and self._registry.check_failed(upstream):
-                log.warning("upstream_ejected", upstream=upstream.engine_id, failures=upstream.consecutive_failures)
-                changed = True
+            changed = self._record(upstream, passed=passed) or changed
         if changed:
             self._on_change()
+
+    async def check(self, upstream: Upstream) -> None:
+        """Probe one upstream now (one just added, so it need not wait for the next round)."""
+        if self._record(upstream, passed=await self._probe(upstream)):
+            self._on_change()
+
+    def _record(self, upstream: Upstream, *, passed: bool) -> bool:
+        if passed and self._registry.check_passed(upstream):
+            log.info("upstream_restored", upstream=upstream.engine_id, model=upstream.model)
+            return True
+        if not passed and self._registry.check_failed(upstream):
+            log.warning("upstream_ejected", upstream=upstream.engine_id, failures=upstream.consecutive_failures)
+            return True
+        return False
 
     async def _probe(self, upstream: Upstream) -> bool:
         try:
             async with self._session.get(f"{upstream.url}/health", timeout=self._timeout) as response:
-                return response.status == 200
+                if response.status != 200:
+                    return False
+            return upstream.model is not None or await self._learn_model(upstream)
         except (aiohttp.ClientError, TimeoutError, OSError):
             return False
+
+    async def _learn_model(self, upstream: Upstream) -> bool:
+        """Read the upstream's model (and context window) from its ``/v1/models``; False if it names none."""
+        async with self._session.get(f"{upstream.url}/v1/models", timeout=self._timeout) as response:
+            if response.status != 200:
+                return False
+            try:
+                card = (await response.json())["data"][0]
+                model = card["id"]
+            except (ValueError, KeyError, IndexError, TypeError):
+                return False
+        if not isinstance(model, str) or not model:
+            return False
+        max_model_len = card.get("max_model_len")
+        if isinstance(max_model_len, int) and not isinstance(max_model_len, bool) and max_model_len > 0:
+            upstream.max_model_len = max_model_len
+        upstream.model = model
+        return True

@@ -1,9 +1,12 @@
 """The upstream engines the gateway routes to: where they are, what they serve, whether they are in rotation.
 
-Two sources fill the ``UpstreamRegistry``: the static list of the gateway file (engines that do not run
-Governor's plugin) and ``engine.registered`` events that carry an ``endpoint_url``. An upstream is in
-rotation while it passes its health checks and, for a registered one, while it keeps sending events
-(registration or heartbeat) within ``silent_after_s``; it comes back on its next passing check or event.
+Three sources fill the ``UpstreamRegistry``: the static list of the gateway file (engines that do not run
+Governor's plugin), ``engine.registered`` events that carry an ``endpoint_url``, and the admin API
+(services/gateway/admin.py: the scaler's local connector adds the engines it starts). An upstream is in
+rotation while it passes its health checks, is not draining and, for a registered one, while it keeps
+sending events (registration or heartbeat) within ``silent_after_s``; it comes back on its next passing
+check or event. A draining upstream gets no new request and keeps its in-flight ones until they finish;
+it leaves the registry only when removed with none in flight.
 
 Each upstream also keeps the requests the gateway has in flight on it, with their prompt tokens and the
 tokens counted from their streamed chunks: that is the per-rank load BF-IO and JSQ-by-load balance on.
@@ -16,9 +19,10 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from schemas.engines import EngineRegistered, Heartbeat
-from services.gateway.config import DEFAULT_MAX_MODEL_LEN, StaticUpstream
+from schemas.gateway import UpstreamEntry
+from services.gateway.config import DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_NUM_SEQS, StaticUpstream
 
-UpstreamSource = Literal["static", "registered"]
+UpstreamSource = Literal["static", "registered", "admin"]
 
 
 @dataclass(slots=True, kw_only=True)
@@ -40,11 +44,15 @@ class InFlight:
 
 @dataclass(slots=True, kw_only=True)
 class Upstream:
-    """One engine endpoint, its limits, its health and its in-flight requests."""
+    """One engine endpoint, its limits, its health and its in-flight requests.
+
+    ``model`` is None for an upstream added through the admin API without one, until its first passing
+    health check reads it from the endpoint's ``/v1/models``; no request is routed there before.
+    """
 
     engine_id: str
     url: str
-    model: str
+    model: str | None
     pool: str
     source: UpstreamSource
     dp_group: str | None = None
@@ -54,6 +62,7 @@ class Upstream:
     healthy: bool = True
     consecutive_failures: int = 0
     last_seen_s: float | None = None
+    draining: bool = False
     in_flight: dict[str, InFlight] = field(default_factory=dict)
 
     def load_tokens(self) -> int:
@@ -63,6 +72,16 @@ class Upstream:
     def free_slots(self) -> int:
         """Slots left under ``max_num_seqs`` (never negative)."""
         return max(0, self.max_num_seqs - len(self.in_flight))
+
+    def entry(self) -> UpstreamEntry:
+        """How the admin API lists this upstream."""
+        return UpstreamEntry(
+            url=self.url,
+            pool=self.pool,
+            dp_rank=self.dp_rank,
+            state="draining" if self.draining else "active",
+            in_flight=len(self.in_flight),
+        )
 
 
 class UpstreamRegistry:
@@ -95,7 +114,8 @@ class UpstreamRegistry:
     def register(self, event: EngineRegistered) -> Upstream | None:
         """Add or refresh an engine from its registration; one without ``endpoint_url`` is not an upstream.
 
-        A re-registration (an engine restart) keeps the requests the gateway still has in flight there.
+        A re-registration (an engine restart) keeps the requests the gateway still has in flight there, and
+        a draining engine stays draining.
         """
         if event.endpoint_url is None:
             return None
@@ -111,10 +131,45 @@ class UpstreamRegistry:
             max_num_seqs=event.max_num_seqs,
             max_model_len=event.max_model_len or DEFAULT_MAX_MODEL_LEN,
             last_seen_s=event.ts,
+            draining=previous is not None and previous.draining,
             in_flight={} if previous is None else previous.in_flight,
         )
         self._upstreams[event.engine_id] = upstream
         return upstream
+
+    def add_url(self, url: str, *, pool: str, model: str | None) -> Upstream:
+        """Add the endpoint at ``url`` to ``pool`` (the admin API), out of rotation until its first passing check.
+
+        Its engine id is made from the URL's host and port, so events and logs name it.
+        """
+        base = url.rstrip("/")
+        host_port = base.split("://", 1)[1].split("/", 1)[0]
+        stem = "".join(c if c.isalnum() or c in "_@-" else "-" for c in host_port).strip("-") or "upstream"
+        engine_id, n = stem, 1
+        while engine_id in self._upstreams:
+            n += 1
+            engine_id = f"{stem}-{n}"
+        upstream = Upstream(
+            engine_id=engine_id,
+            url=base,
+            model=model,
+            pool=pool,
+            source="admin",
+            max_num_seqs=DEFAULT_MAX_NUM_SEQS,
+            max_model_len=DEFAULT_MAX_MODEL_LEN,
+            healthy=False,
+        )
+        self._upstreams[engine_id] = upstream
+        return upstream
+
+    def by_url(self, url: str) -> Upstream | None:
+        """The upstream whose base URL is ``url`` (a trailing ``/`` aside), if known."""
+        base = url.rstrip("/")
+        return next((u for u in self._upstreams.values() if u.url == base), None)
+
+    def remove(self, upstream: Upstream) -> None:
+        """Forget ``upstream``; the caller checks that nothing is in flight there."""
+        self._upstreams.pop(upstream.engine_id, None)
 
     def heartbeat(self, event: Heartbeat) -> None:
         """Note that a registered engine is alive."""
@@ -131,8 +186,8 @@ class UpstreamRegistry:
         return [self._upstreams[k] for k in sorted(self._upstreams)]
 
     def in_rotation(self, upstream: Upstream, now_s: float) -> bool:
-        """Healthy, and (for a registered engine) heard from within ``silent_after_s``."""
-        if not upstream.healthy:
+        """Healthy, not draining, serving a known model, and (registered) heard from within ``silent_after_s``."""
+        if not upstream.healthy or upstream.draining or upstream.model is None:
             return False
         if upstream.source == "registered":
             return upstream.last_seen_s is not None and now_s - upstream.last_seen_s <= self._silent_after_s
@@ -144,7 +199,7 @@ class UpstreamRegistry:
 
     def models(self) -> list[str]:
         """Every model name some upstream serves."""
-        return sorted({u.model for u in self._upstreams.values()})
+        return sorted({u.model for u in self._upstreams.values() if u.model is not None})
 
     def check_passed(self, upstream: Upstream) -> bool:
         """Record a passing health check; True when it brings the upstream back into rotation."""

@@ -245,3 +245,56 @@ class TestGatewayOnVllm:
                 assert _metric(vllm_url, "vllm:prompt_tokens_total") == before
 
         _run(scenario())
+
+    def test_an_added_vllm_server_is_drained_without_cutting_its_stream(self, vllm_url: str, tmp_path: Path) -> None:
+        """The scaler's local connector: add by URL, drain mid-stream, the stream ends whole, then remove."""
+
+        async def scenario() -> None:
+            token = "admin-token-for-the-test"
+            auth = {"Authorization": f"Bearer {token}"}
+            admin = "/admin/upstreams"
+            async with running_gateway(gateway_config("", tmp_path), admin_token=token) as gw:
+                async with gw.session.post(
+                    f"{gw.url}{admin}", json={"url": vllm_url, "pool": "short"}, headers=auth
+                ) as response:
+                    assert response.status == 200
+                upstream = gw.gateway.registry.by_url(vllm_url)
+                assert upstream is not None
+                deadline = time.monotonic() + 60.0
+                while upstream.model is None:
+                    assert time.monotonic() < deadline, "the added server never passed its check"
+                    await asyncio.sleep(0.1)
+                assert (upstream.model, upstream.max_model_len) == ("tiny", 512)
+                body = {
+                    "model": "tiny",
+                    "prompt": "the river",
+                    "max_tokens": 48,
+                    "ignore_eos": True,
+                    "stream": True,
+                    "stream_options": {"include_usage": True},
+                }
+                stream = await gw.session.post(f"{gw.url}/v1/completions", json=body)
+                assert stream.headers["x-governor-upstream"] == upstream.engine_id
+                await stream.content.readuntil(b"\n\n")
+                async with gw.session.post(f"{gw.url}{admin}/drain", json={"url": vllm_url}, headers=auth) as response:
+                    assert response.status == 202
+                    assert (await response.json())["state"] == "draining"
+                async with gw.session.get(f"{gw.url}{admin}", headers=auth) as response:
+                    listed = await response.json()
+                assert listed == [
+                    {"url": vllm_url, "pool": "short", "dp_rank": None, "state": "draining", "in_flight": 1}
+                ]
+                async with gw.session.post(f"{gw.url}/v1/completions", json={**body, "stream": False}) as response:
+                    assert response.status == 503
+                async with gw.session.delete(f"{gw.url}{admin}", params={"url": vllm_url}, headers=auth) as response:
+                    assert response.status == 409
+                events = [line async for line in stream.content if line.startswith(b"data: ")]
+                stream.close()
+                assert events[-1] == b"data: [DONE]\n"
+                assert json.loads(events[-2].removeprefix(b"data: "))["usage"]["completion_tokens"] == 48
+                async with gw.session.delete(f"{gw.url}{admin}", params={"url": vllm_url}, headers=auth) as response:
+                    assert response.status == 200
+                async with gw.session.get(f"{gw.url}{admin}", headers=auth) as response:
+                    assert await response.json() == []
+
+        _run(scenario())

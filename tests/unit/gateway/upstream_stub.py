@@ -1,6 +1,6 @@
 """In-process stand-ins for vLLM servers and a gateway on loopback, for the gateway's tests and benchmark.
 
-``StubUpstream`` answers vLLM's ``/health``, ``/tokenize`` (its "tokenizer" counts whitespace-separated
+``StubUpstream`` answers vLLM's ``/health``, ``/v1/models``, ``/tokenize`` (its "tokenizer" counts whitespace-separated
 words, so a test knows every count exactly), ``/v1/completions`` and ``/v1/chat/completions``. It records
 every request body it gets, how many it serves at once, and whether a request was cancelled by its client;
 a streaming answer sends one SSE event per entry of ``chunks``, each after the test releases it when
@@ -35,6 +35,7 @@ class StubUpstream:
     """A vLLM-like server; see the module docstring."""
 
     engine_id: str
+    model: str = "m"
     chunks: list[str] = field(default_factory=lambda: ["Hello", " world"])
     gated: bool = False
     status: int = 200
@@ -59,6 +60,7 @@ class StubUpstream:
         """Listen on a free loopback port; return the base URL."""
         app = web.Application()
         app.router.add_get("/health", self._health)
+        app.router.add_get("/v1/models", self._models)
         app.router.add_post("/tokenize", self._tokenize)
         app.router.add_post("/v1/completions", self._complete)
         app.router.add_post("/v1/chat/completions", self._complete)
@@ -77,6 +79,9 @@ class StubUpstream:
 
     async def _health(self, request: web.Request) -> web.Response:
         return web.Response(status=200 if self.healthy else 503)
+
+    async def _models(self, request: web.Request) -> web.Response:
+        return web.json_response({"object": "list", "data": [{"id": self.model, "max_model_len": 4096}]})
 
     async def _tokenize(self, request: web.Request) -> web.Response:
         self.tokenize_calls += 1
@@ -185,6 +190,7 @@ async def running_gateway(
     clock: Callable[[], float] = lambda: 1000.0,
     max_body_bytes: int = 64 * 1024,
     health_interval_s: float = 3600.0,
+    admin_token: str | None = None,
 ) -> AsyncIterator[RunningGateway]:
     """Serve a gateway of ``config`` on a free loopback port, as ``governor gateway`` does."""
     registry = UpstreamRegistry(failures_to_eject=1)
@@ -200,6 +206,7 @@ async def running_gateway(
         max_body_bytes=max_body_bytes,
         upstream_timeout_s=30.0,
         health_interval_s=health_interval_s,
+        admin_token=admin_token,
         clock=clock,
     )
     runner = web.AppRunner(gateway.application(), handler_cancellation=True, access_log=None)
@@ -222,10 +229,13 @@ async def gateway_over(
     entries: Callable[[list[StubUpstream]], str] | None = None,
     clock: Callable[[], float] = lambda: 1000.0,
     max_body_bytes: int = 64 * 1024,
+    admin_token: str | None = None,
 ) -> AsyncIterator[RunningGateway]:
     """Start ``stubs`` and a gateway over them (one ``[[upstreams]]`` each, or the file ``entries`` writes)."""
     async with upstreams(*stubs):
         text = entries(list(stubs)) if entries is not None else "".join(upstream_entry(s) for s in stubs)
         config = gateway_config(text, tmp_path)
-        async with running_gateway(config, policies, clock=clock, max_body_bytes=max_body_bytes) as gw:
+        async with running_gateway(
+            config, policies, clock=clock, max_body_bytes=max_body_bytes, admin_token=admin_token
+        ) as gw:
             yield gw
