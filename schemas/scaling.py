@@ -53,6 +53,9 @@ class LocalEngineSpec(ContractModel):
     command: list[str] = Field(min_length=1, description="argv; '{port}' is replaced by the replica's port")
     first_port: int = Field(ge=1024, le=65535, description="replica i listens on first_port + i")
     host: str = Field(default="127.0.0.1", min_length=1, max_length=253, description="where the replicas listen")
+    model: str | None = Field(
+        default=None, min_length=1, max_length=256, description="the served model name the gateway routes by"
+    )
     env: dict[EnvName, str] = Field(default_factory=dict, description="added to each replica's environment")
     log_dir: str | None = Field(default=None, max_length=1024, description="each replica's output goes here")
     start_timeout_s: float = Field(default=600.0, gt=0.0, le=7200.0, allow_inf_nan=False)

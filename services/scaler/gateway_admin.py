@@ -2,7 +2,7 @@
 
 The contract (docs/gateway.md): ``GET /admin/upstreams`` answers a JSON list of
 ``{"url", "pool", "dp_rank", "state": "active" | "draining", "in_flight"}``; ``POST /admin/upstreams``
-with ``{"url", "pool"}`` adds one; ``POST /admin/upstreams/drain`` with ``{"url"}`` takes one out of
+with ``{"url", "pool"[, "model"]}`` adds one; ``POST /admin/upstreams/drain`` with ``{"url"}`` takes one out of
 rotation (202) while its requests finish; ``DELETE /admin/upstreams?url=...`` removes a drained one
 (409 while requests are still in flight). A bearer token is sent where the gateway needs one.
 
@@ -83,18 +83,21 @@ class GatewayAdmin:
             msg = f"gateway {self._base}: GET /admin/upstreams answered an unreadable list: {exc}"
             raise BackendUnavailableError(msg, backend="gateway") from exc
 
-    def add(self, url: str, pool: str) -> None:
-        """Put the engine at ``url`` in ``pool``'s rotation."""
-        self._call("POST", "/admin/upstreams", {"url": url, "pool": pool})
+    def add(self, url: str, pool: str, model: str | None = None) -> None:
+        """Put the engine at ``url`` (serving ``model``, where given) in ``pool``'s rotation."""
+        body = {"url": url, "pool": pool}
+        if model is not None:
+            body["model"] = model
+        self._call("POST", "/admin/upstreams", body)
 
     def drain(self, url: str) -> None:
-        """Take the engine at ``url`` out of rotation; its requests in flight go on."""
-        self._call("POST", "/admin/upstreams/drain", {"url": url})
+        """Take the engine at ``url`` out of rotation; its requests in flight go on. Unknown there (404) is fine."""
+        self._call("POST", "/admin/upstreams/drain", {"url": url}, allowed=(404,))
 
     def remove(self, url: str) -> bool:
-        """Forget the engine at ``url``; False while it still has requests in flight (409)."""
+        """Forget the engine at ``url``; False while it still has requests in flight (409); unknown (404) is gone."""
         query = urllib.parse.urlencode({"url": url})
-        return self._call("DELETE", f"/admin/upstreams?{query}", None, allowed=(409,)).status != 409
+        return self._call("DELETE", f"/admin/upstreams?{query}", None, allowed=(404, 409)).status != 409
 
     def in_flight(self, url: str) -> int | None:
         """Requests the gateway has in flight on ``url``; None when it does not list it."""

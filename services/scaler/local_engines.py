@@ -189,7 +189,7 @@ class LocalEngineConnector:
         """Count a healthy replica and put it in the gateway's rotation (a refusal fails the replica)."""
         if self._gateway is not None:
             try:
-                self._gateway.add(replica.url, self._pool)
+                self._gateway.add(replica.url, self._pool, self._spec.model)
             except BackendUnavailableError as exc:
                 failed.append((replica, f"the gateway refused it: {exc}"))
                 return

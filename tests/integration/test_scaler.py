@@ -3,6 +3,7 @@
 The FleetOpt document is written where the policy service writes it (``gov:{dep}:policy:fleetopt:fleet``) and
 read through the SDK's ``PolicyClient``; actions go through ``KafkaActionSink`` and are read back with
 ``read_actions``. ``governor scale`` itself runs as a process for the advisory case, answering /healthz.
+The local connector runs real vLLM CPU servers (the tiny random Llama, one thread each, at most two at once).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -25,9 +27,10 @@ from services.health import ServiceMetrics
 from services.inspection import collect_pool_status, collect_status
 from services.scaler import KafkaActionSink, MemoryConnector, ScalerMetrics, ScalerService
 from services.scaler.actions import read_actions
+from services.scaler.local_engines import LocalEngineConnector, engine_in_flight, healthy
 from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState
-from services.stack.processes import free_port
+from services.stack.processes import free_port, port_open
 from tests.integration.processes import wait_until
 from tests.unit.scaler.plans import fleetopt_plan
 
@@ -156,4 +159,195 @@ def test_advisory_governor_scale_records_actions_and_serves_health(
     logged = read_actions(stack.kafka_bootstrap, deployment, timeout_s=10.0)
     assert [(a.pool, a.to_replicas, a.result, a.mode, a.plan_version) for a in logged] == [
         ("short", 3, "advisory", "advisory", 4),
+    ]
+
+
+TINY_MODEL = Path(__file__).resolve().parents[2] / "services" / "engines" / "vllm" / "tiny_model"
+VLLM_START_S = 900.0  # a vLLM CPU server's start on a loaded two-core machine (about 5 min seen); never asserted
+LONG_REQUEST_TOKENS = 480
+
+
+def vllm_command(model: Path) -> list[str]:
+    """A vLLM OpenAI server on the tiny random Llama, one thread, token-id prompts (no tokenizer), on ``{port}``."""
+    return [
+        sys.executable,
+        "-m",
+        "vllm.entrypoints.openai.api_server",
+        *("--model", str(model), "--served-model-name", "tiny", "--load-format", "dummy", "--dtype", "float32"),
+        *("--max-model-len", "512", "--max-num-seqs", "4", "--enforce-eager", "--seed", "0"),
+        *("--skip-tokenizer-init", "--host", "127.0.0.1", "--port", "{port}"),
+    ]
+
+
+def local_config(
+    stack: StackState, deployment: str, tmp_path: Path, *, mode: str = "act", pinned: int | None = None
+) -> ScalerConfig:
+    """One local pool, ``short``: 1 to 2 replicas, one at a time, no cool-down or hold (the test steps the passes)."""
+    engine_env = {
+        "OMP_NUM_THREADS": "1",
+        "VLLM_CPU_KVCACHE_SPACE": "1",
+        "TOKENIZERS_PARALLELISM": "false",
+        "GOVERNOR_DEPLOYMENT": deployment,
+        "GOVERNOR_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
+        "REDIS_URL": stack.redis_url,
+    }
+    first_port = free_port()
+    while not all(free(first_port + i) for i in range(2)):
+        first_port = free_port()
+    pool = {
+        "min_replicas": 1,
+        "max_replicas": 2,
+        "max_step_replicas": 1,
+        "cooldown_s": 0.0,
+        "scale_down_hold_s": 0.0,
+        "pinned_replicas": pinned,
+        "connector": "local",
+        "local": {
+            "command": vllm_command(TINY_MODEL),
+            "first_port": first_port,
+            "env": engine_env,
+            "log_dir": str(tmp_path / "engines"),
+            "start_timeout_s": VLLM_START_S,
+            "drain_timeout_s": 120.0,
+            "stop_timeout_s": 60.0,
+        },
+    }
+    return ScalerConfig.model_validate({"mode": mode, "pools": {"short": pool}})
+
+
+def free(port: int) -> bool:
+    """Nothing listens on ``port`` here."""
+    return not port_open("127.0.0.1", port)
+
+
+def local_scaler(
+    stack: StackState, deployment: str, plans: PolicyClient, config: ScalerConfig, connector: LocalEngineConnector
+) -> ScalerService:
+    return ScalerService(
+        config=config,
+        deployment=deployment,
+        scaler_id="scaler-local",
+        plans=plans,
+        connectors={"short": connector},
+        sink=KafkaActionSink(stack.kafka_bootstrap, timeout_s=10.0),
+        metrics=ScalerMetrics(ServiceMetrics("scaler", deployment)),
+        clock=lambda: NOW_S,
+    )
+
+
+def complete(url: str, max_tokens: int) -> dict[str, object]:
+    """A completion of ``max_tokens`` tokens (EOS ignored) from a token-id prompt."""
+    body = {"model": "tiny", "prompt": [5, 6, 7, 8, 9, 10], "max_tokens": max_tokens, "ignore_eos": True}
+    request = urllib.request.Request(
+        f"{url}/v1/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300.0) as response:
+        answer: dict[str, object] = json.loads(response.read())
+        return answer
+
+
+@pytest.mark.slow
+def test_local_engines_follow_the_plan_drain_before_stopping_and_keep_the_bounds(
+    stack: StackState, deployment: str, redis_client: redis.Redis, plans: PolicyClient, tmp_path: Path
+) -> None:
+    """Real vLLM CPU processes: started one step at a time, a busy one drained, the minimum kept, a pin held.
+
+    The plan wants 2 replicas of an empty pool: the first pass starts one (the step limit), the second
+    another, each counted once its /health answers. A request of 480 tokens runs on the newest when the
+    plan drops to 0 GPUs: the pool goes to its minimum of 1, the newest replica leaves only once the
+    request has finished (whole), and no later pass goes below 1. A scaler with the pool pinned at 1
+    then holds it there against a plan for 2.
+    """
+    pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
+    config = local_config(stack, deployment, tmp_path)
+    assert config.pools["short"].local is not None
+    connector = LocalEngineConnector("short", config.pools["short"].local)
+    service = local_scaler(stack, deployment, plans, config, connector)
+    pinned_service = None
+    try:
+        assert connector.replicas() == 0
+        put_plan(redis_client, deployment, short_gpus=2, long_gpus=1, version=1)
+        plans.refresh()
+        first = service.step()
+        assert [(a.from_replicas, a.to_replicas, a.reason, a.result) for a in first] == [
+            (0, 1, "out_of_bounds", "applied")
+        ]
+        assert connector.replicas() == 1
+        second = service.step()
+        assert [(a.from_replicas, a.to_replicas, a.reason, a.result) for a in second] == [(1, 2, "scale_up", "applied")]
+        oldest, newest = connector.urls()
+        assert all(healthy(url, 5.0) for url in (oldest, newest))
+
+        answers: list[dict[str, object]] = []
+        request = threading.Thread(target=lambda: answers.append(complete(newest, LONG_REQUEST_TOKENS)))
+        request.start()
+        wait_until(lambda: (engine_in_flight(newest, 2.0) or 0) >= 1, 60.0, "the long request on the newest replica")
+        put_plan(redis_client, deployment, short_gpus=0, long_gpus=1, version=2)
+        plans.refresh()
+        down = service.step()
+        request.join(timeout=300.0)
+        assert [(a.from_replicas, a.to_replicas, a.reason, a.result, a.detail) for a in down] == [
+            (2, 1, "scale_down", "applied", None)
+        ]
+        assert len(answers) == 1
+        usage, choices = answers[0]["usage"], answers[0]["choices"]
+        assert isinstance(usage, dict)
+        assert isinstance(choices, list)
+        assert (usage["completion_tokens"], choices[0]["finish_reason"]) == (LONG_REQUEST_TOKENS, "length")
+        assert connector.forced_stops == 0
+        assert connector.urls() == [oldest]
+        assert not healthy(newest, 2.0)
+
+        assert service.step() == []
+        assert connector.replicas() == 1
+
+        pinned = local_config(stack, deployment, tmp_path, pinned=1)
+        pinned_service = local_scaler(stack, deployment, plans, pinned, connector)
+        put_plan(redis_client, deployment, short_gpus=2, long_gpus=1, version=3)
+        plans.refresh()
+        assert pinned_service.step() == []
+        assert connector.urls() == [oldest]
+    finally:
+        service.close()
+        if pinned_service is not None:
+            pinned_service.close()
+    assert connector.replicas() == 0
+    assert not healthy(oldest, 2.0)
+    logged = read_actions(stack.kafka_bootstrap, deployment, timeout_s=10.0)
+    assert [(a.from_replicas, a.to_replicas, a.plan_version, a.connector, a.target) for a in logged] == [
+        (0, 1, 1, "local", "local/short"),
+        (1, 2, 1, "local", "local/short"),
+        (2, 1, 2, "local", "local/short"),
+    ]
+
+
+def test_advisory_local_pool_starts_nothing_and_records_every_action(
+    stack: StackState, deployment: str, redis_client: redis.Redis, plans: PolicyClient, tmp_path: Path
+) -> None:
+    """Advisory mode over a local pool: the actions the pool would have taken are on the log; no process starts."""
+    config = local_config(stack, deployment, tmp_path, mode="advisory")
+    local = config.pools["short"].local
+    assert local is not None
+    connector = LocalEngineConnector("short", local)
+    service = local_scaler(stack, deployment, plans, config, connector)
+    try:
+        put_plan(redis_client, deployment, short_gpus=2, long_gpus=1, version=1)
+        plans.refresh()
+        service.step()
+        service.step()
+        put_plan(redis_client, deployment, short_gpus=0, long_gpus=1, version=2)
+        plans.refresh()
+        service.step()
+        service.step()
+    finally:
+        service.close()
+    assert connector.replicas() == 0
+    assert free(local.first_port)
+    assert free(local.first_port + 1)
+    assert not (tmp_path / "engines").exists()
+    logged = read_actions(stack.kafka_bootstrap, deployment, timeout_s=10.0)
+    assert [(a.from_replicas, a.to_replicas, a.reason, a.result, a.plan_version) for a in logged] == [
+        (0, 1, "out_of_bounds", "advisory", 1),
+        (1, 2, "scale_up", "advisory", 1),
+        (2, 1, "scale_down", "advisory", 2),
     ]
