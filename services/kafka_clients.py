@@ -35,6 +35,7 @@ from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 
 METADATA_MAX_AGE_MS = 10_000
+END_OFFSETS_TIMEOUT_MS = 2_000  # caught_up's question to the broker; an idle loop asks again at its next turn
 
 
 class ConsumedRecord(Protocol):
@@ -156,14 +157,31 @@ def caught_up(consumer: KafkaConsumer) -> bool:
 
     A service asked to exit when idle (tests, batch runs) exits only when this holds as well: a quiet
     poll alone can be a fetch that a loaded machine holds for seconds while records wait on the broker.
-    Local to the client, like ``consumer_lag``; a partition without a known position is not caught up.
+    Local to the client, like ``consumer_lag``, except for partitions whose end no fetch has reported:
+    their end offsets are asked of the broker (``ListOffsets``). Apache Kafka's incremental fetch
+    sessions leave a partition with nothing new out of their responses, so after a rebalance an
+    empty partition, fetched from the same offset as before, never gets its high watermark back
+    (the client forgets it with the old assignment); waiting for it kept an idle member from ever
+    exiting. A partition without a known position, or whose end the broker does not give, is not
+    caught up.
     """
+    unreported: dict[TopicPartition, int] = {}
     for tp in consumer.assignment():
         high = consumer.highwater(tp)
         position = known_position(consumer, tp)
-        if high is None or position is None or position < high:
+        if position is None:
             return False
-    return True
+        if high is None:
+            unreported[tp] = position
+        elif position < high:
+            return False
+    if not unreported:
+        return True
+    try:
+        ends = consumer.end_offsets(list(unreported), timeout_ms=END_OFFSETS_TIMEOUT_MS)
+    except KafkaError:
+        return False
+    return all(tp in ends and position >= ends[tp] for tp, position in unreported.items())
 
 
 def known_position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:

@@ -1,0 +1,70 @@
+"""services/kafka_clients.py: ``caught_up`` when no fetch reports a partition's end (incremental fetch sessions)."""
+
+from __future__ import annotations
+
+from kafka import TopicPartition
+from kafka.errors import KafkaTimeoutError
+from kafka.structs import OffsetAndMetadata
+
+from services.kafka_clients import END_OFFSETS_TIMEOUT_MS, caught_up
+
+TOPIC = "gov.telemetry"
+EMPTY = TopicPartition(TOPIC, 0)
+FED = TopicPartition(TOPIC, 1)
+
+
+class Subscription:
+    """kafka-python's subscription state as far as positions go."""
+
+    def __init__(self, positions: dict[TopicPartition, int]) -> None:
+        self.positions = positions
+
+    def position(self, tp: TopicPartition) -> OffsetAndMetadata:
+        return OffsetAndMetadata(self.positions[tp], "", -1)
+
+
+class SessionConsumer:
+    """A member after a rebalance on Apache Kafka: the fetch session's responses left ``EMPTY`` out, so
+    the client has no high watermark for it; the broker knows its end."""
+
+    def __init__(self, ends: dict[TopicPartition, int], *, broker_answers: bool = True) -> None:
+        self._subscription = Subscription({EMPTY: 0, FED: 9})
+        self._high = {FED: 9}
+        self._ends = ends
+        self._broker_answers = broker_answers
+        self.asked: list[tuple[list[TopicPartition], int | None]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return set(self._subscription.positions)
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        return self._high.get(tp)
+
+    def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int | None = None) -> dict[TopicPartition, int]:
+        self.asked.append((partitions, timeout_ms))
+        if not self._broker_answers:
+            msg = "no answer"
+            raise KafkaTimeoutError(msg)
+        return {tp: self._ends[tp] for tp in partitions}
+
+
+class TestCaughtUpWithoutAReportedEnd:
+    def test_a_partition_the_fetches_left_out_is_caught_up_when_the_broker_says_its_end_is_the_position(self) -> None:
+        """An idle member kept waiting for a high watermark no fetch response would carry, and never exited."""
+        consumer = SessionConsumer({EMPTY: 0})
+        assert caught_up(consumer)
+        assert consumer.asked == [([EMPTY], END_OFFSETS_TIMEOUT_MS)]
+
+    def test_records_beyond_the_position_on_the_broker_are_not_caught_up(self) -> None:
+        consumer = SessionConsumer({EMPTY: 3})
+        assert not caught_up(consumer)
+
+    def test_a_broker_that_does_not_answer_is_not_caught_up(self) -> None:
+        consumer = SessionConsumer({EMPTY: 0}, broker_answers=False)
+        assert not caught_up(consumer)
+
+    def test_the_broker_is_not_asked_when_every_end_is_known(self) -> None:
+        consumer = SessionConsumer({})
+        consumer._high[EMPTY] = 0
+        assert caught_up(consumer)
+        assert consumer.asked == []
