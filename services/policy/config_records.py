@@ -23,7 +23,7 @@ from services.kafka_factory import PLAINTEXT
 from services.policy.config import config_digest, read_config
 from services.settings import KafkaSecurity
 
-CONFIG_KEY = b"config"
+CONFIG_KEY_PREFIX = "config:"
 LIVE = "live"
 SHADOW_NAME = re.compile(r"^[A-Za-z0-9_.-]{1,64}$")
 
@@ -38,6 +38,17 @@ def config_record(deployment: str, name: str, data: dict[str, Any] | None, sourc
         digest=None if data is None else config_digest(data),
         source=source,
     )
+
+
+def config_key(record: PolicyConfigRecord) -> bytes:
+    """The key of ``record`` on ``gov.estimates``: ``config:{deployment}:{name}``.
+
+    One key per deployment and name, because ``gov.estimates`` is compacted
+    (services/stack/topic_configs.py): the last record of each key outlives the retention, so every
+    deployment's live configuration and every shadow's stay, where one key for all would keep only
+    whichever was published last. No scope has a ``:`` (schemas/names.py), so no snapshot shares it.
+    """
+    return f"{CONFIG_KEY_PREFIX}{record.deployment}:{record.name}".encode()
 
 
 def file_record(deployment: str, name: str, path: Path) -> PolicyConfigRecord:
@@ -82,7 +93,7 @@ def publish_configs(
     try:
         partitions = sorted(producer.partitions_for(ESTIMATES_TOPIC))
         futures = [
-            producer.send(ESTIMATES_TOPIC, key=CONFIG_KEY, value=record.model_dump_json().encode(), partition=p)
+            producer.send(ESTIMATES_TOPIC, key=config_key(record), value=record.model_dump_json().encode(), partition=p)
             for record in records
             for p in partitions
         ]

@@ -12,11 +12,14 @@ later start, so records survive ``stack down``/``up`` and a SIGKILL.
 from __future__ import annotations
 
 import base64
+import re
 import shutil
 import subprocess
 import uuid
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Literal
 
 import structlog
 
@@ -34,6 +37,7 @@ KAFKA_START_TIMEOUT_S = 180.0  # a JVM start on two cores at load average 40 too
 KAFKA_STOP_TIMEOUT_S = 30.0
 FORMAT_TIMEOUT_S = 60.0
 NODE_ID = 1
+_JAAS_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
 
 # broker.log gets warnings and errors, and the line that says the server started (INFO everywhere is
 # some 2,500 lines per start).
@@ -48,6 +52,20 @@ rootLogger.appenderRef.stdout.ref = STDOUT
 logger.started.name = kafka.server.KafkaRaftServer
 logger.started.level = INFO
 """
+
+
+# What the one-node broker sets beside its addresses (``broker_properties`` says why); docker-compose.yml
+# passes the same settings (tests/unit/test_compose.py holds them together).
+BROKER_SETTINGS: Mapping[str, str] = {
+    "auto.create.topics.enable": "false",
+    "offsets.topic.replication.factor": "1",
+    "offsets.topic.num.partitions": "1",
+    "transaction.state.log.replication.factor": "1",
+    "transaction.state.log.min.isr": "1",
+    "share.coordinator.state.topic.replication.factor": "1",
+    "share.coordinator.state.topic.min.isr": "1",
+    "group.initial.rebalance.delay.ms": "0",
+}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -68,6 +86,71 @@ class KafkaInstall:
         return f"{self.lib_dir}/*"
 
 
+BrokerSaslMechanism = Literal["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerSasl:
+    """SASL_PLAINTEXT in place of PLAINTEXT on the broker's listener: one mechanism and the users it knows.
+
+    Every client, the broker's own connections to itself included, must then authenticate: the node
+    logs in as ``broker_user``. PLAIN users live in the listener's JAAS configuration; SCRAM users are
+    written into the metadata log when it is formatted (``kafka-storage.sh format --add-scram``), so a
+    log formatted without them keeps refusing them. The controller listener stays plaintext on
+    loopback (it serves the node itself). The passwords are written to ``server.properties``, which
+    only its owner may read.
+
+    Attributes:
+        mechanism: the SASL mechanism the listener offers.
+        users: user name to password, ``broker_user`` included.
+        broker_user: the user the node authenticates to itself as.
+    """
+
+    mechanism: BrokerSaslMechanism
+    users: Mapping[str, str] = field(default_factory=dict)
+    broker_user: str = "broker"
+
+    def __post_init__(self) -> None:
+        """Refuse a user set without the broker's own user, or a name or password JAAS cannot quote."""
+        if self.broker_user not in self.users:
+            msg = f"broker_sasl users must include the broker's own user {self.broker_user!r}"
+            raise ConfigError(msg)
+        for name, password in self.users.items():
+            if not _JAAS_SAFE.fullmatch(name) or any(c in password for c in '"\\\n=,[]'):
+                msg = (
+                    f"broker_sasl user {name!r}: names are letters, digits and _.-; passwords have no quotes, "
+                    "backslashes, newlines, '=', ',' or brackets"
+                )
+                raise ConfigError(msg)
+
+    def properties(self) -> dict[str, str]:
+        """The listener's SASL properties (the listener is named SASL_PLAINTEXT)."""
+        if self.mechanism == "PLAIN":
+            module = "org.apache.kafka.common.security.plain.PlainLoginModule"
+            known = "".join(f' user_{name}="{password}"' for name, password in self.users.items())
+        else:
+            module = "org.apache.kafka.common.security.scram.ScramLoginModule"
+            known = ""
+        own = f'username="{self.broker_user}" password="{self.users[self.broker_user]}"'
+        return {
+            "sasl.enabled.mechanisms": self.mechanism,
+            "sasl.mechanism.inter.broker.protocol": self.mechanism,
+            f"listener.name.sasl_plaintext.{self.mechanism.lower()}.sasl.jaas.config": (
+                f"{module} required {own}{known};"
+            ),
+        }
+
+    def format_arguments(self) -> list[str]:
+        """The storage tool's ``--add-scram`` arguments that create the SCRAM users (none for PLAIN)."""
+        if self.mechanism == "PLAIN":
+            return []
+        return [
+            argument
+            for name, password in self.users.items()
+            for argument in ("--add-scram", f"{self.mechanism}=[name={name},password={password}]")
+        ]
+
+
 def locate_kafka(lib_dir: Path = KAFKA_LIB_DIR) -> KafkaInstall:
     """Find ``java`` on the PATH and Kafka's jars in ``lib_dir``.
 
@@ -84,7 +167,14 @@ def locate_kafka(lib_dir: Path = KAFKA_LIB_DIR) -> KafkaInstall:
     return KafkaInstall(java=Path(java).resolve(), lib_dir=lib_dir)
 
 
-def broker_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
+def broker_properties(
+    *,
+    port: int,
+    controller_port: int,
+    log_dir: Path,
+    overrides: Mapping[str, str] | None = None,
+    sasl: BrokerSasl | None = None,
+) -> str:
     """The ``server.properties`` of a one-node KRaft cluster on 127.0.0.1.
 
     Written on every start (ports may change between starts; the voter set names the node's
@@ -103,29 +193,27 @@ def broker_properties(*, port: int, controller_port: int, log_dir: Path) -> str:
     after SIGKILL faster (the node cannot register again before its previous registration expires),
     but on a machine at load average 40 the node missed its own heartbeats, fenced itself, and
     clients got metadata with no broker in it.
+
+    With ``sasl`` the client listener is SASL_PLAINTEXT (``BrokerSasl``). ``overrides`` replace or
+    add properties (a test that needs the retention checks to run every second instead of every 5
+    minutes).
     """
-    return "\n".join(
-        [
-            "process.roles=broker,controller",
-            f"node.id={NODE_ID}",
-            f"controller.quorum.voters={NODE_ID}@127.0.0.1:{controller_port}",
-            f"listeners=PLAINTEXT://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{port}",
-            "controller.listener.names=CONTROLLER",
-            "inter.broker.listener.name=PLAINTEXT",
-            "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT",
-            f"log.dirs={log_dir}",
-            "auto.create.topics.enable=false",
-            "offsets.topic.replication.factor=1",
-            "offsets.topic.num.partitions=1",
-            "transaction.state.log.replication.factor=1",
-            "transaction.state.log.min.isr=1",
-            "share.coordinator.state.topic.replication.factor=1",
-            "share.coordinator.state.topic.min.isr=1",
-            "group.initial.rebalance.delay.ms=0",
-            "",
-        ]
-    )
+    listener = "PLAINTEXT" if sasl is None else "SASL_PLAINTEXT"
+    properties = {
+        "process.roles": "broker,controller",
+        "node.id": f"{NODE_ID}",
+        "controller.quorum.voters": f"{NODE_ID}@127.0.0.1:{controller_port}",
+        "listeners": f"{listener}://127.0.0.1:{port},CONTROLLER://127.0.0.1:{controller_port}",
+        "advertised.listeners": f"{listener}://127.0.0.1:{port}",
+        "controller.listener.names": "CONTROLLER",
+        "inter.broker.listener.name": listener,
+        "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{listener}:{listener}",
+        "log.dirs": f"{log_dir}",
+        **BROKER_SETTINGS,
+        **(sasl.properties() if sasl is not None else {}),
+    }
+    properties.update(overrides or {})
+    return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
 def _cluster_id() -> str:
@@ -133,7 +221,7 @@ def _cluster_id() -> str:
     return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
 
 
-def format_storage(install: KafkaInstall, config: Path, log_dir: Path) -> bool:
+def format_storage(install: KafkaInstall, config: Path, log_dir: Path, sasl: BrokerSasl | None = None) -> bool:
     """Format ``log_dir`` for a new cluster unless it holds one already; return whether it formatted.
 
     A formatted directory has ``meta.properties``; formatting it again would be refused by the
@@ -155,6 +243,7 @@ def format_storage(install: KafkaInstall, config: Path, log_dir: Path) -> bool:
         _cluster_id(),
         "--config",
         str(config),
+        *(sasl.format_arguments() if sasl is not None else []),
     ]
     result = subprocess.run(  # the same bare environment as the broker's (processes.spawn)
         argv, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False, env={"PATH": "/usr/bin:/bin"}
@@ -166,10 +255,18 @@ def format_storage(install: KafkaInstall, config: Path, log_dir: Path) -> bool:
     return True
 
 
-def start_kafka(state_dir: Path, port: int, install: KafkaInstall) -> int:
+def start_kafka(
+    state_dir: Path,
+    port: int,
+    install: KafkaInstall,
+    *,
+    overrides: Mapping[str, str] | None = None,
+    sasl: BrokerSasl | None = None,
+) -> int:
     """Start the one-node Kafka on 127.0.0.1:``port`` with its log in ``state_dir``; return its pid.
 
-    The broker's own output goes to ``{state_dir}/broker.log``. It returns once the broker's
+    With ``sasl`` its listener requires SASL (``BrokerSasl``). The broker's own output goes to
+    ``{state_dir}/broker.log``. It returns once the broker's
     listener accepts connections: Kafka opens it only after the node has registered and been
     unfenced, so the admin client's next call is served.
 
@@ -181,10 +278,14 @@ def start_kafka(state_dir: Path, port: int, install: KafkaInstall) -> int:
     log_dir = kafka_dir / "log"
     log_dir.mkdir(parents=True, exist_ok=True)
     config = kafka_dir / "server.properties"
-    config.write_text(broker_properties(port=port, controller_port=free_port(), log_dir=log_dir))
+    config.touch(mode=0o600)
+    config.chmod(0o600)  # it may hold SASL passwords
+    config.write_text(
+        broker_properties(port=port, controller_port=free_port(), log_dir=log_dir, overrides=overrides, sasl=sasl)
+    )
     log4j = kafka_dir / "log4j2.properties"
     log4j.write_text(LOG4J_CONFIG)
-    format_storage(install, config, log_dir)
+    format_storage(install, config, log_dir, sasl)
     argv = [
         str(install.java),
         *KAFKA_JVM_OPTIONS,

