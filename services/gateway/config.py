@@ -29,7 +29,7 @@ from pathlib import Path
 
 from pydantic import Field, ValidationError, model_validator
 
-from schemas.envelope import Identifier
+from schemas.envelope import Identifier, Label
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import ContractModel
 
@@ -43,7 +43,7 @@ class StaticUpstream(ContractModel):
     engine_id: Identifier
     url: str = Field(pattern=r"^https?://[^\s]+$", max_length=2048, description="base URL (without /v1)")
     model: str = Field(min_length=1, max_length=256, description="the model name clients ask for")
-    pool: Identifier = "default"
+    pool: Label = "default"
     dp_group: Identifier | None = Field(default=None, description="DP deployment (BF-IO scope) this rank belongs to")
     dp_rank: int | None = Field(default=None, ge=0, le=4096)
     max_num_seqs: int = Field(default=DEFAULT_MAX_NUM_SEQS, ge=1, le=1_000_000)
@@ -60,8 +60,8 @@ class StaticUpstream(ContractModel):
 class RoutingOptions(ContractModel):
     """Which pools FleetOpt's short and long are, and how a request without ``max_tokens`` is sized."""
 
-    short_pool: Identifier = "short"
-    long_pool: Identifier = "long"
+    short_pool: Label = "short"
+    long_pool: Label = "long"
     fleet_scope: Identifier = Field(default="fleet", description="scope of the FleetOpt plan the gateway obeys")
     default_max_tokens: int = Field(
         default=256, ge=1, le=1 << 24, description="L_out assumed for a request that names no max_tokens"
@@ -76,7 +76,7 @@ class QueueOptions(ContractModel):
     recheck_s: float = Field(
         default=0.05, gt=0.0, le=60.0, description="how often waiters re-read the admission documents"
     )
-    paying_tiers: list[Identifier] = Field(default_factory=lambda: ["paid"], description="tiers served first")
+    paying_tiers: list[Label] = Field(default_factory=lambda: ["paid"], description="tiers served first")
     seed: int = Field(default=0, ge=0, description="seed of the admit_fraction draws")
 
 

@@ -5,9 +5,10 @@ A body that is not a JSON object, names no model, has a ``max_tokens`` that is n
 is refused with ``BadRequestError`` and never reaches an upstream. Everything else in the body is the
 upstream's business and is forwarded unchanged: the gateway reads only the fields it routes on.
 
-The request id is the client's ``x-request-id`` when it is a valid identifier, else a fresh one; the tier
-and the traffic category come from ``x-governor-tier`` and ``x-governor-category`` (headers, so the body
-the engine sees is the client's own).
+The request id is the client's ``x-request-id`` when it is a valid ``Label`` of the event contract (letters,
+digits and ``_ . : / @ -``), else a fresh one; the tier and the traffic category come from ``x-governor-tier``
+and ``x-governor-category`` (headers, so the body the engine sees is the client's own) and must be labels too,
+as the request events (schemas/requests.py) and the gateway's own events carry them.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from typing import Any, Literal, NoReturn
 
 from pydantic import TypeAdapter, ValidationError
 
-from schemas.envelope import Identifier
+from schemas.envelope import Label
 from schemas.errors import InvalidInputError
 
 ApiKind = Literal["completions", "chat"]
@@ -29,7 +30,7 @@ REQUEST_ID_HEADER = "x-request-id"
 TIER_HEADER = "x-governor-tier"
 CATEGORY_HEADER = "x-governor-category"
 DEFAULT_TIER = "default"
-_IDENTIFIER: TypeAdapter[str] = TypeAdapter(Identifier)
+_LABEL: TypeAdapter[str] = TypeAdapter(Label)
 
 
 class BadRequestError(InvalidInputError):
@@ -66,17 +67,17 @@ class InboundRequest:
 
 
 def request_id_of(headers: Mapping[str, str]) -> str:
-    """The client's ``x-request-id`` when it is a valid identifier, else a fresh ``gw-<uuid>``."""
+    """The client's ``x-request-id`` when it is a valid label, else a fresh ``gw-<uuid>``."""
     given = headers.get(REQUEST_ID_HEADER)
-    if given is not None and _is_identifier(given):
+    if given is not None and _is_label(given):
         return given
     return f"gw-{uuid.uuid4().hex}"
 
 
-def _is_identifier(value: str) -> bool:
-    """Whether ``value`` is an ``Identifier`` of the event contract (events carry ids, tiers and categories)."""
+def _is_label(value: str) -> bool:
+    """Whether ``value`` is a ``Label`` of the event contract (events carry ids, tiers and categories as labels)."""
     try:
-        _IDENTIFIER.validate_python(value)
+        _LABEL.validate_python(value)
     except ValidationError:
         return False
     return True
@@ -108,8 +109,8 @@ def parse_inbound(raw: bytes, kind: ApiKind, headers: Mapping[str, str], request
     tier = headers.get(TIER_HEADER, DEFAULT_TIER)
     category = headers.get(CATEGORY_HEADER)
     for name, value in ((TIER_HEADER, tier), (CATEGORY_HEADER, category)):
-        if value is not None and not _is_identifier(value):
-            _refuse(f"{name} must be an identifier (letters, digits, _ . @ -), got {value!r}", name, "invalid_value")
+        if value is not None and not _is_label(value):
+            _refuse(f"{name} must be a label (letters, digits, _ . : / @ -), got {value!r}", name, "invalid_value")
     return InboundRequest(
         kind=kind,
         body=body,

@@ -217,6 +217,29 @@ class TestBadInput:
 
         _run(scenario())
 
+    def test_labels_with_colons_and_slashes_are_kept_in_the_events(self, tmp_path: Path) -> None:
+        """Request ids, tiers, categories and pools are labels of the contract, as in the request events."""
+
+        async def scenario() -> None:
+            def entries(started: list[StubUpstream]) -> str:
+                return upstream_entry(started[0], pool="team/short")
+
+            async with gateway_over(tmp_path, StubUpstream("e0"), entries=entries) as gw:
+                body = {"model": "m", "prompt": "x"}
+                headers = {"x-request-id": "chat:42/a", "x-governor-tier": "org:paid", "x-governor-category": "rag/v2"}
+                async with gw.session.post(f"{gw.url}/v1/completions", json=body, headers=headers) as response:
+                    assert response.status == 200
+                    assert response.headers["x-request-id"] == "chat:42/a"
+                (routed,) = gw.events("gateway.routed")
+                assert (routed.request_id, routed.tier, routed.category, routed.pool) == (
+                    "chat:42/a",
+                    "org:paid",
+                    "rag/v2",
+                    "team/short",
+                )
+
+        _run(scenario())
+
     def test_a_chat_request_without_messages_is_refused(self, tmp_path: Path) -> None:
         async def scenario() -> None:
             stub = StubUpstream("e0")
