@@ -9,10 +9,12 @@ The local connector runs real vLLM CPU servers (the tiny random Llama, one threa
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -22,6 +24,7 @@ import redis
 
 from schemas.names import policy_key
 from schemas.scaling import ScalerConfig
+from services.cli.scale import gateway_admin
 from services.cli.status import render
 from services.health import ServiceMetrics
 from services.inspection import collect_pool_status, collect_status
@@ -351,3 +354,120 @@ def test_advisory_local_pool_starts_nothing_and_records_every_action(
         (1, 2, "scale_up", "advisory", 1),
         (2, 1, "scale_down", "advisory", 2),
     ]
+
+
+@pytest.fixture
+def gateway_url(stack: StackState, deployment: str, tmp_path: Path) -> Iterator[str]:
+    """``governor gateway`` with no upstream of its own and an admin token, on a free loopback port."""
+    (tmp_path / "gateway.toml").write_text("")
+    port = free_port()
+    argv = [sys.executable, "-m", "services.cli", "gateway", "--gateway-config", str(tmp_path / "gateway.toml")]
+    argv += ["--gateway-host", "127.0.0.1", "--gateway-port", str(port), "--deployment", deployment]
+    argv += ["--kafka-bootstrap", stack.kafka_bootstrap, "--redis-url", stack.redis_url]
+    env = {**os.environ, "GOVERNOR_GATEWAY_ADMIN_TOKEN": ADMIN_TOKEN}
+    with (tmp_path / "gateway.log").open("wb") as output:
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_until(lambda: process.poll() is not None or healthy_gateway(url), 120.0, "the gateway's /healthz")
+        assert process.poll() is None, (tmp_path / "gateway.log").read_text()[-3000:]
+        yield url
+    finally:
+        process.terminate()
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+ADMIN_TOKEN = "scaler-test-admin-token"
+
+
+def healthy_gateway(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/healthz", timeout=2.0) as response:
+            return bool(response.status == 200)
+    except OSError:
+        return False
+
+
+def complete_through(gateway: str, max_tokens: int) -> dict[str, object]:
+    """A text completion through the gateway, retried while no upstream is in rotation yet (503)."""
+    body = {"model": "tiny", "prompt": "the river", "max_tokens": max_tokens, "ignore_eos": True}
+    deadline = time.monotonic() + 120.0
+    while True:
+        request = urllib.request.Request(
+            f"{gateway}/v1/completions", data=json.dumps(body).encode(), headers={"content-type": "application/json"}
+        )
+        try:
+            with urllib.request.urlopen(request, timeout=300.0) as response:
+                answer: dict[str, object] = json.loads(response.read())
+                return answer
+        except urllib.error.HTTPError as exc:
+            if exc.code != 503 or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+@pytest.mark.slow
+def test_local_engines_join_the_real_gateway_and_leave_it_drained(
+    stack: StackState,
+    deployment: str,
+    redis_client: redis.Redis,
+    *,
+    plans: PolicyClient,
+    gateway_url: str,
+    tmp_path: Path,
+) -> None:
+    """A replica the plan asks for joins the gateway's pool; when the plan drops it, a request the gateway has
+    in flight on it finishes whole before the replica stops, and the gateway forgets it."""
+    pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
+    # Imported here, not at the top: test_gateway skips its whole module without vLLM, and this module's
+    # other tests need none. Its model folder has a tokenizer, so text prompts pass the gateway.
+    from tests.integration.test_gateway import _model_dir
+
+    (tmp_path / "model").mkdir()
+    model = _model_dir(tmp_path / "model")
+    token_file = tmp_path / "admin.token"
+    token_file.write_text(ADMIN_TOKEN)
+    base = local_config(stack, deployment, tmp_path).model_dump()
+    short = base["pools"]["short"]
+    short.update(min_replicas=0, max_replicas=1)
+    short["local"].update(command=[part for part in vllm_command(model) if part != "--skip-tokenizer-init"])
+    short["local"]["model"] = "tiny"
+    base["gateway"] = {"url": gateway_url, "token_file": str(token_file)}
+    config = ScalerConfig.model_validate(base)
+    admin = gateway_admin(config)
+    assert admin is not None
+    local = config.pools["short"].local
+    assert local is not None
+    connector = LocalEngineConnector("short", local, gateway=admin)
+    service = local_scaler(stack, deployment, plans, config, connector)
+    try:
+        put_plan(redis_client, deployment, short_gpus=1, long_gpus=1, version=1)
+        plans.refresh()
+        assert [(a.from_replicas, a.to_replicas, a.result) for a in service.step()] == [(0, 1, "applied")]
+        (url,) = connector.urls()
+        assert [(u.url, u.pool, u.state) for u in admin.upstreams()] == [(url, "short", "active")]
+
+        answers: list[dict[str, object]] = []
+        request = threading.Thread(target=lambda: answers.append(complete_through(gateway_url, LONG_REQUEST_TOKENS)))
+        request.start()
+        wait_until(lambda: (admin.in_flight(url) or 0) >= 1, 150.0, "the request in flight at the gateway")
+        put_plan(redis_client, deployment, short_gpus=0, long_gpus=1, version=2)
+        plans.refresh()
+        down = service.step()
+        request.join(timeout=300.0)
+        assert [(a.from_replicas, a.to_replicas, a.reason, a.result, a.detail) for a in down] == [
+            (1, 0, "scale_down", "applied", None)
+        ]
+        assert len(answers) == 1
+        usage = answers[0]["usage"]
+        assert isinstance(usage, dict)
+        assert usage["completion_tokens"] == LONG_REQUEST_TOKENS
+        assert admin.upstreams() == []
+        assert connector.replicas() == 0
+        assert not healthy(url, 2.0)
+    finally:
+        service.close()
