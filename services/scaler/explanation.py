@@ -85,7 +85,7 @@ def _plan_lines(action: ScalingAction, plan: FleetoptPolicy | None) -> list[str]
     per = "" if replicas is None else f" = {replicas} replicas of {action.gpus_per_replica} GPU(s)"
     lines = [f"plan       fleetopt fleet v{action.plan_version}{at}{gpus}{per}"]
     if plan is None:
-        lines.append("           (its decision is no longer on gov.policy.decisions)")
+        lines.append("           (its decision is not on gov.policy.decisions)")
         return lines
     lines.append(
         f"           valid until {_t(plan.valid_until)}; previous version "

@@ -24,6 +24,7 @@ import redis
 
 from schemas.names import policy_key
 from schemas.scaling import ScalerConfig
+from services.cli.main import main as governor
 from services.cli.scale import gateway_admin
 from services.cli.status import render
 from services.health import ServiceMetrics
@@ -127,6 +128,38 @@ def test_plans_in_redis_resize_the_pools_and_every_action_is_on_the_log(
     ]
     rows = [line.split() for line in render(report).splitlines()]
     assert ["short", "7", "7", "scale_up", "applied", "act", "v2", "5000.0", "2", "0"] in rows
+
+
+def test_governor_explain_scaling_reads_an_action_back_from_the_log(
+    stack: StackState,
+    deployment: str,
+    redis_client: redis.Redis,
+    plans: PolicyClient,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """``governor explain scaling POOL --seq N`` explains the action the scaler appended, from the log alone."""
+    config = ScalerConfig.model_validate(CONFIG)
+    service, _ = scaler(stack, deployment, plans, config)
+    try:
+        put_plan(redis_client, deployment, short_gpus=5, long_gpus=2, version=1)
+        plans.refresh()
+        service.step()
+    finally:
+        service.close()
+    flags = ["--deployment", deployment, "--kafka-bootstrap", stack.kafka_bootstrap, "--kafka-timeout-s", "10"]
+    capsys.readouterr()
+    assert governor(["explain", "scaling", "short", "--seq", "0", *flags]) == 0
+    assert capsys.readouterr().out.splitlines() == [
+        "short: 1 -> 5 replicas at t=5000.000 s, scale_up, applied by memory/short (scaler scaler-it, seq 0)",
+        "rule       the plan wants more replicas than the pool runs; scale-ups are not held, only step-limited",
+        "plan       fleetopt fleet v1 computed at t=5000.000 s: short n_gpus=5 = 5 replicas of 1 GPU(s)",
+        "           (its decision is not on gov.policy.decisions)",
+        "bounds     [1, 8]: desired 5",
+        "step       at most 8 per action: moved 4",
+        "cool-down  0 s: the pool's first change",
+    ]
+    assert governor(["explain", "scaling", "medium", *flags]) == 2
+    assert "no scaling action of pool medium on gov.scaling (pools with actions: short)" in capsys.readouterr().err
 
 
 def test_advisory_governor_scale_records_actions_and_serves_health(

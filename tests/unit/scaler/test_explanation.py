@@ -24,7 +24,7 @@ class TestExplainAction:
             "step       at most 2 per action: moved 2, short of desired 5 (the step limit or the hold's peak)" in lines
         )
         assert "cool-down  30 s: the pool's first change" in lines
-        assert "           (its decision is no longer on gov.policy.decisions)" in lines
+        assert "           (its decision is not on gov.policy.decisions)" in lines
 
     def test_a_held_scale_down_names_the_hold_start_the_peak_and_the_previous_change(self) -> None:
         rig = Rig(scaler_config(), short=5)
