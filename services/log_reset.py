@@ -26,6 +26,16 @@ rebuild the partition from the new log: forget its applied offset, reset the sta
 (engines' estimates, fleet aggregators) and read it from its beginning. Policy documents are kept:
 they stay valid until their ``valid_until`` or until a decision from the new log replaces them.
 Nothing is ever skipped silently.
+
+A recreated topic can also come back with another partition count (on a broker restarted without
+its log, a client's metadata request may create a topic with the broker's default count before
+``governor stack up`` recreates it with its own). The group's assignment must then be computed
+again from the new layout; ``LayoutWatch`` tells a member when its topic's id or partitions changed,
+and the member rejoins its group under a fresh member id (services/stream/processor.py). A rejoin
+under the same id is not enough on Tansu 0.6.0: its group coordinator answered the member's
+SyncGroup with the member's earlier assignment instead of the one the leader had just sent (the
+leader assigned the 8 partitions of the recreated topic, the member received partitions 0-3 of the
+4-partition topic before it, rejoin after rejoin), so records on partitions 4-7 waited unread.
 """
 
 from __future__ import annotations
@@ -42,6 +52,7 @@ from services.store.protocol import Store
 log = structlog.get_logger(__name__)
 
 Partition = tuple[str, int]  # (topic, partition)
+TopicLayout = tuple[str | None, frozenset[int]]  # (topic id, partition numbers) in a client's metadata
 ResetReason = Literal["topic_id_changed", "log_end_behind_applied"]
 
 
@@ -158,3 +169,34 @@ class LogWatch:
         )
         if self._metrics is not None:
             self._metrics.log_reset(reset.topic, reset.partition, reset.reason)
+
+
+class LayoutWatch:
+    """Tells a group member that its topic's layout (topic id or partition numbers) changed since it last looked.
+
+    The first layout seen is only recorded; an unknown or empty layout (a topic missing from the
+    metadata for a moment, during a broker restart) is ignored, so only a layout replaced by another
+    counts. The member then rejoins its group under a fresh member id (module docstring).
+    """
+
+    def __init__(self, topic: str) -> None:
+        self.topic = topic
+        self._seen: TopicLayout | None = None
+
+    def changed(self, layout: TopicLayout | None) -> bool:
+        """Record ``layout``; True when it replaces another one seen before."""
+        if layout is None or not layout[1]:
+            return False
+        previous, self._seen = self._seen, layout
+        if previous is None or previous == layout:
+            return False
+        log.warning(
+            "topic_layout_changed",
+            topic=self.topic,
+            topic_id=layout[0],
+            partitions=len(layout[1]),
+            previous_topic_id=previous[0],
+            previous_partitions=len(previous[1]),
+            rule="rejoin the group under a fresh member id, so that the assignment covers the new layout",
+        )
+        return True

@@ -15,7 +15,10 @@ can be read.
 Every poll also measures the lag (for /healthz: lag with nothing folded is a stall) and checks each
 assigned partition against the log its applied offset came from (services/log_reset.py); a
 partition found on a new log is rebuilt from that log's beginning (services/stream/log_rebuild.py),
-and its records of that poll are dropped, since they are read again.
+and its records of that poll are dropped, since they are read again. When the topic's layout
+changes (recreated, with another partition count or not) the member commits, gives its partitions
+back and rejoins its group under a fresh member id, so that the group's assignment is computed from
+the new layout (services/log_reset.py, ``LayoutWatch``).
 """
 
 from __future__ import annotations
@@ -44,7 +47,7 @@ from services.kafka_clients import (
     subscribe,
 )
 from services.kafka_factory import PLAINTEXT
-from services.log_reset import LogWatch
+from services.log_reset import LayoutWatch, LogWatch, TopicLayout
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,
@@ -78,6 +81,19 @@ class _KafkaConsumerView:
     def rewind(self, positions: dict[Partition, int]) -> None:
         for partition, offset in positions.items():
             self._consumer.seek(TopicPartition(*partition), offset)
+
+    def layout(self, topic: str) -> TopicLayout | None:
+        """The topic's id and partitions in the client's metadata, None when it has none.
+
+        Read from the client's cluster metadata: ``KafkaConsumer.partitions_for_topic`` fetches
+        metadata and waits when the topic is unknown, which the poll loop must not.
+        """
+        cluster = self._consumer._cluster
+        partitions = cluster.partitions_for_topic(topic)
+        if partitions is None:
+            return None
+        topic_id = cluster.topic_id(topic)
+        return (None if topic_id is None else str(topic_id), frozenset(partitions))
 
 
 class StreamProcessor:
@@ -116,12 +132,13 @@ class StreamProcessor:
             security=security,
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
+        self._view = _KafkaConsumerView(self._consumer)
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,
             registry=registry,
             producer=self._producer,
-            consumer=_KafkaConsumerView(self._consumer),
+            consumer=self._view,
             clock=clock,
             metrics=metrics,
             commit_interval_s=commit_interval_s,
@@ -134,6 +151,7 @@ class StreamProcessor:
         self._metrics = metrics
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
+        self._layout_watch = LayoutWatch(TELEMETRY_TOPIC)
         subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
 
@@ -187,6 +205,9 @@ class StreamProcessor:
                 if self._unpositioned:
                     self._position(self._unpositioned)
                 batch = self._consumer.poll(timeout_ms=200)
+                if self._layout_watch.changed(self._view.layout(TELEMETRY_TOPIC)):
+                    self._rejoin()
+                    continue
                 records = self._on_current_logs([record for part in batch.values() for record in part])
                 self._measure()
                 if not records:
@@ -218,6 +239,16 @@ class StreamProcessor:
             if self.counters.commits + self.counters.commits_refused > commits:
                 self.outage.succeeded("redis")
         return self.counters
+
+    def _rejoin(self) -> None:
+        """Give the assigned partitions back (committed first) and rejoin the group under a fresh member id.
+
+        The records of the poll that saw the new layout are dropped unfolded: the next owner of
+        their partitions reads them again from the applied offsets.
+        """
+        self.on_revoked(list(self._consumer.assignment()))
+        self._consumer.unsubscribe()
+        subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
 
     def _failed(self) -> None:
         """Tell health a batch (or positioning) failed and is retried: the loop turning is no progress then."""

@@ -7,7 +7,7 @@ from kafka.structs import OffsetAndMetadata
 
 from services.health import ServiceMetrics
 from services.kafka_clients import caught_up, consumer_lag
-from services.log_reset import LogWatch
+from services.log_reset import LayoutWatch, LogWatch
 from services.store.memory_store import MemoryStore
 
 TOPIC = "gov.telemetry"
@@ -146,3 +146,29 @@ class TestLagAfterASeek:
         consumer._subscription.positions[TopicPartition(TOPIC, 0)] = 9
         assert consumer_lag(consumer) == 0  # type: ignore[arg-type]
         assert caught_up(consumer)  # type: ignore[arg-type]
+
+
+class TestLayoutWatch:
+    def test_the_first_layout_is_recorded_without_a_change(self) -> None:
+        watch = LayoutWatch(TOPIC)
+        assert watch.changed(("id-1", frozenset(range(8)))) is False
+        assert watch.changed(("id-1", frozenset(range(8)))) is False
+
+    def test_a_recreated_topic_is_a_change_even_with_the_same_partitions(self) -> None:
+        watch = LayoutWatch(TOPIC)
+        watch.changed(("id-1", frozenset(range(8))))
+        assert watch.changed(("id-2", frozenset(range(8)))) is True
+        assert watch.changed(("id-2", frozenset(range(8)))) is False
+
+    def test_a_changed_partition_count_is_a_change(self) -> None:
+        """A topic auto-created with 4 partitions, then recreated with its 8 by ``stack up``."""
+        watch = LayoutWatch(TOPIC)
+        watch.changed(("id-1", frozenset(range(4))))
+        assert watch.changed(("id-2", frozenset(range(8)))) is True
+
+    def test_a_topic_missing_from_the_metadata_for_a_moment_is_no_change(self) -> None:
+        watch = LayoutWatch(TOPIC)
+        watch.changed(("id-1", frozenset(range(8))))
+        assert watch.changed(None) is False
+        assert watch.changed(("id-1", frozenset())) is False
+        assert watch.changed(("id-1", frozenset(range(8)))) is False
