@@ -31,7 +31,7 @@ from schemas.errors import GovernorError
 from schemas.gateway import UpstreamAdd, UpstreamDrain
 from schemas.policy_docs.base import ContractModel
 from services.gateway.forwarding import error_response
-from services.gateway.inbound import request_id_of
+from services.gateway.inbound import RequestIds
 from services.gateway.upstreams import Upstream, UpstreamRegistry
 
 log = structlog.get_logger(__name__)
@@ -70,6 +70,7 @@ class AdminApi:
         self._token = None if token is None else token.encode()
         self._on_added = on_added
         self._on_change = on_change
+        self._ids = RequestIds()
 
     def add_routes(self, app: web.Application) -> None:
         """Mount the admin routes on ``app``."""
@@ -87,7 +88,7 @@ class AdminApi:
                 return await handler(request)
             except AdminError as exc:
                 log.info("admin_refused", path=request.path, method=request.method, status=exc.status, code=exc.code)
-                return error_response(exc.status, exc.code, str(exc), request_id_of(request.headers))
+                return error_response(exc.status, exc.code, str(exc), self._ids.of(request.headers))
 
         return guarded
 

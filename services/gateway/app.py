@@ -43,7 +43,7 @@ from services.gateway.config import GatewayConfig
 from services.gateway.fleet_routing import PoolChoice, choose_pool
 from services.gateway.forwarding import error_response, forward
 from services.gateway.health_checks import HealthChecker
-from services.gateway.inbound import ApiKind, BadRequestError, InboundRequest, parse_inbound, request_id_of
+from services.gateway.inbound import ApiKind, BadRequestError, InboundRequest, RequestIds, parse_inbound
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.pool_queue import PoolQueue
 from services.gateway.ranks import RankAssignment, RankGroup
@@ -109,11 +109,12 @@ class Gateway:
         self._session: aiohttp.ClientSession | None = None
         self._counter: TokenCounter | None = None
         self.health: HealthChecker | None = None
+        self._ids = RequestIds()
         self._admin = AdminApi(registry, token=admin_token, on_added=self._added, on_change=self._capacity_changed)
 
     def application(self) -> web.Application:
         """The aiohttp application; its start opens the client session and the background loops."""
-        app = web.Application()
+        app = web.Application(client_max_size=self._max_body_bytes)
         app.router.add_post("/v1/completions", self._completions)
         app.router.add_post("/v1/chat/completions", self._chat)
         app.router.add_get("/v1/models", self._models)
@@ -195,13 +196,17 @@ class Gateway:
         self._capacity_changed()
 
     def _capacity_changed(self) -> None:
+        """Rotation changed (health, registration, admin): recount it, and wake what waits for capacity."""
+        self._slot_freed()
+        now_s = self._clock()
+        self.metrics.upstreams_in_rotation.set(sum(self.registry.in_rotation(u, now_s) for u in self.registry.all()))
+
+    def _slot_freed(self) -> None:
+        """A request finished: what waits for capacity (pool queues, DP groups' central pools) may go on."""
         for queue in self._queues.values():
             queue.notify()
         for group in self._groups.values():
             group.wake()
-        self.metrics.upstreams_in_rotation.set(
-            sum(self.registry.in_rotation(u, self._clock()) for u in self.registry.all())
-        )
 
     async def _healthz(self, request: web.Request) -> web.Response:
         return web.json_response({"status": "ok"})
@@ -227,7 +232,7 @@ class Gateway:
 
     async def _handle(self, request: web.Request, kind: ApiKind, path: str) -> web.StreamResponse:
         arrived = time.perf_counter()
-        request_id = request_id_of(request.headers)
+        request_id = self._ids.of(request.headers)
         try:
             raw = await self._read_body(request)
             inbound = parse_inbound(raw, kind, request.headers, request_id)
@@ -235,7 +240,7 @@ class Gateway:
             self.metrics.answered("bad_request")
             log.info("request_refused", request_id=request_id, field=exc.field, code=exc.error_code)
             return error_response(400, exc.error_code, str(exc), request_id)
-        if inbound.model not in self.registry.models():
+        if not self.registry.serves(inbound.model):
             self.metrics.answered("bad_request")
             return error_response(404, "model_not_found", f"no upstream serves model {inbound.model!r}", request_id)
         candidates = self.registry.serving(inbound.model, self._clock())
@@ -248,15 +253,11 @@ class Gateway:
         if request.content_length is not None and request.content_length > limit:
             msg = f"the body is {request.content_length} bytes, more than {limit}"
             raise BadRequestError(msg, field="body", error_code="body_too_large")
-        chunks: list[bytes] = []
-        size = 0
-        async for chunk in request.content.iter_chunked(1 << 16):
-            size += len(chunk)
-            if size > limit:
-                msg = f"the body is more than {limit} bytes"
-                raise BadRequestError(msg, field="body", error_code="body_too_large")
-            chunks.append(chunk)
-        return b"".join(chunks)
+        try:
+            return await request.read()  # bounded by the application's client_max_size, which is this limit
+        except web.HTTPRequestEntityTooLarge as exc:
+            msg = f"the body is more than {limit} bytes"
+            raise BadRequestError(msg, field="body", error_code="body_too_large") from exc
 
     async def _route(
         self,
@@ -490,7 +491,7 @@ class Gateway:
             self.metrics.answered(outcome)
             if outcome == "disconnected":
                 log.info("client_disconnected", request_id=inbound.request_id, upstream=upstream.engine_id)
-            self._capacity_changed()
+            self._slot_freed()
 
     def _targets(self, candidates: list[Upstream]) -> list[Target]:
         targets: list[Target] = [u for u in candidates if u.dp_group is None]

@@ -99,7 +99,7 @@ async def forward(
         headers["Authorization"] = authorization
     reply_headers = {"x-request-id": request_id, UPSTREAM_HEADER: upstream.engine_id}
     try:
-        async with session.post(f"{upstream.url}{path}", data=body, headers=headers, timeout=timeout) as answer:
+        async with session.post(upstream.endpoint(path), data=body, headers=headers, timeout=timeout) as answer:
             if answer.content_type == "text/event-stream" and answer.status < 400:
                 return await _relay_stream(request, answer, reply_headers, flight, on_error)
             payload = await answer.read()

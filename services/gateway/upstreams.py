@@ -18,6 +18,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Literal
 
+from yarl import URL
+
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.gateway import UpstreamEntry
 from services.gateway.config import DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_NUM_SEQS, StaticUpstream
@@ -64,6 +66,14 @@ class Upstream:
     last_seen_s: float | None = None
     draining: bool = False
     in_flight: dict[str, InFlight] = field(default_factory=dict)
+    _endpoints: dict[str, URL] = field(default_factory=dict, init=False, repr=False, compare=False)
+
+    def endpoint(self, path: str) -> URL:
+        """``url`` + ``path`` as a parsed URL, parsed once per path: the client would parse the text per request."""
+        endpoint = self._endpoints.get(path)
+        if endpoint is None:
+            endpoint = self._endpoints[path] = URL(f"{self.url}{path}")
+        return endpoint
 
     def load_tokens(self) -> int:
         """L_g: summed prompt and generated tokens of the requests in flight here (BF-IO Eq. 1)."""
@@ -93,6 +103,7 @@ class UpstreamRegistry:
         silent_after_s: a registered upstream silent for longer leaves rotation until its next event.
         """
         self._upstreams: dict[str, Upstream] = {}
+        self._by_id: tuple[Upstream, ...] | None = None
         self._failures_to_eject = failures_to_eject
         self._silent_after_s = silent_after_s
 
@@ -110,6 +121,7 @@ class UpstreamRegistry:
                 max_num_seqs=entry.max_num_seqs,
                 max_model_len=entry.max_model_len,
             )
+        self._by_id = None
 
     def register(self, event: EngineRegistered) -> Upstream | None:
         """Add or refresh an engine from its registration; one without ``endpoint_url`` is not an upstream.
@@ -135,6 +147,7 @@ class UpstreamRegistry:
             in_flight={} if previous is None else previous.in_flight,
         )
         self._upstreams[event.engine_id] = upstream
+        self._by_id = None
         return upstream
 
     def add_url(self, url: str, *, pool: str, model: str | None) -> Upstream:
@@ -160,6 +173,7 @@ class UpstreamRegistry:
             healthy=False,
         )
         self._upstreams[engine_id] = upstream
+        self._by_id = None
         return upstream
 
     def by_url(self, url: str) -> Upstream | None:
@@ -170,6 +184,7 @@ class UpstreamRegistry:
     def remove(self, upstream: Upstream) -> None:
         """Forget ``upstream``; the caller checks that nothing is in flight there."""
         self._upstreams.pop(upstream.engine_id, None)
+        self._by_id = None
 
     def heartbeat(self, event: Heartbeat) -> None:
         """Note that a registered engine is alive."""
@@ -181,9 +196,14 @@ class UpstreamRegistry:
         """The upstream of ``engine_id``, if known."""
         return self._upstreams.get(engine_id)
 
-    def all(self) -> list[Upstream]:
-        """Every known upstream, in rotation or not, by engine id."""
-        return [self._upstreams[k] for k in sorted(self._upstreams)]
+    def all(self) -> tuple[Upstream, ...]:
+        """Every known upstream, in rotation or not, by engine id.
+
+        Kept between changes of the registry: every request reads it, upstreams change rarely.
+        """
+        if self._by_id is None:
+            self._by_id = tuple(self._upstreams[k] for k in sorted(self._upstreams))
+        return self._by_id
 
     def in_rotation(self, upstream: Upstream, now_s: float) -> bool:
         """Healthy, not draining, serving a known model, and (registered) heard from within ``silent_after_s``."""
@@ -196,6 +216,10 @@ class UpstreamRegistry:
     def serving(self, model: str, now_s: float) -> list[Upstream]:
         """Upstreams in rotation that serve ``model``."""
         return [u for u in self.all() if u.model == model and self.in_rotation(u, now_s)]
+
+    def serves(self, model: str) -> bool:
+        """Whether some upstream, in rotation or not, serves ``model``."""
+        return any(u.model == model for u in self.all())
 
     def models(self) -> list[str]:
         """Every model name some upstream serves."""

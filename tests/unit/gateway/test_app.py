@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -187,6 +188,27 @@ BAD_BODIES = [
 
 
 class TestBadInput:
+    def test_an_oversized_body_without_content_length_is_refused(self, tmp_path: Path) -> None:
+        """A chunked body is counted as it arrives: past the limit it is 400, and nothing is forwarded."""
+
+        async def scenario() -> None:
+            stub = StubUpstream("e0")
+            async with gateway_over(tmp_path, stub, max_body_bytes=64 * 1024) as gw:
+
+                async def chunks() -> AsyncIterator[bytes]:
+                    yield b'{"model": "m", "prompt": "'
+                    for _ in range(20):
+                        yield b"x" * 8192
+                    yield b'"}'
+
+                async with gw.session.post(f"{gw.url}/v1/completions", data=chunks()) as response:
+                    assert response.request_info.headers.get("Transfer-Encoding") == "chunked"
+                    assert response.status == 400
+                    assert (await response.json())["error"]["code"] == "body_too_large"
+                assert stub.requests == []
+
+        _run(scenario())
+
     @pytest.mark.parametrize(("raw", "code"), BAD_BODIES)
     def test_is_answered_400_and_never_forwarded(self, raw: bytes, code: str, tmp_path: Path) -> None:
         async def scenario() -> None:

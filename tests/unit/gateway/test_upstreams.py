@@ -78,7 +78,7 @@ class TestRegistry:
     def test_a_registration_without_an_endpoint_is_not_an_upstream(self) -> None:
         registry = UpstreamRegistry()
         assert registry.register(_registration("e0", None, ts=1.0)) is None
-        assert registry.all() == []
+        assert registry.all() == ()
 
     def test_a_silent_engine_leaves_rotation_until_it_is_heard_again(self) -> None:
         registry = UpstreamRegistry(silent_after_s=30.0)
