@@ -4,17 +4,115 @@
 and TLS files (``SecuritySettings.kafka_security``, docs/security.md) to the client's own
 configuration, so no client reaches a broker without them. The service-specific clients
 (services/kafka_clients.py) are built on these.
+
+A broker that refuses the SASL credentials is a ``ConfigError`` naming the user and the mechanism:
+kafka-python itself only logs the refusal (or a lost connection) and, once its bootstrap time is
+up (30 s), raises "Unable to bootstrap", which reads like an unreachable broker and sends an
+operator after the network.
 """
 
 from __future__ import annotations
 
-from typing import Any
+import logging
+import socket
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, TypeVar
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
+from kafka.errors import KafkaConnectionError, KafkaError, SaslAuthenticationFailedError
 
+from schemas.errors import ConfigError
 from services.settings import KafkaSecurity
 
 PLAINTEXT = KafkaSecurity()
+# The logger kafka-python's connection manager reports a failed bootstrap connection on, with the error.
+CONNECTION_LOGGER = "kafka.net.manager"
+MIN_LOST_LOGINS = 2  # one lost connection can be a broker going away; every one, at each retry, is the login
+
+Client = TypeVar("Client")
+
+
+class _BootstrapFailures(logging.Handler):
+    """Keeps the errors kafka-python logs for its failed bootstrap connections (the error is a record argument)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.refusals: list[SaslAuthenticationFailedError] = []
+        self.lost = 0
+
+    def emit(self, record: logging.LogRecord) -> None:
+        """Keep each refusal, and count connections lost after they were made."""
+        args = record.args if isinstance(record.args, tuple) else ()
+        for arg in args:
+            if isinstance(arg, SaslAuthenticationFailedError):
+                self.refusals.append(arg)
+            elif isinstance(arg, KafkaConnectionError):
+                self.lost += 1
+
+
+@contextmanager
+def _refused_credentials_named(bootstrap: str, security: KafkaSecurity) -> Iterator[None]:
+    """Turn a SASL client's failed start into ``ConfigError`` when the broker would not let it log in.
+
+    The broker answers a wrong password with an error and closes the connection. kafka-python
+    reports the error when it reads it before the close; when both arrive together it drops the
+    answer and sees only a lost connection (kafka-python 3.0.12, ``net/transport.py``). So a refusal
+    it reports, or a broker that accepts connections and closes every one of them during the login
+    (two or more), is a credentials problem; anything else stays the client's own error. The
+    connection logger is opened to warnings for the duration (a logging setup that silences
+    kafka-python must not hide the refusal from this check).
+
+    Raises:
+        ConfigError: the client failed to start and the broker would not let it log in.
+    """
+    if not security.protocol.startswith("SASL_"):
+        yield
+        return
+    logger = logging.getLogger(CONNECTION_LOGGER)
+    failures = _BootstrapFailures()
+    level = logger.level
+    logger.addHandler(failures)
+    if not logger.isEnabledFor(logging.WARNING):
+        logger.setLevel(logging.WARNING)
+    try:
+        yield
+    except KafkaError as exc:
+        who = f"the {security.sasl_mechanism} credentials of user {security.sasl_username!r}"
+        check = "check GOVERNOR_KAFKA_SASL_USERNAME, GOVERNOR_KAFKA_SASL_PASSWORD and GOVERNOR_KAFKA_SASL_MECHANISM"
+        if failures.refusals:
+            msg = f"kafka at {bootstrap} refused {who}: {failures.refusals[-1]} ({check})"
+        elif failures.lost >= MIN_LOST_LOGINS and _accepts_connections(bootstrap):
+            msg = (
+                f"kafka at {bootstrap} accepts connections but closed each of {failures.lost} logins with {who}: "
+                f"a wrong user or password, or a mechanism its listener does not offer ({check})"
+            )
+        else:
+            raise
+        raise ConfigError(msg) from exc
+    finally:
+        logger.removeHandler(failures)
+        logger.setLevel(level)
+
+
+def _accepts_connections(bootstrap: str, timeout_s: float = 1.0) -> bool:
+    """Whether a server of ``bootstrap`` accepts a TCP connection (services/backends.py asks the same
+    before a service starts; that module sits above this one)."""
+    for server in bootstrap.split(","):
+        host, _, port = server.strip().rpartition(":")
+        if not port.isdigit():
+            continue
+        try:
+            with socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout_s):
+                return True
+        except OSError:
+            continue
+    return False
+
+
+def _started(bootstrap: str, security: KafkaSecurity, start: Callable[[], Client]) -> Client:
+    with _refused_credentials_named(bootstrap, security):
+        return start()
 
 
 def security_config(security: KafkaSecurity) -> dict[str, Any]:
@@ -37,15 +135,30 @@ def security_config(security: KafkaSecurity) -> dict[str, Any]:
 
 
 def kafka_consumer(bootstrap: str, security: KafkaSecurity = PLAINTEXT, **config: Any) -> KafkaConsumer:
-    """A ``KafkaConsumer`` of ``bootstrap`` with ``config`` and the security settings."""
-    return KafkaConsumer(bootstrap_servers=bootstrap, **config, **security_config(security))
+    """A ``KafkaConsumer`` of ``bootstrap`` with ``config`` and the security settings.
+
+    Raises:
+        ConfigError: the broker refused the SASL credentials.
+    """
+    options = {**config, **security_config(security)}
+    return _started(bootstrap, security, lambda: KafkaConsumer(bootstrap_servers=bootstrap, **options))
 
 
 def kafka_producer(bootstrap: str, security: KafkaSecurity = PLAINTEXT, **config: Any) -> KafkaProducer:
-    """A ``KafkaProducer`` of ``bootstrap`` with ``config`` and the security settings."""
-    return KafkaProducer(bootstrap_servers=bootstrap, **config, **security_config(security))
+    """A ``KafkaProducer`` of ``bootstrap`` with ``config`` and the security settings.
+
+    Raises:
+        ConfigError: the broker refused the SASL credentials.
+    """
+    options = {**config, **security_config(security)}
+    return _started(bootstrap, security, lambda: KafkaProducer(bootstrap_servers=bootstrap, **options))
 
 
 def kafka_admin(bootstrap: str, security: KafkaSecurity = PLAINTEXT, **config: Any) -> KafkaAdminClient:
-    """A ``KafkaAdminClient`` of ``bootstrap`` with ``config`` and the security settings."""
-    return KafkaAdminClient(bootstrap_servers=bootstrap, **config, **security_config(security))
+    """A ``KafkaAdminClient`` of ``bootstrap`` with ``config`` and the security settings.
+
+    Raises:
+        ConfigError: the broker refused the SASL credentials.
+    """
+    options = {**config, **security_config(security)}
+    return _started(bootstrap, security, lambda: KafkaAdminClient(bootstrap_servers=bootstrap, **options))

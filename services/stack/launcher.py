@@ -28,8 +28,8 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import TOPICS, TopicSpec
-from services.kafka_factory import kafka_admin, kafka_consumer
-from services.settings import RedisSecurity
+from services.kafka_factory import PLAINTEXT, kafka_admin, kafka_consumer
+from services.settings import KafkaSecurity, RedisSecurity
 from services.stack.kafka_broker import KAFKA_STOP_TIMEOUT_S, locate_kafka, start_kafka
 from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port
 from services.stack.topic_configs import DEFAULT_RETENTION, TopicRetention, topic_configs
@@ -190,12 +190,13 @@ def create_topics(
     *,
     new_broker: bool = False,
     retention: TopicRetention = DEFAULT_RETENTION,
+    security: KafkaSecurity = PLAINTEXT,
 ) -> None:
     """Create every topic of ``topics`` (``schemas.names.TOPICS``) with its partition count; existing ones are kept.
 
     Each new topic gets its retention and clean-up policy (services/stack/topic_configs.py) from
     ``retention``; an existing topic keeps the configuration it has (an operator's choice on a shared
-    cluster is not overwritten).
+    cluster is not overwritten). ``security`` is how the admin client reaches the broker.
 
     On a broker just started (``new_broker``) a client that reconnected before this call may already
     have had a topic created with the broker's default partition count: Tansu creates a topic on any
@@ -207,7 +208,7 @@ def create_topics(
     deadline = time.monotonic() + timeout_s
     while True:
         try:
-            admin = kafka_admin(bootstrap, request_timeout_ms=int(timeout_s * 1000))
+            admin = kafka_admin(bootstrap, security, request_timeout_ms=int(timeout_s * 1000))
             break
         except KafkaError as exc:
             if time.monotonic() > deadline:

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from schemas.errors import ConfigError
-from services.stack.kafka_broker import KafkaInstall, broker_properties, format_storage, locate_kafka
+from services.stack.kafka_broker import BrokerSasl, KafkaInstall, broker_properties, format_storage, locate_kafka
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -61,3 +61,57 @@ class TestFormatStorage:
         install = KafkaInstall(java=tmp_path / "no-java", lib_dir=tmp_path)
         assert format_storage(install, tmp_path / "server.properties", tmp_path) is False
         assert (tmp_path / "meta.properties").read_text() == "node.id=1\n"
+
+
+class TestBrokerSasl:
+    def test_the_listener_requires_sasl_and_the_node_logs_in_as_its_own_scram_user(self, tmp_path: Path) -> None:
+        sasl = BrokerSasl(mechanism="SCRAM-SHA-256", users={"broker": "b-pw", "governor": "g-pw"})
+        properties = _properties(broker_properties(port=1, controller_port=2, log_dir=tmp_path, sasl=sasl))
+        assert properties["listeners"] == "SASL_PLAINTEXT://127.0.0.1:1,CONTROLLER://127.0.0.1:2"
+        assert properties["advertised.listeners"] == "SASL_PLAINTEXT://127.0.0.1:1"
+        assert properties["inter.broker.listener.name"] == "SASL_PLAINTEXT"
+        assert properties["listener.security.protocol.map"] == "CONTROLLER:PLAINTEXT,SASL_PLAINTEXT:SASL_PLAINTEXT"
+        assert properties["sasl.enabled.mechanisms"] == "SCRAM-SHA-256"
+        assert properties["sasl.mechanism.inter.broker.protocol"] == "SCRAM-SHA-256"
+        jaas = properties["listener.name.sasl_plaintext.scram-sha-256.sasl.jaas.config"]
+        assert (
+            jaas
+            == 'org.apache.kafka.common.security.scram.ScramLoginModule required username="broker" password="b-pw";'
+        )
+
+    def test_scram_users_are_made_when_the_log_is_formatted(self) -> None:
+        sasl = BrokerSasl(mechanism="SCRAM-SHA-512", users={"broker": "b-pw", "governor": "g-pw"})
+        assert sasl.format_arguments() == [
+            "--add-scram",
+            "SCRAM-SHA-512=[name=broker,password=b-pw]",
+            "--add-scram",
+            "SCRAM-SHA-512=[name=governor,password=g-pw]",
+        ]
+
+    def test_plain_users_live_in_the_listener_configuration(self, tmp_path: Path) -> None:
+        sasl = BrokerSasl(mechanism="PLAIN", users={"broker": "b-pw", "governor": "g-pw"})
+        properties = _properties(broker_properties(port=1, controller_port=2, log_dir=tmp_path, sasl=sasl))
+        jaas = properties["listener.name.sasl_plaintext.plain.sasl.jaas.config"]
+        assert jaas == (
+            'org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" password="b-pw"'
+            ' user_broker="b-pw" user_governor="g-pw";'
+        )
+        assert sasl.format_arguments() == []
+
+    def test_without_the_brokers_own_user_it_is_refused(self) -> None:
+        with pytest.raises(ConfigError, match="broker's own user 'broker'"):
+            BrokerSasl(mechanism="PLAIN", users={"governor": "g-pw"})
+
+    @pytest.mark.parametrize("password", ['a"b', "a\\b", "a,b", "a=b", "a]b"])
+    def test_a_password_the_configuration_cannot_quote_is_refused(self, password: str) -> None:
+        with pytest.raises(ConfigError, match="user 'broker'"):
+            BrokerSasl(mechanism="SCRAM-SHA-256", users={"broker": password})
+
+
+class TestOverrides:
+    def test_an_override_replaces_a_setting_and_adds_others(self, tmp_path: Path) -> None:
+        overrides = {"group.initial.rebalance.delay.ms": "3000", "log.retention.check.interval.ms": "500"}
+        properties = _properties(broker_properties(port=1, controller_port=2, log_dir=tmp_path, overrides=overrides))
+        assert properties["group.initial.rebalance.delay.ms"] == "3000"
+        assert properties["log.retention.check.interval.ms"] == "500"
+        assert properties["auto.create.topics.enable"] == "false"
