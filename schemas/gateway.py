@@ -21,7 +21,7 @@ from schemas.envelope import Envelope, Identifier, Label, Seconds, Tokens
 from schemas.policy_docs.base import ContractModel
 
 RouteReason = Literal["fleetopt_short", "fleetopt_compressed", "fleetopt_long", "context_fit"]
-Balancer = Literal["least_load", "bfio", "jsq_load", "fcfs"]
+Balancer = Literal["least_load", "bfio", "jsq_load", "fcfs", "round_robin", "vllm_score"]
 ShedReason = Literal["queue_full", "deadline", "no_upstream", "context_too_long"]
 UpstreamErrorKind = Literal["status", "unreachable", "timeout", "stream_broken"]
 

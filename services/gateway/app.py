@@ -138,6 +138,7 @@ class Gateway:
                 telemetry=self.telemetry,
                 router=BfioRouter(clock=time.perf_counter),
                 tick_s=self._config.bfio.tick_s,
+                balancer=self._config.bfio.balancer,
                 clock=self._clock,
             )
             self._groups[name] = group

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import tomllib
 from pathlib import Path
+from typing import Literal
 
 from pydantic import Field, ValidationError, model_validator
 
@@ -80,10 +81,19 @@ class QueueOptions(ContractModel):
     seed: int = Field(default=0, ge=0, description="seed of the admit_fraction draws")
 
 
+DpBalancer = Literal["bfio", "round_robin", "vllm_score"]
+
+
 class BfioOptions(ContractModel):
-    """The central waiting pool of data-parallel groups."""
+    """How requests are placed on the ranks of data-parallel groups.
+
+    ``bfio`` (the default) is the central waiting pool under the pushed bundle, JSQ-by-load without one;
+    ``round_robin`` and ``vllm_score`` are the baselines it is measured against (services/gateway/ranks.py):
+    each places a request at once, as vLLM's own front end does, and lets the ranks queue.
+    """
 
     tick_s: float = Field(default=0.02, gt=0.0, le=10.0, description="assignment tick, near the ranks' step time")
+    balancer: DpBalancer = Field(default="bfio", description="bfio (central pool) or a baseline")
 
 
 class GatewayConfig(ContractModel):

@@ -11,6 +11,17 @@ assigned request takes its slot at once, so the next round sees it.
 Deviation: the paper assigns at every decode step of the ranks; the gateway cannot see their steps, so a
 round runs whenever the pool or a rank changes (a request arrives or finishes: requests arriving in the
 same turn of the event loop are assigned together) and at least every ``tick_s``.
+
+Two baselines replace the central pool when the gateway file asks for them (``[bfio] balancer``), so BF-IO
+can be measured against them on the same ranks: ``round_robin`` and ``vllm_score``, vLLM's own data-parallel
+load balancing as its front end did it up to 0.11 (``DPLBAsyncMPClient``: the rank of least
+``waiting * 4 + running``, ties to the lowest rank). Both place a request the moment it arrives and ignore the
+slot limits, as vLLM's front end does: a rank's requests beyond ``max_num_seqs`` wait in its own queue.
+Deviation: vLLM reads waiting and running from its coordinator's stats (every 100 ms) plus its own count of
+what it sent since; the gateway counts its own in-flight requests per rank exactly, running up to
+``max_num_seqs`` and waiting beyond, which gives the baseline a fresher view than vLLM has. vLLM 0.32 (the
+CPU build here) has since changed the rule (the greater of its in-flight count and waiting + running, plus a
+waiting penalty that grows with KV-cache use).
 """
 
 from __future__ import annotations
@@ -27,6 +38,7 @@ from policies.bfio import BfioMode, BfioRouter, Routing
 from schemas.gateway import Balancer
 from schemas.policy_docs.bfio import ActiveRequestDoc, BfioPolicy, RankDoc, WaitingRequestDoc
 from services.gateway.admission import AdmissionGate
+from services.gateway.config import DpBalancer
 from services.gateway.telemetry import GatewayTelemetry
 from services.gateway.upstreams import InFlight, Upstream, UpstreamRegistry
 from services.sdk.protocol import PolicySource
@@ -64,9 +76,12 @@ class RankGroup:
         telemetry: GatewayTelemetry,
         router: BfioRouter,
         tick_s: float,
+        balancer: DpBalancer = "bfio",
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.name = name
+        self._balancer = balancer
+        self._next_rank = 0
         self._registry = registry
         self._policies = policies
         self._gate = gate
@@ -109,8 +124,11 @@ class RankGroup:
     ) -> RankAssignment | None:
         """Wait in the central pool until a round assigns the request a rank; None after ``timeout_s``.
 
-        The returned rank already counts the request in flight; the caller removes it when it finishes.
+        The returned rank already counts the request in flight; the caller removes it when it finishes. With a
+        baseline balancer the request is placed at once (None: no rank is open).
         """
+        if self._balancer != "bfio":
+            return self._place_now(request_id, prompt_tokens, max_tokens, self._clock())
         loop = asyncio.get_running_loop()
         future: asyncio.Future[RankAssignment] = loop.create_future()
         self._waiting[request_id] = _Pending(
@@ -185,8 +203,33 @@ class RankGroup:
             log.debug("bfio_fallback", group=self.name, reason=routing.fallback_reason)
         return routing
 
+    def _place_now(
+        self, request_id: str, prompt_tokens: int, max_tokens: int | None, now_s: float
+    ) -> RankAssignment | None:
+        """Round robin or vLLM's score over the open ranks, slot limits aside (the baselines)."""
+        ranks = [rank for rank in self.ranks() if self._open(rank, now_s)]
+        if not ranks:
+            return None
+        if self._balancer == "round_robin":
+            rank = ranks[self._next_rank % len(ranks)]
+            self._next_rank += 1
+        else:
+            rank = min(ranks, key=vllm_score)
+        rank.in_flight[request_id] = InFlight(request_id=request_id, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+        return RankAssignment(upstream=rank, balancer=self._balancer)
+
     def _open(self, rank: Upstream, now_s: float) -> bool:
         if not self._registry.in_rotation(rank, now_s):
             return False
         level, _ = self._gate.level(rank.engine_id, now_s)
         return level != "overloaded"
+
+
+def vllm_score(rank: Upstream) -> int:
+    """vLLM's data-parallel balancing score of a rank, ``waiting * 4 + running``, from the gateway's in-flight count.
+
+    Running is what fits under ``max_num_seqs``; the rest waits in the rank's queue.
+    """
+    in_flight = len(rank.in_flight)
+    running = min(in_flight, rank.max_num_seqs)
+    return (in_flight - running) * 4 + running

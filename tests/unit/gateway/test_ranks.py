@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from policies.bfio import BfioRouter
 from services.gateway.admission import AdmissionGate
 from services.gateway.config import StaticUpstream
-from services.gateway.ranks import RankGroup
+from services.gateway.ranks import RankGroup, vllm_score
 from services.gateway.telemetry import GatewayTelemetry
-from services.gateway.upstreams import UpstreamRegistry
+from services.gateway.upstreams import InFlight, Upstream, UpstreamRegistry
 from services.sdk.protocol import ListSink, StaticPolicySource
 from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
@@ -150,3 +151,51 @@ class TestRankGroup:
             assert list(rank.in_flight) == ([] if assignment is None else ["q1"])
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+def _baseline_ranks(balancer: str) -> Callable[[list[StubUpstream]], str]:
+    return lambda stubs: f'[bfio]\nbalancer = "{balancer}"\n' + _ranks(stubs)
+
+
+class TestBaselines:
+    def test_round_robin_cycles_the_ranks_whatever_their_load(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            stubs = StubUpstream("r0"), StubUpstream("r1")
+            async with gateway_over(tmp_path, *stubs, entries=_baseline_ranks("round_robin")) as gw:
+                placed = [(await _post(gw, words))[1] for words in (500, 1, 1, 1)]
+                assert placed == ["r0", "r1", "r0", "r1"]
+                assert {e.balancer for e in gw.events("gateway.routed")} == {"round_robin"}
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+    def test_vllm_score_places_at_once_past_the_slots_on_the_least_waiting_times_4_plus_running(
+        self, tmp_path: Path
+    ) -> None:
+        """One slot per rank: the third request goes to rank 0's queue (score 1 each, ties to rank 0)."""
+
+        async def scenario() -> None:
+            stubs = StubUpstream("r0", gated=True), StubUpstream("r1", gated=True)
+            async with gateway_over(tmp_path, *stubs, entries=_baseline_ranks("vllm_score")) as gw:
+                requests = [asyncio.ensure_future(_post(gw, 5)) for _ in range(3)]
+                while len(stubs[0].requests) + len(stubs[1].requests) < 3:
+                    await asyncio.sleep(0.01)
+                assert [e.dp_rank for e in gw.events("gateway.routed")] == [0, 1, 0]
+                assert {e.balancer for e in gw.events("gateway.routed")} == {"vllm_score"}
+                assert stubs[0].running == 2
+                for stub in stubs:
+                    stub.finish.set()
+                assert [status for status, _ in await asyncio.gather(*requests)] == [200, 200, 200]
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+class TestVllmScore:
+    def test_waiting_counts_four_times_running(self) -> None:
+        rank = Upstream(
+            engine_id="r", url="http://h:1", model="m", pool="p", source="static", max_num_seqs=2, max_model_len=9
+        )
+        scores = []
+        for n in range(4):
+            scores.append(vllm_score(rank))
+            rank.in_flight[f"q{n}"] = InFlight(request_id=f"q{n}", prompt_tokens=1)
+        assert scores == [0, 1, 2, 6]
