@@ -32,18 +32,22 @@ from policies.ebplus.tbt_guard import apply_tbt_guard, mb_step_budget_tokens, tb
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 
-ONLINE_CALIB_ID = "online"
 PROBE_CALIB_ID = "probe"
 
 
-def _cost_model(inputs: EbplusInputs, params: EbplusParams) -> tuple[CostModel, str] | None:
-    """The inputs' cost model, else the params' profile, else None (no cost model: probe)."""
+def _cost_model(inputs: EbplusInputs, params: EbplusParams) -> tuple[CostModel, str, str] | None:
+    """The cost model, its id and its source; None when there is none (the probe).
+
+    The engine's own (its registered profile or its online fits, source ``engine``) comes first;
+    else the profile the operator named in the params, which the engine did not declare and which
+    the decision therefore marks as ``assumed``.
+    """
     if inputs.cost_model is not None:
-        return inputs.cost_model, ONLINE_CALIB_ID
+        return inputs.cost_model, inputs.cost_model_id, "engine"
     if params.calibration_id is None:
         return None
     profile = calibration_profile(params.calibration_id)
-    return profile.cost_model, profile.calib_id
+    return profile.cost_model, profile.calib_id, "assumed"
 
 
 def _probe(inputs: EbplusInputs, prev: EbplusState, params: EbplusParams) -> Decision[EbplusPayload, EbplusState]:
@@ -73,11 +77,14 @@ def _probe(inputs: EbplusInputs, prev: EbplusState, params: EbplusParams) -> Dec
     )
     diagnostics: dict[str, DiagnosticValue] = {
         "calib_id": PROBE_CALIB_ID,
+        "calib_source": "probe",
         "completions": inputs.completions,
         "algorithm1_ran": False,
         "evaluated": False,
         "mode_reason": "probing_cost_model",
     }
+    if inputs.declared_profile is not None:
+        diagnostics["declared_profile_unused"] = inputs.declared_profile
     return Decision(payload=payload, state=prev, diagnostics=diagnostics, clamps=(), valid_for_s=params.valid_for_s)
 
 
@@ -106,7 +113,7 @@ def decide(
     source = _cost_model(inputs, params)
     if source is None:
         return _probe(inputs, prev, params)
-    cost, calib_id = source
+    cost, calib_id, calib_source = source
     clamps: list[Clamp] = []
     p0, eta = inputs.p0, inputs.eta
     if params.p0_geometric_floor:
@@ -120,10 +127,15 @@ def decide(
         "mu_o_tokens": inputs.mu_o_tokens,
         "n_obs": inputs.n_obs,
         "calib_id": calib_id,
+        "calib_source": calib_source,
         "completions": inputs.completions,
         "algorithm1_ran": False,
         "evaluated": False,
     }
+    if calib_source == "assumed":
+        diagnostics["calib_reason"] = "engine declared no known profile and has no online cost fits yet"
+    if inputs.declared_profile is not None and inputs.declared_profile != calib_id:
+        diagnostics["declared_profile_unused"] = inputs.declared_profile
     theta_hat, n_hat, last_update = prev.theta_hat, prev.n_hat, prev.last_update_completions
     mode, cooldown, switch_count, last_switch_s = (
         prev.mode,

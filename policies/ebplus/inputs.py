@@ -80,7 +80,12 @@ class EbplusInputs:
         mu_l_tokens: mean prompt length, tokens (> 0).
         mu_o_tokens: mean output length, tokens (> 0).
         n_obs: EMA-smoothed observed occupancy N_obs, sequences (>= 0).
-        cost_model: online cost-model fits, or None to use the calibration profile named in the params.
+        cost_model: the engine's own cost model (its registered calibration profile or its online
+            fits), or None: the params' profile is assumed, or EB+ probes when the params name none.
+        cost_model_id: where ``cost_model`` comes from, recorded in the decision: a calibration
+            profile id, or ``"online"`` for fits of the engine's own step events.
+        declared_profile: the calibration profile the engine registered, or None; a decision made
+            from anything else says so (an unknown id such as a typo is otherwise silent).
         kv_capacity_tokens: KV-cache capacity C, tokens (num_gpu_blocks * block_size, > 0).
         max_num_seqs: the engine's slot limit (>= 1).
         completions: completed requests the engine has reported so far (>= 0); drives the
@@ -103,6 +108,8 @@ class EbplusInputs:
     completions: int
     tbt_slo_min_s: float | None = None
     token_budget_tokens: int | None = None
+    cost_model_id: str = "online"
+    declared_profile: str | None = None
 
     def __post_init__(self) -> None:
         _require("p0", self.p0, 0.0 < self.p0 <= 1.0, "finite and in (0, 1]")
@@ -116,5 +123,8 @@ class EbplusInputs:
         _require("completions", self.completions, self.completions >= 0, ">= 0")
         if self.tbt_slo_min_s is not None:
             _require("tbt_slo_min_s", self.tbt_slo_min_s, self.tbt_slo_min_s > 0.0, "finite and > 0")
+        if not self.cost_model_id:
+            msg = "cost_model_id must name a calibration profile or 'online'"
+            raise InvalidInputError(msg, field="cost_model_id", value=self.cost_model_id)
         if self.token_budget_tokens is not None:
             _require("token_budget_tokens", self.token_budget_tokens, self.token_budget_tokens >= 1, ">= 1")

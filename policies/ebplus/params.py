@@ -11,7 +11,6 @@ import enum
 import math
 from dataclasses import dataclass
 
-from policies.ebplus.calibration import QWEN3_8B_H200
 from policies.ebplus.memory_safe_batch import NStarMethod
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusMode
@@ -47,9 +46,10 @@ class EbplusParams:
     n_obs_min: float = 16.0  # code VLLM_PD_MODE_SWITCH_N_THRESHOLD = 16 (drain gate)
     surge_factor: float = 2.0  # code: evaluate at once when demand > 2 N_obs
     cold_start_mode: EbplusMode = "MB"  # code VLLM_PD_AUTO_COLD_START_MODE = mb
-    # Governor: the paper's primary high-bandwidth profile, used while an engine has no cost model of
-    # its own. None: no profile at all; EB+ then probes EB until the engine's exclusive steps are fitted.
-    calibration_id: str | None = QWEN3_8B_H200
+    # Governor: a profile to assume while an engine has no cost model of its own (no known registered
+    # profile, no online fits yet); its decisions then say "assumed". None (the default): EB+ probes EB
+    # until the engine's exclusive steps are fitted, so no engine is governed with costs it did not declare.
+    calibration_id: str | None = None
     kv_gate_s_kv: float = 0.5  # paper Eq. 23 s_KV
     kv_gate_f0: float = 0.0  # paper Eq. 23 f0
     kv_gate_f_min: float = 0.05  # paper Eq. 23 lower clip

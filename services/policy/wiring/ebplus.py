@@ -27,6 +27,8 @@ from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
 from services.triggers import EveryEvents
 
+ONLINE_COST_MODEL = "online"
+
 
 def _cost_model(s: EngineSummary) -> CostModel | None:
     """The online cost model when prefill and decode fits both exist and are physical, else None."""
@@ -84,7 +86,8 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
     ):
         return None
     p0 = hazard.p0_per_token
-    cost = _cost_model(s) if online_cost_model else (_registered_calibration(engine) or _cost_model(s))
+    registered = None if online_cost_model else _registered_calibration(engine)
+    cost, cost_id = registered if registered is not None else (_cost_model(s), ONLINE_COST_MODEL)
     return EbplusInputs(
         p0=min(1.0, p0 if p0 > 0.0 else 1.0 / mu_o),
         eta=hazard.eta_per_token2,
@@ -98,6 +101,8 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
         completions=s.completions_total,
         tbt_slo_min_s=_tightest_tbt_slo_s(s),
         token_budget_tokens=engine.max_num_batched_tokens if engine.max_num_batched_tokens >= 1 else None,
+        cost_model_id=cost_id,
+        declared_profile=engine.hardware_profile,
     )
 
 
@@ -117,11 +122,11 @@ def _kv_capacity_tokens(s: EngineSummary) -> int | None:
     return None
 
 
-def _registered_calibration(engine: EngineRegistration) -> CostModel | None:
-    """The calibration named by the engine's ``hardware_profile``, else by ``<model>@<gpu>``, else None."""
+def _registered_calibration(engine: EngineRegistration) -> tuple[CostModel, str] | None:
+    """The calibration named by the engine's ``hardware_profile``, else by ``<model>@<gpu>``, with its id; else None."""
     for calib_id in (engine.hardware_profile, f"{engine.model}@{engine.gpu}".lower()):
         if calib_id is not None and calib_id in CALIBRATION_PROFILES:
-            return CALIBRATION_PROFILES[calib_id].cost_model
+            return CALIBRATION_PROFILES[calib_id].cost_model, calib_id
     return None
 
 

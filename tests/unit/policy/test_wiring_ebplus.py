@@ -48,6 +48,7 @@ class TestEbplusInputs:
         inputs = ebplus_inputs(snapshot)
         assert inputs is not None
         assert inputs.cost_model == calibration_profile(summary.engine.hardware_profile).cost_model
+        assert inputs.cost_model_id == summary.engine.hardware_profile
 
     def test_calibration_found_by_model_and_gpu_without_a_profile(self, snapshot: EstimateSnapshot) -> None:
         summary = engine_summary(snapshot)
@@ -56,6 +57,7 @@ class TestEbplusInputs:
         assert inputs is not None
         by_name = calibration_profile(f"{summary.engine.model}@{summary.engine.gpu}".lower())
         assert inputs.cost_model == by_name.cost_model
+        assert inputs.cost_model_id == by_name.calib_id
 
     def test_unknown_hardware_leaves_the_cost_model_to_the_params(self, snapshot: EstimateSnapshot) -> None:
         summary = engine_summary(snapshot)
@@ -80,6 +82,7 @@ class TestEbplusInputs:
             0.02,
             summary.cost.decode.beta_s_per_unit,
         )
+        assert inputs.cost_model_id == "online"
 
     def test_kv_capacity_comes_from_the_registration_else_the_last_step(self, snapshot: EstimateSnapshot) -> None:
         summary = engine_summary(snapshot)

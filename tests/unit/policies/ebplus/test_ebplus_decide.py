@@ -133,6 +133,38 @@ class TestDecide:
         assert decision.diagnostics["theta0"] == pytest.approx(0.34047, abs=5e-6)
         assert decision.payload.mode == "MB"
 
+    def test_the_default_params_assume_no_profile_and_probe(self) -> None:
+        """No profile of the engine's own and none named by the operator: the probe, never a fixed profile."""
+        decision = decide(SATURATED_RTX, None, EbplusParams(), now_s=5.0)
+        assert (decision.payload.calib_id, decision.diagnostics["calib_source"]) == ("probe", "probe")
+
+    def test_a_profile_the_engine_did_not_declare_is_marked_assumed_with_the_reason(self) -> None:
+        decision = decide(SATURATED_RTX, None, RTX, now_s=5.0)
+        assert decision.payload.calib_id == "qwen3-8b@rtx-pro-6000"
+        assert decision.diagnostics["calib_source"] == "assumed"
+        assert "no known profile" in str(decision.diagnostics["calib_reason"])
+
+    def test_the_engines_own_profile_is_recorded_by_its_id_not_as_online(self) -> None:
+        cost = CostModel(
+            alpha_p_s=0.1,
+            beta_p_s_per_token=2.5e-5,
+            alpha_d_s=0.01,
+            beta_d_s_per_seq=5e-5,
+            alpha_mb_s=0.1,
+            beta_mb=None,
+        )
+        registered = dataclasses.replace(SATURATED_RTX, cost_model=cost, cost_model_id="qwen3-8b@h200")
+        decision = decide(registered, None, RTX, now_s=5.0)
+        assert (decision.payload.calib_id, decision.diagnostics["calib_source"]) == ("qwen3-8b@h200", "engine")
+        assert "calib_reason" not in decision.diagnostics
+        assert "declared_profile_unused" not in decision.diagnostics
+
+    def test_a_declared_profile_that_is_not_used_is_named_in_the_decision(self) -> None:
+        """A typo in GOVERNOR_HARDWARE_PROFILE is not silent: the decision names the id it could not use."""
+        typo = dataclasses.replace(SATURATED_RTX, declared_profile="qwen3-8b-h200")
+        assert decide(typo, None, RTX, now_s=5.0).diagnostics["declared_profile_unused"] == "qwen3-8b-h200"
+        assert decide(typo, None, EbplusParams(), now_s=5.0).diagnostics["declared_profile_unused"] == "qwen3-8b-h200"
+
     def test_p0_is_floored_at_one_over_mu_o(self) -> None:
         decision = decide(dataclasses.replace(SATURATED_RTX, p0=1e-4, eta=-1e-6), None, RTX, now_s=0.0)
         assert decision.diagnostics["p0"] == pytest.approx(1 / 256)
