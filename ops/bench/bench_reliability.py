@@ -12,12 +12,19 @@
    seconds while both services run; after each step the processor's lag (records produced minus
    records applied) and each service's RSS are read. Printed: the highest rate whose lag stayed
    under one second of events, and the RSS at it.
+3. Soak: simulator telemetry published at ``--soak-rate`` events/s for ``--soak-s`` seconds (5
+   minutes at 3,000 events/s by default) to both services as ``governor run`` processes, read every
+   second (ops/bench/bench_soak.py, ``run_soak``). Printed: events published and folded per minute,
+   the lag, each stretch of 30 s or more in which records waited and nothing was folded (a stall)
+   with what ``/healthz`` answered meanwhile, and the CPU seconds of the processor and the broker.
 
-Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL), so every record on
-its topics is the bench's; prints the figures and writes JSON to ``--out``.
+Runs on its own local stacks (``--broker``, a broker on a free port, the Redis at REDIS_URL), so
+every record on their topics is the bench's; ``--parts`` picks the parts to run. Prints the
+figures and writes JSON to ``--out``.
 
-    PYTHONPATH=. python ops/bench/bench_reliability.py [--requests 3000] [--kills 5]
-        [--rates 1000 2000 4000 8000] [--step-s 20] [--out out/bench/reliability.json]
+    PYTHONPATH=. python ops/bench/bench_reliability.py [--parts crashes rates soak] [--broker tansu|kafka]
+        [--requests 3000] [--kills 5] [--rates 1000 2000 4000 8000] [--step-s 20]
+        [--soak-s 300] [--soak-rate 3000] [--out out/bench/reliability.json]
 """
 
 from __future__ import annotations
@@ -36,6 +43,7 @@ from pathlib import Path
 
 from kafka import KafkaProducer
 
+from ops.bench.bench_soak import SoakPlan, run_soak
 from schemas.errors import InvalidInputError
 from schemas.events import MAX_EVENT_BYTES, Event, encode_event, parse_event
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, TELEMETRY_TOPIC, estimate_key
@@ -48,6 +56,7 @@ from services.store.redis_store import RedisStore
 from tests.unit.stream.synthetic import synthetic_stream
 
 ROOT = Path(__file__).resolve().parents[2]
+PARTS = ("crashes", "rates", "soak")
 BAD_KINDS = ("tombstone", "not_utf8", "not_json", "wrong_schema", "oversized", "duplicate", "far_future", "stray")
 
 
@@ -271,29 +280,63 @@ def _sustained(state: StackState, tmp: Path, args: argparse.Namespace, earlier: 
 
 
 def main() -> int:
-    """Run both parts on a fresh local stack; print and write the figures."""
+    """Run the chosen parts on fresh local stacks; print and write the figures."""
+    settings = Settings.load()
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS), help="the parts to run")
+    parser.add_argument("--broker", choices=("tansu", "kafka"), default=settings.broker, help="(GOVERNOR_BROKER)")
     parser.add_argument("--requests", type=int, default=3000, help="requests of the fleet in part 1")
     parser.add_argument("--kills", type=int, default=5, help="SIGKILLs of each service in part 1")
     parser.add_argument("--rates", type=int, nargs="+", default=[1000, 2000, 4000, 8000])
     parser.add_argument("--step-s", type=float, default=20.0)
+    parser.add_argument("--soak-s", type=float, default=300.0, help="how long part 3 publishes")
+    parser.add_argument("--soak-rate", type=float, default=3000.0, help="part 3's publish rate, events/s")
     parser.add_argument("--seed", type=int, default=7)
     parser.add_argument("--out", type=Path, default=Path("out/bench/reliability.json"))
     args = parser.parse_args()
-    settings = Settings.load()
+    result: dict[str, object] = {"broker": args.broker}
+    if "crashes" in args.parts or "rates" in args.parts:
+        result |= _crashes_and_rates(settings, args)
+    if "soak" in args.parts:
+        print("part 3: soak", flush=True)
+        result["soak"] = run_soak(SoakPlan(broker=args.broker, seconds=args.soak_s, rate_per_s=args.soak_rate))
+    result["load_average"] = os.getloadavg()
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2))
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _crashes_and_rates(settings: Settings, args: argparse.Namespace) -> dict[str, object]:
+    """Parts 1 and 2 (those of ``args.parts``) on one fresh local stack; print their figures."""
+    result: dict[str, object] = {}
     with tempfile.TemporaryDirectory() as tmp_dir:
         tmp = Path(tmp_dir)
-        state = stack_up(tmp / "stack", settings.redis_url, free_port())
+        state = stack_up(tmp / "stack", settings.redis_url, free_port(), broker=args.broker)
         try:
-            print("part 1: bad input and crashes", flush=True)
-            part1 = _bad_input_and_crashes(state, tmp, args)
-            print("part 2: sustained rate", flush=True)
-            part2 = _sustained(state, tmp, args, earlier=int(part1["records_produced"]))  # type: ignore[call-overload]
+            earlier = 0
+            if "crashes" in args.parts:
+                print("part 1: bad input and crashes", flush=True)
+                part1 = _bad_input_and_crashes(state, tmp, args)
+                _print_part1(part1)
+                result["bad_input_and_crashes"] = part1
+                earlier = int(part1["records_produced"])  # type: ignore[call-overload]
+            if "rates" in args.parts:
+                print("part 2: sustained rate", flush=True)
+                part2 = _sustained(state, tmp, args, earlier=earlier)
+                bounded = [s for s in part2 if s["bounded"]]
+                best = max(bounded, key=lambda s: int(s["rate_per_s"])) if bounded else None  # type: ignore[call-overload]
+                if best is None:
+                    print("sustained rate: no step kept its lag under one second of events")
+                else:
+                    print(f"highest rate with bounded lag: {best['rate_per_s']}/s, RSS {best['rss_mb']}")
+                result["sustained"] = part2
         finally:
             stack_down(tmp / "stack")
-    bounded = [s for s in part2 if s["bounded"]]
-    best = max(bounded, key=lambda s: int(s["rate_per_s"])) if bounded else None  # type: ignore[call-overload]
-    print()
+    return result
+
+
+def _print_part1(part1: dict[str, object]) -> None:
     print(f"events applied vs produced:   {part1['records_applied']:,} of {part1['records_produced']:,} records")
     print(f"bad records sent by kind:     {part1['bad_sent_by_kind']}")
     print(f"dead letters by code:         {part1['dead_letters_by_code']}")
@@ -303,15 +346,6 @@ def main() -> int:
     )
     print(f"estimates equal uninterrupted: {part1['estimates_equal_uninterrupted']}")
     print(f"crashes survived:             {part1['kills_survived']}")
-    if best is None:
-        print("sustained rate: no step kept its lag under one second of events")
-    else:
-        print(f"highest rate with bounded lag: {best['rate_per_s']}/s, RSS {best['rss_mb']}")
-    result = {"bad_input_and_crashes": part1, "sustained": part2, "load_average": os.getloadavg()}
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2))
-    print(f"wrote {args.out}")
-    return 0
 
 
 if __name__ == "__main__":

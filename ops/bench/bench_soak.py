@@ -6,19 +6,23 @@ goes back) at ``--rate`` events/s for ``--seconds``; every second the soak reads
 ``/healthz`` and ``/metrics`` (events folded, consumer lag) and the resident memory of the broker
 and the stream processor. It then waits for the processor to catch up.
 
-A *stall* is a stretch of at least ``--stall-s`` seconds in which records were waiting (published
-minus folded above zero) and the folded count did not move; for each one the soak reports what
-``/healthz`` answered meanwhile. Figures only, never asserted (tests/integration/test_progress.py
-holds the short, asserted version):
+A *stall* is a stretch of at least ``--stall-s`` seconds (30 s, as ``/healthz`` counts one) in
+which records were waiting (published minus folded above zero) and the folded count did not move;
+for each one the soak reports what ``/healthz`` answered meanwhile. The CPU seconds of the
+processor and the broker are sampled too: on a shared machine they tell slow folding from a stall.
+Figures only, never asserted (tests/integration/test_progress.py holds the short, asserted version):
 
     PYTHONPATH=. python ops/bench/bench_soak.py [--seconds 180] [--rate 3000] [--linger-ms 5]
-        [--out out/bench/soak.json]
+        [--broker tansu|kafka] [--out out/bench/soak.json]
+
+``run_soak`` is also the reliability benchmark's soak (ops/bench/bench_reliability.py).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import subprocess
 import sys
 import tempfile
@@ -27,7 +31,7 @@ import time
 import urllib.error
 import urllib.request
 import uuid
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from schemas.events import Event, encode_event
@@ -36,7 +40,7 @@ from services.kafka_factory import PLAINTEXT, kafka_producer
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.settings import Settings
 from services.sim import load_scenario, run_offline
-from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.launcher import BrokerKind, StackState, stack_down, stack_up
 from services.stack.processes import free_port
 
 SIM_SECONDS = 120.0  # one pass of simulated telemetry; later passes shift its event times
@@ -86,6 +90,17 @@ def _metric(text: str, name: str) -> float | None:
         if line.startswith(name + "{") or line.startswith(name + " "):
             return float(line.rsplit(" ", 1)[1])
     return None
+
+
+def _cpu_s(pid: int | None) -> float | None:
+    """CPU seconds (user + system) the process has used: on a shared machine, what it cost, whatever the wall time."""
+    if pid is None:
+        return None
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def _rss_mib(pid: int | None) -> float | None:
@@ -148,20 +163,43 @@ def _stalls(samples: list[dict[str, object]], stall_s: float) -> list[dict[str, 
     return stalls
 
 
-def main() -> int:
-    """Run the soak on a private stack; print and write the figures."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seconds", type=float, default=180.0, help="how long to publish")
-    parser.add_argument("--rate", type=float, default=3000.0, help="publish rate, events/s")
-    parser.add_argument("--catch-up-s", type=float, default=60.0, help="longest wait for the processor afterwards")
-    parser.add_argument(
-        "--linger-ms", type=int, default=5, help="the producer's linger (the engine SDK publisher's default: 5 ms)"
-    )
-    parser.add_argument("--stall-s", type=float, default=10.0, help="a stall is at least this long")
-    parser.add_argument("--out", type=Path, default=Path("out/bench/soak.json"))
-    args = parser.parse_args()
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SoakPlan:
+    """One soak: the broker, the publish rate and duration, and what counts as a stall."""
+
+    broker: BrokerKind
+    seconds: float
+    rate_per_s: float
+    linger_ms: int = 5  # the engine SDK publisher's default
+    catch_up_s: float = 60.0
+    stall_s: float = 30.0  # what /healthz calls a stall (GOVERNOR_STALL_AFTER_S's default)
+
+
+def _per_minute(samples: list[dict[str, object]]) -> list[dict[str, object]]:
+    """Events published and folded in each minute of the soak, and the lag at its end: folding over time."""
+    minutes: list[dict[str, object]] = []
+    previous = {"published": 0, "folded": 0}
+    for sample in samples:
+        t_s = float(sample["t_s"])  # type: ignore[arg-type]
+        if t_s >= 60.0 * (len(minutes) + 1) or sample is samples[-1]:
+            minutes.append(
+                {
+                    "to_s": sample["t_s"],
+                    "published": int(sample["published"]) - previous["published"],  # type: ignore[call-overload]
+                    "folded": int(sample["folded"]) - previous["folded"],  # type: ignore[call-overload]
+                    "lag_end": sample["lag"],
+                    "stream_healthz_end": sample["stream_healthz"],
+                }
+            )
+            previous = {"published": int(sample["published"]), "folded": int(sample["folded"])}  # type: ignore[call-overload]
+    return minutes
+
+
+def run_soak(plan: SoakPlan) -> dict[str, object]:
+    """Run ``plan`` on a private stack of ``plan.broker`` (the Redis at REDIS_URL, or its own); return the figures."""
+    settings = Settings.load({})
     state_dir = Path(tempfile.mkdtemp(prefix="governor-soak-"))
-    state = stack_up(state_dir, Settings.load({}).redis_url, free_port())
+    state = stack_up(state_dir, settings.redis_url, free_port(), broker=plan.broker)
     deployment = f"soak-{uuid.uuid4().hex[:6]}"
     ports = {"stream": free_port(), "policy": free_port()}
     services = {name: _start(name, state, deployment, port, state_dir) for name, port in ports.items()}
@@ -169,10 +207,12 @@ def main() -> int:
     try:
         events = _events(deployment)
         print(
-            f"telemetry: {len(events)} events per pass; publishing {args.rate:,.0f} events/s for {args.seconds:.0f} s"
+            f"soak on {plan.broker}: {len(events)} events per pass; publishing {plan.rate_per_s:,.0f} events/s "
+            f"for {plan.seconds:.0f} s",
+            flush=True,
         )
         time.sleep(8.0)  # both members join their groups
-        publisher = _Publisher(state.kafka_bootstrap, events, args.rate, args.seconds, args.linger_ms)
+        publisher = _Publisher(state.kafka_bootstrap, events, plan.rate_per_s, plan.seconds, plan.linger_ms)
         started = time.monotonic()
         publisher.start()
         while True:
@@ -191,6 +231,8 @@ def main() -> int:
                 "stream_health": json.loads(stream_body) if stream_body.startswith("{") else None,
                 "broker_rss_mib": _rss_mib(state.broker_pid),
                 "stream_rss_mib": _rss_mib(services["stream"].pid),
+                "stream_cpu_s": _cpu_s(services["stream"].pid),
+                "broker_cpu_s": _cpu_s(state.broker_pid),
             }
             samples.append(sample)
             if int(elapsed) % 15 == 0:
@@ -199,7 +241,7 @@ def main() -> int:
                     f"healthz {stream_status}/{policy_status}  broker {sample['broker_rss_mib']} MiB",
                     flush=True,
                 )
-            if not publisher.is_alive() and (folded >= publisher.sent or elapsed > args.seconds + args.catch_up_s):
+            if not publisher.is_alive() and (folded >= publisher.sent or elapsed > plan.seconds + plan.catch_up_s):
                 break
             time.sleep(max(0.0, 1.0 - (time.monotonic() - started - elapsed)))
     finally:
@@ -207,25 +249,71 @@ def main() -> int:
             service.terminate()
             service.wait(timeout=30)
         stack_down(state_dir)
-    stalls = _stalls(samples, args.stall_s)
+    stalls = _stalls(samples, plan.stall_s)
     last = samples[-1]
     report = {
-        "rate_events_per_s": args.rate,
-        "linger_ms": args.linger_ms,
-        "seconds": args.seconds,
+        "broker": plan.broker,
+        "rate_events_per_s": plan.rate_per_s,
+        "linger_ms": plan.linger_ms,
+        "seconds": plan.seconds,
         "published": last["published"],
         "folded": last["folded"],
-        "caught_up_after_s": last["t_s"],
+        "ended_after_s": last["t_s"],
         "stalls": stalls,
+        "per_minute": _per_minute(samples),
+        "lag_max": max(float(s["lag"] or 0.0) for s in samples),  # type: ignore[arg-type]
+        "stream_healthz_503_samples": sum(1 for s in samples if s["stream_healthz"] == 503),
+        "stream_cpu_s": last["stream_cpu_s"],
+        "broker_cpu_s": last["broker_cpu_s"],
         "broker_rss_mib_max": max(float(s["broker_rss_mib"] or 0.0) for s in samples),  # type: ignore[arg-type]
         "stream_rss_mib_max": max(float(s["stream_rss_mib"] or 0.0) for s in samples),  # type: ignore[arg-type]
+        "load_average": os.getloadavg(),
         "logs": str(state_dir),
         "samples": samples,
     }
     print(
-        f"published {last['published']}, folded {last['folded']} after {last['t_s']} s; stalls: {stalls or 'none'}; "
-        f"broker RSS max {report['broker_rss_mib_max']:.0f} MiB"
+        f"{plan.broker}: published {last['published']}, folded {last['folded']} after {last['t_s']} s; "
+        f"stalls: {stalls or 'none'}; lag max {report['lag_max']:.0f}; "
+        f"broker RSS max {report['broker_rss_mib_max']:.0f} MiB; CPU s: processor {report['stream_cpu_s']}, "
+        f"broker {report['broker_cpu_s']}; load average {report['load_average']}"
     )
+    for minute in report["per_minute"]:  # type: ignore[attr-defined]
+        print(
+            f"  to {minute['to_s']:>6} s: published {minute['published']:>7}, folded {minute['folded']:>7}, "
+            f"lag {minute['lag_end']}, /healthz {minute['stream_healthz_end']}"
+        )
+    return report
+
+
+def main() -> int:
+    """Run the soak on a private stack; print and write the figures."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seconds", type=float, default=180.0, help="how long to publish")
+    parser.add_argument("--rate", type=float, default=3000.0, help="publish rate, events/s")
+    parser.add_argument("--catch-up-s", type=float, default=60.0, help="longest wait for the processor afterwards")
+    parser.add_argument(
+        "--linger-ms", type=int, default=5, help="the producer's linger (the engine SDK publisher's default: 5 ms)"
+    )
+    parser.add_argument(
+        "--stall-s", type=float, default=30.0, help="a stall is at least this long (/healthz's default: 30 s)"
+    )
+    parser.add_argument(
+        "--broker",
+        choices=("tansu", "kafka"),
+        default=Settings.load({}).broker,
+        help="the local broker (GOVERNOR_BROKER)",
+    )
+    parser.add_argument("--out", type=Path, default=Path("out/bench/soak.json"))
+    args = parser.parse_args()
+    plan = SoakPlan(
+        broker=args.broker,
+        seconds=args.seconds,
+        rate_per_s=args.rate,
+        linger_ms=args.linger_ms,
+        catch_up_s=args.catch_up_s,
+        stall_s=args.stall_s,
+    )
+    report = run_soak(plan)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps(report, indent=2) + "\n")
     print(f"wrote {args.out}")
