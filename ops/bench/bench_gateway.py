@@ -1,16 +1,17 @@
 """Gateway overhead: latency ``governor gateway`` adds per request, requests/s it sustains, CPU per request.
 
-Three processes on loopback: a fast stub upstream (an aiohttp server answering ``/v1/completions`` at once,
-or streaming ``--chunks`` SSE events), the real ``governor gateway`` in front of it (its CLI, one process, one
-event loop: one core), and this script as the client (aiohttp). The same requests go straight to the stub
-(``direct``) and through the gateway (``gateway``), interleaved in rounds so drift hits both alike; the added
-latency at a quantile is gateway minus direct at that quantile. Requests are sent open loop at ``--rates``
-requests/s (Poisson arrivals, seeded), so queueing in the gateway shows in its tail; requests/s is the
-closed-loop throughput of ``--concurrency`` clients. CPU per request is the gateway process's user + system
-time over a run divided by its requests. The gateway runs with no Kafka or Redis reachable: no policy
-document, so no ``/tokenize`` call (a FleetOpt plan adds one upstream round trip per request), and its
-telemetry is built and dropped. The client shares the machine, so figures are upper bounds of the gateway's
-own cost.
+Three processes on loopback: a fast stub upstream (an aiohttp server answering ``/v1/completions`` at once, or
+streaming ``--chunks`` SSE events), the real ``governor gateway`` in front of it (its CLI, one process, one event
+loop: one core), and this script as the client (aiohttp). The same requests go straight to the stub (``direct``)
+and through the gateway (``gateway``), interleaved in rounds so drift hits both alike; the added latency at a
+quantile is gateway minus direct at that quantile. Requests are sent open loop at ``--rates`` requests/s (Poisson
+arrivals, seeded), so queueing in the gateway shows in its tail; requests/s is the closed-loop throughput of
+``--concurrency`` clients. CPU per request is the gateway process's user + system time over a run divided by its
+requests, and, steadier on a loaded machine, the same of its event-loop thread alone (the request path; the process
+figure adds the background threads: the telemetry publisher and the policy client retrying their absent backends,
+whose CPU per second does not depend on the requests). The gateway runs with no Kafka or Redis reachable: no policy
+document, so no ``/tokenize`` call (a FleetOpt plan adds one upstream round trip per request), and its telemetry is
+built and dropped. The client shares the machine, so figures are upper bounds of the gateway's own cost.
 
 ``--corpus FILE ...`` adds the compressor on real text: each file is cut into prompts of ``--prompt-sentences``
 sentences, each compressed to half and to three quarters of its length; reported are how much of the target
@@ -137,9 +138,10 @@ async def _closed_loop(url: str, concurrency: int, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of process ``pid`` (Linux /proc)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_s(pid: int, *, loop_only: bool = False) -> float:
+    """User + system CPU seconds of process ``pid``, or of its main (event-loop) thread alone (Linux /proc)."""
+    path = f"/proc/{pid}/task/{pid}/stat" if loop_only else f"/proc/{pid}/stat"
+    fields = Path(path).read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
@@ -264,12 +266,15 @@ async def _measure(args: argparse.Namespace, stub_port: int, gateway_port: int, 
         for mode, stream in (("plain", False), ("stream", True)):
             added: dict[str, list[float]] = {}
             cpu_per_request: list[float] = []
+            loop_cpu_per_request: list[float] = []
             for index in range(args.rounds):
                 seed = args.seed + index
                 base = await _open_loop(direct, rate, args.requests, stream, seed)
-                cpu_before = _cpu_s(gateway_pid)
+                cpu_before, loop_before = _cpu_s(gateway_pid), _cpu_s(gateway_pid, loop_only=True)
                 routed = await _open_loop(through, rate, args.requests, stream, seed)
                 cpu_per_request.append((_cpu_s(gateway_pid) - cpu_before) / (args.requests + 1) * 1e6)
+                loop_cpu = _cpu_s(gateway_pid, loop_only=True) - loop_before
+                loop_cpu_per_request.append(loop_cpu / (args.requests + 1) * 1e6)
                 for column, name in ((0, "first_byte"), (1, "full")):
                     base_q, routed_q = _quantiles_ms(base[:, column]), _quantiles_ms(routed[:, column])
                     for q in ("p50", "p99"):
@@ -277,12 +282,14 @@ async def _measure(args: argparse.Namespace, stub_port: int, gateway_port: int, 
                         added.setdefault(f"{name}_direct_{q}_ms", []).append(base_q[q])
             row[mode] = {key: _spread(values) for key, values in added.items()}
             row[mode]["gateway_cpu_us_per_request"] = _spread(cpu_per_request)
+            row[mode]["gateway_loop_cpu_us_per_request"] = _spread(loop_cpu_per_request)
             added_p50 = row[mode]["full_added_p50_ms"]["median"]
             added_p99 = row[mode]["full_added_p99_ms"]["median"]
             print(
                 f"rate {rate:6.0f}/s {mode:6s}: added full p50 {added_p50:6.3f} ms, p99 {added_p99:6.3f} ms; "
                 f"first byte p50 {row[mode]['first_byte_added_p50_ms']['median']:6.3f} ms; "
-                f"gateway CPU {row[mode]['gateway_cpu_us_per_request']['median']:6.0f} us/request"
+                f"gateway CPU {row[mode]['gateway_cpu_us_per_request']['median']:6.0f} us/request "
+                f"(event loop {row[mode]['gateway_loop_cpu_us_per_request']['median']:6.0f})"
             )
         rates.append(row)
     throughput = {

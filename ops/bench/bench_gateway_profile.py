@@ -1,13 +1,13 @@
 """Where the gateway's CPU goes per request: the real ``governor gateway`` process under cProfile.
 
-The stub upstream of ops/bench/bench_gateway.py runs in its own process; the gateway (``governor gateway``'s
-own entry point, in a process of its own, with no Kafka or Redis reachable: the set-up of the overhead
-benchmark) carries a cProfile profiler timed by the process's CPU time (``time.process_time``, so waiting
-on a loaded machine does not count), switched on by SIGUSR1 once the gateway serves and off by SIGUSR2, so
-start-up is left out; this script is the client: ``--concurrency`` clients send ``--requests`` requests back
-to back, plain and then streaming. The gateway's CPU per request is also read from ``/proc`` around the same
-requests, once without the profiler (the steady figure) and once with it. The functions with the most own
-and cumulative CPU per request are printed and written to JSON.
+The stub upstream of ops/bench/bench_gateway.py runs in its own process; the gateway (``governor gateway``'s own
+entry point, in a process of its own, with no Kafka or Redis reachable: the set-up of the overhead benchmark)
+carries a cProfile profiler timed by the process's CPU time (``time.process_time``, so waiting on a loaded machine
+does not count), switched on by SIGUSR1 once the gateway serves and off by SIGUSR2, so start-up is left out; this
+script is the client: ``--concurrency`` clients send ``--requests`` requests back to back, plain and then
+streaming. The CPU per request of the gateway's event-loop thread is also read from ``/proc`` around the same
+requests, once without the profiler (the steady figure) and once with it. The functions with the most own and
+cumulative CPU per request are printed and written to JSON.
 
     PYTHONPATH=. python ops/bench/bench_gateway_profile.py [--requests 3000] [--concurrency 16]
         [--out out/bench/gateway_profile.json]
@@ -40,7 +40,8 @@ BODY = {"model": "stub", "prompt": "Say hello to the gateway benchmark.", "max_t
 
 
 def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    """User + system CPU seconds of the event-loop (main) thread of process ``pid``: the request path alone."""
+    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
