@@ -28,7 +28,7 @@ from services.inspection.decisions import find_decision, find_snapshot
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``explain`` command."""
-    explain = commands.add_parser("explain", help="one decision from gov.policy.decisions, with its inputs")
+    explain = commands.add_parser("explain", help="one decision or scaling action from the log, with its inputs")
     explain.add_argument(
         "kind", help="policy kind (admission, ebplus, slai, bfio, fleetopt), or `scaling` for a scaler's action"
     )

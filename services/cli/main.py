@@ -34,7 +34,9 @@ COMMANDS: tuple[Command, ...] = (
     ),
     Command(name="status", module="services.cli.status", help="what every engine is told: documents, acks, lag"),
     Command(
-        name="explain", module="services.cli.explain", help="one decision from gov.policy.decisions, with its inputs"
+        name="explain",
+        module="services.cli.explain",
+        help="one decision or scaling action from the log, with its inputs",
     ),
     Command(
         name="record",
@@ -67,7 +69,7 @@ COMMANDS: tuple[Command, ...] = (
     Command(
         name="scale",
         module="services.cli.scale",
-        help="resize the pools to FleetOpt's plan through KEDA, Kubernetes or in-memory connectors",
+        help="resize the pools to FleetOpt's plan through KEDA, Kubernetes, local engines or in memory",
     ),
     Command(name="stack", module="services.cli.stack", help="start, inspect or stop the local broker and Redis"),
     Command(
