@@ -344,7 +344,7 @@ class Settings(SecuritySettings):
     kafka_idempotent_producer: bool = Field(
         default=LOCAL_BROKER_TIMEOUTS.idempotent_producer,
         description="idempotent producer for decisions, estimates and snapshots (Apache Kafka: true; Tansu "
-        "forgets producer ids when it restarts without its log)",
+        "forgets producer ids when it restarts without its log); unset, true where `broker` is kafka",
     )
     dedup_window_events: int = Field(
         default=1024,
@@ -436,14 +436,24 @@ class Settings(SecuritySettings):
         return EngineLifecycle(registration_grace_s=self.registration_grace_s, retention_s=self.engine_retention_s)
 
     def kafka_client_timeouts(self) -> KafkaClientTimeouts:
-        """The Kafka client timeouts these settings name, for services/kafka_clients.py."""
+        """The Kafka client timeouts these settings name, for services/kafka_clients.py.
+
+        The producer is idempotent where these settings say so, and otherwise where the local broker
+        is Apache Kafka (``broker``): without idempotence a batch retried after a leader change (the
+        broker paused past its session) landed after the next one and reordered the decision log.
+        """
+        idempotent = (
+            self.kafka_idempotent_producer
+            if "kafka_idempotent_producer" in self.model_fields_set
+            else self.broker == "kafka"
+        )
         return KafkaClientTimeouts(
             max_poll_interval_ms=self.kafka_max_poll_interval_ms,
             session_timeout_ms=self.kafka_session_timeout_ms,
             heartbeat_interval_ms=self.kafka_heartbeat_interval_ms,
             fetch_max_wait_ms=self.kafka_fetch_max_wait_ms,
             linger_ms=self.kafka_linger_ms,
-            idempotent_producer=self.kafka_idempotent_producer,
+            idempotent_producer=idempotent,
         )
 
     def redacted(self) -> dict[str, object]:

@@ -125,6 +125,12 @@ class TestKafkaClientTimeouts:
         environ = {"GOVERNOR_KAFKA_IDEMPOTENT_PRODUCER": "true"}
         assert Settings.load({}, environ).kafka_client_timeouts().idempotent_producer is True
 
+    def test_the_producer_is_idempotent_on_a_local_apache_kafka_unless_told_otherwise(self) -> None:
+        on_kafka = {"GOVERNOR_BROKER": "kafka"}
+        assert Settings.load({}, on_kafka).kafka_client_timeouts().idempotent_producer is True
+        told = on_kafka | {"GOVERNOR_KAFKA_IDEMPOTENT_PRODUCER": "false"}
+        assert Settings.load({}, told).kafka_client_timeouts().idempotent_producer is False
+
 
 class TestBroker:
     def test_the_local_stack_runs_tansu_unless_kafka_is_asked_for(self) -> None:
