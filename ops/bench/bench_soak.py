@@ -4,7 +4,9 @@ Both services run as ``governor run stream|policy`` processes on a private local
 publishes simulator telemetry (fleet-8, its event times shifted forward on each pass so time never
 goes back) at ``--rate`` events/s for ``--seconds``; every second the soak reads each service's
 ``/healthz`` and ``/metrics`` (events folded, consumer lag) and the resident memory of the broker
-and the stream processor. It then waits for the processor to catch up.
+and the stream processor. It then waits up to ``--catch-up-s`` after the last record is published
+(on a loaded machine the publisher itself may take longer than ``--seconds``) for the processor to
+catch up.
 
 A *stall* is a stretch of at least ``--stall-s`` seconds (30 s, as ``/healthz`` counts one) in
 which records were waiting (published minus folded above zero) and the folded count did not move;
@@ -214,6 +216,7 @@ def run_soak(plan: SoakPlan) -> dict[str, object]:
         time.sleep(8.0)  # both members join their groups
         publisher = _Publisher(state.kafka_bootstrap, events, plan.rate_per_s, plan.seconds, plan.linger_ms)
         started = time.monotonic()
+        published_at: float | None = None  # seconds into the soak when the last record was sent
         publisher.start()
         while True:
             elapsed = time.monotonic() - started
@@ -241,7 +244,9 @@ def run_soak(plan: SoakPlan) -> dict[str, object]:
                     f"healthz {stream_status}/{policy_status}  broker {sample['broker_rss_mib']} MiB",
                     flush=True,
                 )
-            if not publisher.is_alive() and (folded >= publisher.sent or elapsed > plan.seconds + plan.catch_up_s):
+            if published_at is None and not publisher.is_alive():
+                published_at = elapsed
+            if published_at is not None and (folded >= publisher.sent or elapsed > published_at + plan.catch_up_s):
                 break
             time.sleep(max(0.0, 1.0 - (time.monotonic() - started - elapsed)))
     finally:
@@ -258,6 +263,7 @@ def run_soak(plan: SoakPlan) -> dict[str, object]:
         "seconds": plan.seconds,
         "published": last["published"],
         "folded": last["folded"],
+        "published_after_s": published_at,
         "ended_after_s": last["t_s"],
         "stalls": stalls,
         "per_minute": _per_minute(samples),
