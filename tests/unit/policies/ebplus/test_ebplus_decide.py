@@ -29,6 +29,9 @@ SATURATED_RTX = EbplusInputs(
     completions=100,
 )
 RTX = EbplusParams(calibration_id="qwen3-8b@rtx-pro-6000")
+FITTED = CostModel(
+    alpha_p_s=0.1, beta_p_s_per_token=2.5e-5, alpha_d_s=0.01, beta_d_s_per_seq=5e-5, alpha_mb_s=0.1, beta_mb=None
+)
 
 
 def _document(decision: Decision[EbplusPayload, EbplusState], version: int, now_s: float) -> EbplusPolicy:
@@ -118,16 +121,8 @@ class TestDecide:
         assert decision.diagnostics["mode_reason"] == "probing_cost_model"
 
     def test_online_cost_model_overrides_the_profile(self) -> None:
-        cost = CostModel(
-            alpha_p_s=0.1,
-            beta_p_s_per_token=2.5e-5,
-            alpha_d_s=0.01,
-            beta_d_s_per_seq=5e-5,
-            alpha_mb_s=0.1,
-            beta_mb=None,
-        )
         decision = decide(
-            dataclasses.replace(SATURATED_RTX, cost_model=cost, p0=0.01, mu_o_tokens=100.0), None, RTX, 0.0
+            dataclasses.replace(SATURATED_RTX, cost_model=FITTED, p0=0.01, mu_o_tokens=100.0), None, RTX, 0.0
         )
         assert decision.payload.calib_id == "online"
         assert decision.diagnostics["theta0"] == pytest.approx(0.34047, abs=5e-6)
@@ -145,15 +140,7 @@ class TestDecide:
         assert "no known profile" in str(decision.diagnostics["calib_reason"])
 
     def test_the_engines_own_profile_is_recorded_by_its_id_not_as_online(self) -> None:
-        cost = CostModel(
-            alpha_p_s=0.1,
-            beta_p_s_per_token=2.5e-5,
-            alpha_d_s=0.01,
-            beta_d_s_per_seq=5e-5,
-            alpha_mb_s=0.1,
-            beta_mb=None,
-        )
-        registered = dataclasses.replace(SATURATED_RTX, cost_model=cost, cost_model_id="qwen3-8b@h200")
+        registered = dataclasses.replace(SATURATED_RTX, cost_model=FITTED, cost_model_id="qwen3-8b@h200")
         decision = decide(registered, None, RTX, now_s=5.0)
         assert (decision.payload.calib_id, decision.diagnostics["calib_source"]) == ("qwen3-8b@h200", "engine")
         assert "calib_reason" not in decision.diagnostics
@@ -218,19 +205,11 @@ class TestUpdateThreshold:
         assert update.theta_hat == pytest.approx(6 * update.base.theta0)
 
     def test_auto_n_off_keeps_max_num_seqs_and_clt_option_is_used(self) -> None:
-        cost = CostModel(
-            alpha_p_s=0.1,
-            beta_p_s_per_token=2.5e-5,
-            alpha_d_s=0.01,
-            beta_d_s_per_seq=5e-5,
-            alpha_mb_s=0.1,
-            beta_mb=None,
-        )
         common = {
             "p0": 1 / 256,
             "eta": 0.0,
             "mu_l_tokens": 512.0,
-            "cost": cost,
+            "cost": FITTED,
             "kv_capacity_tokens": 700_000,
             "max_num_seqs": 4096,
             "theta_hat_prev": None,
