@@ -24,7 +24,6 @@ import redis
 
 from schemas.names import policy_key
 from schemas.scaling import ScalerConfig
-from services.cli.main import main as governor
 from services.cli.scale import gateway_admin
 from services.cli.status import render
 from services.health import ServiceMetrics
@@ -131,11 +130,7 @@ def test_plans_in_redis_resize_the_pools_and_every_action_is_on_the_log(
 
 
 def test_governor_explain_scaling_reads_an_action_back_from_the_log(
-    stack: StackState,
-    deployment: str,
-    redis_client: redis.Redis,
-    plans: PolicyClient,
-    capsys: pytest.CaptureFixture[str],
+    stack: StackState, deployment: str, redis_client: redis.Redis, plans: PolicyClient
 ) -> None:
     """``governor explain scaling POOL --seq N`` explains the action the scaler appended, from the log alone."""
     config = ScalerConfig.model_validate(CONFIG)
@@ -146,10 +141,11 @@ def test_governor_explain_scaling_reads_an_action_back_from_the_log(
         service.step()
     finally:
         service.close()
+    argv = [sys.executable, "-m", "services.cli", "explain", "scaling"]
     flags = ["--deployment", deployment, "--kafka-bootstrap", stack.kafka_bootstrap, "--kafka-timeout-s", "10"]
-    capsys.readouterr()
-    assert governor(["explain", "scaling", "short", "--seq", "0", *flags]) == 0
-    assert capsys.readouterr().out.splitlines() == [
+    explained = subprocess.run([*argv, "short", "--seq", "0", *flags], capture_output=True, text=True, check=False)
+    assert explained.returncode == 0, explained.stderr
+    assert explained.stdout.splitlines() == [
         "short: 1 -> 5 replicas at t=5000.000 s, scale_up, applied by memory/short (scaler scaler-it, seq 0)",
         "rule       the plan wants more replicas than the pool runs; scale-ups are not held, only step-limited",
         "plan       fleetopt fleet v1 computed at t=5000.000 s: short n_gpus=5 = 5 replicas of 1 GPU(s)",
@@ -158,8 +154,9 @@ def test_governor_explain_scaling_reads_an_action_back_from_the_log(
         "step       at most 8 per action: moved 4",
         "cool-down  0 s: the pool's first change",
     ]
-    assert governor(["explain", "scaling", "medium", *flags]) == 2
-    assert "no scaling action of pool medium on gov.scaling (pools with actions: short)" in capsys.readouterr().err
+    unknown = subprocess.run([*argv, "medium", *flags], capture_output=True, text=True, check=False)
+    assert unknown.returncode == 2
+    assert "no scaling action of pool medium on gov.scaling (pools with actions: short)" in unknown.stderr
 
 
 def test_advisory_governor_scale_records_actions_and_serves_health(
@@ -426,8 +423,9 @@ def healthy_gateway(url: str) -> bool:
 
 
 def complete_through(gateway: str, max_tokens: int) -> dict[str, object]:
-    """A text completion through the gateway, retried while no upstream is in rotation yet (503)."""
-    body = {"model": "tiny", "prompt": "the river", "max_tokens": max_tokens, "ignore_eos": True}
+    """A completion through the gateway (a token-id prompt: the gateway counts it by its length), retried while
+    no upstream is in rotation yet (503)."""
+    body = {"model": "tiny", "prompt": [5, 6, 7, 8, 9, 10], "max_tokens": max_tokens, "ignore_eos": True}
     deadline = time.monotonic() + 120.0
     while True:
         request = urllib.request.Request(
@@ -456,18 +454,11 @@ def test_local_engines_join_the_real_gateway_and_leave_it_drained(
     """A replica the plan asks for joins the gateway's pool; when the plan drops it, a request the gateway has
     in flight on it finishes whole before the replica stops, and the gateway forgets it."""
     pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
-    # Imported here, not at the top: test_gateway skips its whole module without vLLM, and this module's
-    # other tests need none. Its model folder has a tokenizer, so text prompts pass the gateway.
-    from tests.integration.test_gateway import _model_dir
-
-    (tmp_path / "model").mkdir()
-    model = _model_dir(tmp_path / "model")
     token_file = tmp_path / "admin.token"
     token_file.write_text(ADMIN_TOKEN)
     base = local_config(stack, deployment, tmp_path).model_dump()
     short = base["pools"]["short"]
     short.update(min_replicas=0, max_replicas=1)
-    short["local"].update(command=[part for part in vllm_command(model) if part != "--skip-tokenizer-init"])
     short["local"]["model"] = "tiny"
     base["gateway"] = {"url": gateway_url, "token_file": str(token_file)}
     config = ScalerConfig.model_validate(base)
