@@ -35,7 +35,7 @@ STORAGE_TOOL_CLASS = "kafka.tools.StorageTool"
 KAFKA_JVM_OPTIONS = ("-Xms64m", "-Xmx512m", "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20", "-Djava.awt.headless=true")
 KAFKA_START_TIMEOUT_S = 180.0  # a JVM start on two cores at load average 40 took more than 90 s
 KAFKA_STOP_TIMEOUT_S = 30.0
-FORMAT_TIMEOUT_S = 60.0
+FORMAT_TIMEOUT_S = KAFKA_START_TIMEOUT_S  # the storage tool is a JVM start too
 NODE_ID = 1
 _JAAS_SAFE = re.compile(r"[A-Za-z0-9_.-]+")
 
@@ -228,7 +228,8 @@ def format_storage(install: KafkaInstall, config: Path, log_dir: Path, sasl: Bro
     tool, and skipping the JVM saves a second or so on every later start.
 
     Raises:
-        BackendUnavailableError: the storage tool failed (its output is in the message).
+        BackendUnavailableError: the storage tool failed (its output is in the message) or did not
+            finish within ``FORMAT_TIMEOUT_S``.
     """
     if (log_dir / "meta.properties").exists():
         return False
@@ -245,9 +246,13 @@ def format_storage(install: KafkaInstall, config: Path, log_dir: Path, sasl: Bro
         str(config),
         *(sasl.format_arguments() if sasl is not None else []),
     ]
-    result = subprocess.run(  # the same bare environment as the broker's (processes.spawn)
-        argv, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False, env={"PATH": "/usr/bin:/bin"}
-    )
+    try:
+        result = subprocess.run(  # the same bare environment as the broker's (processes.spawn)
+            argv, capture_output=True, text=True, timeout=FORMAT_TIMEOUT_S, check=False, env={"PATH": "/usr/bin:/bin"}
+        )
+    except subprocess.TimeoutExpired as exc:
+        msg = f"formatting the kafka log in {log_dir} did not finish within {FORMAT_TIMEOUT_S:g} s"
+        raise BackendUnavailableError(msg, backend="kafka") from exc
     if result.returncode != 0:
         msg = f"formatting the kafka log in {log_dir} failed: {(result.stdout + result.stderr).strip()[-2000:]}"
         raise BackendUnavailableError(msg, backend="kafka")

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from schemas.errors import ConfigError
+from schemas.errors import BackendUnavailableError, ConfigError
+from services.stack import kafka_broker
 from services.stack.kafka_broker import BrokerSasl, KafkaInstall, broker_properties, format_storage, locate_kafka
 
 
@@ -61,6 +62,17 @@ class TestFormatStorage:
         install = KafkaInstall(java=tmp_path / "no-java", lib_dir=tmp_path)
         assert format_storage(install, tmp_path / "server.properties", tmp_path) is False
         assert (tmp_path / "meta.properties").read_text() == "node.id=1\n"
+
+    def test_a_storage_tool_that_does_not_finish_is_a_backend_error_naming_the_log(
+        self, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        """A JVM start on a loaded machine outlasted the timeout; the raw TimeoutExpired escaped ``stack up``."""
+        java = tmp_path / "java"
+        java.write_text("#!/bin/sh\nsleep 5\n")
+        java.chmod(0o755)
+        monkeypatch.setattr(kafka_broker, "FORMAT_TIMEOUT_S", 0.2)
+        with pytest.raises(BackendUnavailableError, match=f"formatting the kafka log in {tmp_path} did not finish"):
+            format_storage(KafkaInstall(java=java, lib_dir=tmp_path), tmp_path / "server.properties", tmp_path)
 
 
 class TestBrokerSasl:
