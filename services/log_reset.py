@@ -30,8 +30,9 @@ Nothing is ever skipped silently.
 A recreated topic can also come back with another partition count (on a broker restarted without
 its log, a client's metadata request may create a topic with the broker's default count before
 ``governor stack up`` recreates it with its own). The group's assignment must then be computed
-again from the new layout; ``LayoutWatch`` tells a member when its topic's id or partitions changed,
-and the member rejoins its group under a fresh member id (services/stream/processor.py). A rejoin
+again from the new layout; ``LayoutWatch`` tells a member when its topic's id or partitions changed
+and then held still, and the member rejoins its group under a fresh member id
+(services/stream/processor.py). A rejoin
 under the same id is not enough on Tansu 0.6.0: its group coordinator answered the member's
 SyncGroup with the member's earlier assignment instead of the one the leader had just sent (the
 leader assigned the 8 partitions of the recreated topic, the member received partitions 0-3 of the
@@ -54,6 +55,7 @@ log = structlog.get_logger(__name__)
 Partition = tuple[str, int]  # (topic, partition)
 TopicLayout = tuple[str | None, frozenset[int]]  # (topic id, partition numbers) in a client's metadata
 ResetReason = Literal["topic_id_changed", "log_end_behind_applied"]
+LAYOUT_SETTLE_S = 10.0  # one metadata refresh (services/kafka_clients.py, METADATA_MAX_AGE_MS) after the last change
 
 
 class LogView(Protocol):
@@ -172,31 +174,39 @@ class LogWatch:
 
 
 class LayoutWatch:
-    """Tells a group member that its topic's layout (topic id or partition numbers) changed since it last looked.
+    """Tells a group member when to rejoin its group: once its topic's layout changed and then held still.
 
-    The first layout seen is only recorded; an unknown or empty layout (a topic missing from the
-    metadata for a moment, during a broker restart) is ignored, so only a layout replaced by another
-    counts. The member then rejoins its group under a fresh member id (module docstring).
+    The layout is the topic's id and partition numbers in the member's metadata. After a broker
+    restart it can change several times within seconds (the topic auto-created with the default
+    count, deleted, created again with its own); rejoining at each change only churns the group,
+    and on Tansu a member closed while its join was pending left the group without any assignment
+    for minutes. So the member rejoins once, ``settle_s`` after the last change. The first layout
+    seen is only recorded; an unknown or empty layout (a topic missing from the metadata for a
+    moment) is ignored.
     """
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, settle_s: float = LAYOUT_SETTLE_S) -> None:
         self.topic = topic
+        self._settle_s = settle_s
         self._seen: TopicLayout | None = None
+        self._changed_at_s: float | None = None
 
-    def changed(self, layout: TopicLayout | None) -> bool:
-        """Record ``layout``; True when it replaces another one seen before."""
-        if layout is None or not layout[1]:
-            return False
-        previous, self._seen = self._seen, layout
-        if previous is None or previous == layout:
-            return False
-        log.warning(
-            "topic_layout_changed",
-            topic=self.topic,
-            topic_id=layout[0],
-            partitions=len(layout[1]),
-            previous_topic_id=previous[0],
-            previous_partitions=len(previous[1]),
-            rule="rejoin the group under a fresh member id, so that the assignment covers the new layout",
-        )
-        return True
+    def rejoin_due(self, layout: TopicLayout | None, now_s: float) -> bool:
+        """Record ``layout`` as seen at ``now_s``; True once, when a changed layout has held for ``settle_s``."""
+        if layout is not None and layout[1]:
+            previous, self._seen = self._seen, layout
+            if previous is not None and previous != layout:
+                self._changed_at_s = now_s
+                log.warning(
+                    "topic_layout_changed",
+                    topic=self.topic,
+                    topic_id=layout[0],
+                    partitions=len(layout[1]),
+                    previous_topic_id=previous[0],
+                    previous_partitions=len(previous[1]),
+                    rule="rejoin the group under a fresh member id once the layout holds still",
+                )
+        if self._changed_at_s is not None and now_s - self._changed_at_s >= self._settle_s:
+            self._changed_at_s = None
+            return True
+        return False

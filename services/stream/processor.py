@@ -6,6 +6,9 @@ metrics); an empty poll commits what is folded. Partition assignment seeks each 
 applied offset + 1 (kept in Redis) and revocation commits and forgets the revoked partitions'
 engines. The faust-streaming runtime (services/stream/faust_runtime.py) feeds the same batch handling.
 
+Each poll takes as many records as the processor folds within a quarter of its poll interval
+(services/stream/batch_size.py), so a slow machine does not take it out of its group.
+
 Redis and broker outages of any length are waited out, never raised: a failed batch is discarded
 and rewound by the batch handling, a failed commit kept for the next; the loop pauses its
 partitions and retries with ``BackendOutage``'s pacing (one log line when the outage starts, one
@@ -16,15 +19,16 @@ Every poll also measures the lag (for /healthz: lag with nothing folded is a sta
 assigned partition against the log its applied offset came from (services/log_reset.py); a
 partition found on a new log is rebuilt from that log's beginning (services/stream/log_rebuild.py),
 and its records of that poll are dropped, since they are read again. When the topic's layout
-changes (recreated, with another partition count or not) the member commits, gives its partitions
-back and rejoins its group under a fresh member id, so that the group's assignment is computed from
-the new layout (services/log_reset.py, ``LayoutWatch``).
+changes (recreated, with another partition count or not) and then holds still, the member commits,
+gives its partitions back and rejoins its group as a new consumer (a fresh member id), so that the
+group's assignment is computed from the new layout (services/log_reset.py, ``LayoutWatch``).
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from functools import partial
 
 import structlog
 from kafka import KafkaConsumer, TopicPartition
@@ -57,6 +61,7 @@ from services.settings import (
     KafkaSecurity,
 )
 from services.store.protocol import Store
+from services.stream.batch_size import BatchSizer
 from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
@@ -69,18 +74,18 @@ class _KafkaConsumerView:
     """The batch handling's view of a kafka-python consumer."""
 
     def __init__(self, consumer: KafkaConsumer) -> None:
-        self._consumer = consumer
+        self.consumer = consumer
 
     def assigned(self) -> list[Partition]:
-        return [(tp.topic, tp.partition) for tp in self._consumer.assignment()]
+        return [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
 
     def highwater(self, partition: Partition) -> int | None:
-        high: int | None = self._consumer.highwater(TopicPartition(*partition))
+        high: int | None = self.consumer.highwater(TopicPartition(*partition))
         return high
 
     def rewind(self, positions: dict[Partition, int]) -> None:
         for partition, offset in positions.items():
-            self._consumer.seek(TopicPartition(*partition), offset)
+            self.consumer.seek(TopicPartition(*partition), offset)
 
     def layout(self, topic: str) -> TopicLayout | None:
         """The topic's id and partitions in the client's metadata, None when it has none.
@@ -88,7 +93,7 @@ class _KafkaConsumerView:
         Read from the client's cluster metadata: ``KafkaConsumer.partitions_for_topic`` fetches
         metadata and waits when the topic is unknown, which the poll loop must not.
         """
-        cluster = self._consumer._cluster
+        cluster = self.consumer._cluster
         partitions = cluster.partitions_for_topic(topic)
         if partitions is None:
             return None
@@ -124,15 +129,20 @@ class StreamProcessor:
         self._clock = clock
         self.outage = BackendOutage("stream", clock=clock)
         self._unpositioned: list[TopicPartition] = []
-        self._consumer = group_consumer(
+        self._new_consumer = partial(
+            group_consumer,
             bootstrap,
             group_id or f"governor-stream-{deployment}",
             max_poll_records=max_poll_records,
             timeouts=kafka_timeouts,
             security=security,
         )
+        self._consumer = self._new_consumer()
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._view = _KafkaConsumerView(self._consumer)
+        self._sizer = BatchSizer(
+            max_records=max_poll_records, max_poll_interval_s=kafka_timeouts.max_poll_interval_ms / 1000.0
+        )
         self._batches = TelemetryBatches(
             deployment=deployment,
             store=store,
@@ -204,8 +214,8 @@ class StreamProcessor:
             try:
                 if self._unpositioned:
                     self._position(self._unpositioned)
-                batch = self._consumer.poll(timeout_ms=200)
-                if self._layout_watch.changed(self._view.layout(TELEMETRY_TOPIC)):
+                batch = self._consumer.poll(timeout_ms=200, max_records=self._sizer.records)
+                if self._layout_watch.rejoin_due(self._view.layout(TELEMETRY_TOPIC), self._clock()):
                     self._rejoin()
                     continue
                 records = self._on_current_logs([record for part in batch.values() for record in part])
@@ -224,7 +234,9 @@ class StreamProcessor:
                         break
                 else:
                     idle_since = self._clock()
+                    started = time.monotonic()  # the client's poll deadline runs on real time, not on self._clock
                     self._batches.process(records)
+                    self._sizer.observe(len(records), time.monotonic() - started)
                     self.outage.succeeded("kafka")
                     if self._metrics is not None:
                         self._metrics.folded()
@@ -243,11 +255,17 @@ class StreamProcessor:
     def _rejoin(self) -> None:
         """Give the assigned partitions back (committed first) and rejoin the group under a fresh member id.
 
-        The records of the poll that saw the new layout are dropped unfolded: the next owner of
-        their partitions reads them again from the applied offsets.
+        The member rejoins as a new consumer: unsubscribing and subscribing again on the same client
+        during a rebalance left it without partitions for the rest of a 3-minute test on Tansu. The
+        records of the poll that saw the new layout are dropped unfolded: the next owner of their
+        partitions reads them again from the applied offsets.
         """
         self.on_revoked(list(self._consumer.assignment()))
-        self._consumer.unsubscribe()
+        self._unpositioned = []
+        self._consumer.close()
+        self._consumer = self._new_consumer()
+        self._view.consumer = self._consumer
+        self._log_view = KafkaLogView(self._consumer)
         subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
 
     def _failed(self) -> None:

@@ -149,26 +149,37 @@ class TestLagAfterASeek:
 
 
 class TestLayoutWatch:
-    def test_the_first_layout_is_recorded_without_a_change(self) -> None:
-        watch = LayoutWatch(TOPIC)
-        assert watch.changed(("id-1", frozenset(range(8)))) is False
-        assert watch.changed(("id-1", frozenset(range(8)))) is False
+    def test_the_first_layout_is_recorded_without_a_rejoin(self) -> None:
+        watch = LayoutWatch(TOPIC, settle_s=10.0)
+        assert watch.rejoin_due(("id-1", frozenset(range(8))), 0.0) is False
+        assert watch.rejoin_due(("id-1", frozenset(range(8))), 60.0) is False
+
+    def test_a_changed_layout_is_rejoined_once_it_has_held_for_the_settle_time(self) -> None:
+        """A topic auto-created with 4 partitions, then recreated with its 8 by ``stack up``."""
+        watch = LayoutWatch(TOPIC, settle_s=10.0)
+        watch.rejoin_due(("id-1", frozenset(range(4))), 0.0)
+        assert watch.rejoin_due(("id-2", frozenset(range(8))), 1.0) is False
+        assert watch.rejoin_due(("id-2", frozenset(range(8))), 10.9) is False
+        assert watch.rejoin_due(("id-2", frozenset(range(8))), 11.0) is True
+        assert watch.rejoin_due(("id-2", frozenset(range(8))), 30.0) is False
+
+    def test_each_further_change_restarts_the_settle_time(self) -> None:
+        watch = LayoutWatch(TOPIC, settle_s=10.0)
+        watch.rejoin_due(("id-1", frozenset(range(8))), 0.0)
+        watch.rejoin_due(("id-2", frozenset(range(4))), 1.0)
+        watch.rejoin_due(("id-3", frozenset(range(4))), 2.0)
+        assert watch.rejoin_due(("id-4", frozenset(range(8))), 5.0) is False
+        assert watch.rejoin_due(("id-4", frozenset(range(8))), 14.0) is False
+        assert watch.rejoin_due(("id-4", frozenset(range(8))), 15.0) is True
 
     def test_a_recreated_topic_is_a_change_even_with_the_same_partitions(self) -> None:
-        watch = LayoutWatch(TOPIC)
-        watch.changed(("id-1", frozenset(range(8))))
-        assert watch.changed(("id-2", frozenset(range(8)))) is True
-        assert watch.changed(("id-2", frozenset(range(8)))) is False
-
-    def test_a_changed_partition_count_is_a_change(self) -> None:
-        """A topic auto-created with 4 partitions, then recreated with its 8 by ``stack up``."""
-        watch = LayoutWatch(TOPIC)
-        watch.changed(("id-1", frozenset(range(4))))
-        assert watch.changed(("id-2", frozenset(range(8)))) is True
+        watch = LayoutWatch(TOPIC, settle_s=0.0)
+        watch.rejoin_due(("id-1", frozenset(range(8))), 0.0)
+        assert watch.rejoin_due(("id-2", frozenset(range(8))), 1.0) is True
 
     def test_a_topic_missing_from_the_metadata_for_a_moment_is_no_change(self) -> None:
-        watch = LayoutWatch(TOPIC)
-        watch.changed(("id-1", frozenset(range(8))))
-        assert watch.changed(None) is False
-        assert watch.changed(("id-1", frozenset())) is False
-        assert watch.changed(("id-1", frozenset(range(8)))) is False
+        watch = LayoutWatch(TOPIC, settle_s=0.0)
+        watch.rejoin_due(("id-1", frozenset(range(8))), 0.0)
+        assert watch.rejoin_due(None, 1.0) is False
+        assert watch.rejoin_due(("id-1", frozenset()), 2.0) is False
+        assert watch.rejoin_due(("id-1", frozenset(range(8))), 3.0) is False
