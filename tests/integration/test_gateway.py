@@ -1,8 +1,7 @@
 """``governor gateway`` in front of a real vLLM server (CPU build, the tiny random Llama, a tokenizer built here).
 
-The model directory is services/engines/vllm/tiny_model's config with a word-level tokenizer written by the
-test (``tokenizers``; vocabulary: ASCII punctuation and a few hundred English words, the rest ``<unk>``), so
-text prompts work and ``/tokenize`` answers with the served model's own count. One server, started once for
+The model directory and the server come from tests/integration/tiny_vllm.py: text prompts work and
+``/tokenize`` answers with the served model's own count. One server, started once for
 the module with one thread, is declared twice in the gateway file (pools ``short`` and ``long``), so the route
 FleetOpt chooses shows in ``x-governor-upstream`` while every count comes from vLLM.
 """
@@ -11,11 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import re
-import shutil
-import subprocess
-import sys
 import time
 import urllib.request
 import warnings
@@ -33,62 +28,22 @@ from tests.unit.gateway.upstream_stub import RunningGateway, gateway_config, run
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
-    tokenizers = pytest.importorskip("tokenizers", reason="the tokenizers package comes with vLLM")
+    pytest.importorskip("tokenizers", reason="the tokenizers package comes with vLLM")
+
+from tests.integration.tiny_vllm import (
+    TEXT,
+    start_vllm,
+    stop_vllm,
+    tiny_model_dir,
+    vllm_command,
+    wait_healthy,
+)
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
-TINY_MODEL = Path(__file__).resolve().parents[2] / "services" / "engines" / "vllm" / "tiny_model"
 START_S = 900.0  # a vLLM CPU server's start on a loaded two-core machine; a safety net, never asserted
 TIMEOUT_S = 120.0
 LABEL = re.compile(r'(\w+)="([^"]*)"')
-WORDS = (
-    "the a of to in is it that for on with as was be by at this are from or have not but what all were when we "
-    "there can your which their said if do will each about how up out them then she many some so these would "
-    "other into has more her two like him see time could no make than first been its who now people my made over "
-    "did down only way find use may water long little very after words called just where most know get through "
-    "back much go good new write our me man too any day same right look think also around another came come work "
-    "three word must because does part even place well such here take why things help put years different away "
-    "again off went old number great tell men say small every found still between name should home big give air "
-    "line set own under read last never us left end along while might next sound below saw something thought "
-    "both few those always looked show large often together asked house world going want school important until "
-    "form food keep children feet land side without boy once animals life enough took sometimes four head above "
-    "kind began almost live page got earth need far hand high year mother light parts country father let night "
-    "river valley dam farmers crops flood spring council market town rain festival library choir tourists"
-)
-TEXT = (
-    "The river flooded the valley in spring. Farmers in the valley lost their crops to the river. "
-    "A festival was held in the town last year. Engineers said a dam on the river would help the valley. "
-    "The dam would keep the spring flood away from valley farms. Some people liked the market. "
-    "The council talked about the river dam for many months. Tourists came to the market in the town. "
-    "Rain records show the river floods the valley often. A choir sang at the new library. "
-    "Some said the dam costs too much for the valley. Should the council build the dam on the river?"
-)
-
-
-def _model_dir(folder: Path) -> Path:
-    """The tiny model's config plus a word-level tokenizer and a plain chat template."""
-    shutil.copy(TINY_MODEL / "config.json", folder / "config.json")
-    specials = ["<unk>", "<s>", "</s>"]
-    punctuation = [chr(c) for c in range(33, 127) if not chr(c).isalnum()]
-    tokens = list(dict.fromkeys([*specials, *punctuation, *WORDS.split()]))
-    model = tokenizers.models.WordLevel(vocab={t: i for i, t in enumerate(tokens)}, unk_token="<unk>")
-    tokenizer = tokenizers.Tokenizer(model)
-    tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()
-    tokenizer.save(str(folder / "tokenizer.json"))
-    template = (
-        "{% for m in messages %}{{ m['role'] }}: {{ m['content'] }}\n{% endfor %}"
-        "{% if add_generation_prompt %}assistant:{% endif %}"
-    )
-    config = {
-        "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": "<s>",
-        "eos_token": "</s>",
-        "unk_token": "<unk>",
-        "model_max_length": 1024,
-        "chat_template": template,
-    }
-    (folder / "tokenizer_config.json").write_text(json.dumps(config))
-    return folder
 
 
 def _get(url: str) -> bytes:
@@ -100,41 +55,19 @@ def _get(url: str) -> bytes:
 @pytest.fixture(scope="module")
 def vllm_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     """A vLLM OpenAI server on the tiny model with dummy weights, one thread, serving model name ``tiny``."""
-    model = _model_dir(tmp_path_factory.mktemp("tiny-model"))
+    model = tiny_model_dir(tmp_path_factory.mktemp("tiny-model"))
     port = free_port()
     log = tmp_path_factory.mktemp("vllm-log") / "vllm.log"
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
-    command = [
-        sys.executable,
-        "-m",
-        "vllm.entrypoints.openai.api_server",
-        *("--model", str(model), "--served-model-name", "tiny", "--load-format", "dummy", "--dtype", "float32"),
-        *("--max-model-len", "512", "--max-num-seqs", "4", "--enforce-eager", "--seed", "0"),
-        *("--host", "127.0.0.1", "--port", str(port)),
-    ]
-    with log.open("w") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
+    process = start_vllm(vllm_command(model, port), log)
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + START_S
     try:
-        while True:
-            if process.poll() is not None:
-                pytest.fail(f"vLLM exited with {process.returncode}: {log.read_text()[-3000:]}")
-            try:
-                _get(f"{url}/health")
-                break
-            except OSError:
-                if time.monotonic() > deadline:
-                    pytest.fail(f"vLLM did not start in {START_S} s: {log.read_text()[-3000:]}")
-                time.sleep(1.0)
+        try:
+            wait_healthy(process, url, log, START_S)
+        except RuntimeError as exc:
+            pytest.fail(str(exc))
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait()
+        stop_vllm(process)
 
 
 def _entries(url: str) -> str:
