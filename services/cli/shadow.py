@@ -18,16 +18,14 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from pydantic import ValidationError
-
 from schemas.names import DECISIONS_TOPIC
 from schemas.records import DecisionRecord
+from services.cli import shadow_scaling
 from services.cli.options import add_settings_flags, settings_from_args
-from services.kafka_factory import PLAINTEXT
+from services.inspection.decisions import read_decisions
 from services.policy.config import config_policy_set
 from services.policy.config_records import LIVE, config_record, publish_configs
-from services.replay.replay import read_topic
-from services.settings import KafkaSecurity, Settings
+from services.settings import Settings
 
 FLAGS = ["deployment", "kafka_bootstrap", "log_format"]
 REPORT_FLAGS = [*FLAGS, "fleet_slot_s", "seed"]
@@ -55,24 +53,7 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     stop.add_argument("name", metavar="NAME")
     add_settings_flags(stop, FLAGS)
     stop.set_defaults(handler=run_stop)
-
-
-def read_decisions(bootstrap: str, deployment: str, security: KafkaSecurity = PLAINTEXT) -> list[DecisionRecord]:
-    """Every decision record of ``deployment`` on ``gov.policy.decisions``, in log order.
-
-    Raises:
-        BackendUnavailableError: the broker did not answer.
-        InvalidInputError: the topic does not exist (no policy service ever ran there).
-    """
-    records: list[DecisionRecord] = []
-    for raw in read_topic(bootstrap, DECISIONS_TOPIC, security=security):
-        try:
-            record = DecisionRecord.model_validate_json(raw)
-        except ValidationError:
-            continue
-        if record.deployment == deployment:
-            records.append(record)
-    return records
+    shadow_scaling.register(sub)
 
 
 def _flatten(payload: Any, prefix: str = "") -> dict[str, Any]:

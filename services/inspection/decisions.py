@@ -10,12 +10,32 @@ from __future__ import annotations
 
 import json
 
+from pydantic import ValidationError
+
 from schemas.errors import InvalidInputError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.kafka_factory import PLAINTEXT
 from services.replay.replay import read_topic
 from services.settings import KafkaSecurity
+
+
+def read_decisions(bootstrap: str, deployment: str, security: KafkaSecurity = PLAINTEXT) -> list[DecisionRecord]:
+    """Every decision record of ``deployment`` on ``gov.policy.decisions``, in log order.
+
+    Raises:
+        BackendUnavailableError: the broker did not answer.
+        InvalidInputError: the topic does not exist (no policy service ever ran there).
+    """
+    records: list[DecisionRecord] = []
+    for raw in read_topic(bootstrap, DECISIONS_TOPIC, security=security):
+        try:
+            record = DecisionRecord.model_validate_json(raw)
+        except ValidationError:
+            continue
+        if record.deployment == deployment:
+            records.append(record)
+    return records
 
 
 def _describe(values: set[str] | set[int]) -> str:
