@@ -274,8 +274,17 @@ class StreamProcessor:
             self._metrics.batch_failed()
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
-        """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""
-        resets = self._log_watch.check(self._log_view, self._batches.next_offsets())
+        """Rebuild every partition found on a new log (read again from its beginning); keep the others' records.
+
+        Only partitions the topic has now are checked: one missing from a short-lived topic with fewer
+        partitions (auto-created after a broker restart) is on no log, and recording that topic's id
+        for it made the real topic's log look new again once it was back, so its records were read twice.
+        """
+        next_offsets = self._batches.next_offsets()
+        layout = self._view.layout(TELEMETRY_TOPIC)
+        if layout is not None:
+            next_offsets = {tp: offset for tp, offset in next_offsets.items() if tp[1] in layout[1]}
+        resets = self._log_watch.check(self._log_view, next_offsets)
         for reset in resets:
             partitions = len(self._consumer.partitions_for_topic(reset.topic) or ())
             rebuild_partition(self._batches, self._store, reset, partitions)
