@@ -4,7 +4,15 @@ The solver and router run in the engine (``BfioRouter``); the control plane deci
 (``decide``) and, in central-pool mode, per-request assignments (``decide_assignments``).
 """
 
-from policies.bfio.baselines import fcfs_index_fill, fcfs_most_free, jsq_count, jsq_load, power_of_d, round_robin
+from policies.bfio.baselines import (
+    fcfs_index_fill,
+    fcfs_most_free,
+    jsq_count,
+    jsq_load,
+    power_of_d,
+    round_robin,
+    vllm_dp_score,
+)
 from policies.bfio.central_pool import AssignmentPlan, decide_assignments
 from policies.bfio.decide import build_payload, decide
 from policies.bfio.exact import solve_exact
@@ -63,4 +71,5 @@ __all__ = [
     "round_robin",
     "solve_exact",
     "solve_fast",
+    "vllm_dp_score",
 ]

@@ -13,7 +13,15 @@ Which variant is which (spec section 8 item 9):
 - ``jsq_load``: argmin of token load L_g, updated as requests are placed (the reference code's JSQ);
   also the router's fallback.
 - ``power_of_d``: d ranks with a free slot sampled uniformly, the one with the fewest requests wins.
-Ties go to the lowest rank index.
+- ``vllm_dp_score``: vLLM's internal data-parallel balancing (spec section 3: score = 4 x waiting +
+  running per engine, the least score wins), with the requests placed this step counted as waiting
+  on their rank, ties to the lower KV use (token load).
+Ties go to the lowest rank index unless stated.
+
+Deviation (``vllm_dp_score``): since mid-2026 vLLM weights the waiting count by the engine's KV-cache
+pressure; here requests wait in one central pool and a rank's queue only holds what this step placed
+on it, so the waiting term is this step's placements at the published weight 4, and KV use enters as
+the tie-break (the form the KV-usage proposal for vLLM's balancer took).
 """
 
 from __future__ import annotations
@@ -100,6 +108,31 @@ def jsq_load(prompt_tokens: FloatArray, free_slots: IntArray, rank_loads_tokens:
         cap[g] -= 1
         if cap[g] > 0:
             heapq.heappush(heap, (load + prompts[r], g))
+    return rank_of
+
+
+def vllm_dp_score(
+    num_waiting: int, free_slots: IntArray, running_counts: IntArray, rank_loads_tokens: FloatArray
+) -> IntArray:
+    """vLLM's DP balancing: each FIFO request to the open rank of least 4 x placed + running, then least load.
+
+    Args:
+        num_waiting: N, the waiting requests in FIFO order.
+        free_slots: shape (G,).
+        running_counts: shape (G,), requests active on each rank.
+        rank_loads_tokens: shape (G,), L_g, the tie-break (a rank's KV use).
+    """
+    cap = free_slots.astype(np.int64, copy=True)
+    placed = np.zeros_like(cap)
+    rank_of = np.full(num_waiting, -1, dtype=np.int64)
+    for r in range(fillable_slots(num_waiting, free_slots)):
+        open_ranks = np.flatnonzero(cap > 0)
+        score = 4 * placed[open_ranks] + running_counts[open_ranks]
+        best = open_ranks[score == score.min()]
+        g = int(best[np.argmin(rank_loads_tokens[best])])
+        rank_of[r] = g
+        cap[g] -= 1
+        placed[g] += 1
     return rank_of
 
 

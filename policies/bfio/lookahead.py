@@ -9,6 +9,13 @@ survival table S_c(n) = P(O > n) of output length per traffic class (built in es
 - a request admitted now contributes (s_j + delta h) S_c(h), or the constant s_j (the reference code's
   convention, ``NewRequestModel.CONST_S``).
 
+A request may carry an output-length hint o^_i (predicted output tokens: a client's estimate, a length
+predictor's, or a tight max_tokens). Where one is present and the request is younger than it, the
+lookahead trusts it as the reference code trusts its o_est: the request is alive exactly while
+a_i + delta h < min(o^_i, max_tokens_i), so w^_i(h) = (s_i + a_i + delta h) 1[a_i + delta h < o^_i].
+A request that has outlived its hint is predicted from the survival table again (the hint is spent).
+With true lengths as hints this is the paper's setting (section 6: the lookahead knows o_i).
+
 Deviation: the reference code projects with the true output length (an oracle) and ignores the +1 per
 step growth; we use the survival-based expectation and include growth, as the spec's design recommends.
 Deviation: when S_c(a_i) = 0 (the request outlived every observation of its class) the table says nothing
@@ -196,9 +203,18 @@ class ClassPredictor:
             self._ratios = np.ascontiguousarray(q.T)
 
     def active_by_offset(
-        self, *, prompt_tokens: FloatArray, generated_tokens: FloatArray, max_tokens: FloatArray
+        self,
+        *,
+        prompt_tokens: FloatArray,
+        generated_tokens: FloatArray,
+        max_tokens: FloatArray,
+        hint_tokens: FloatArray | None = None,
     ) -> FloatArray:
-        """w^_i(h_k) of active requests, shape (K, M): ``active_contributions`` transposed."""
+        """w^_i(h_k) of active requests, shape (K, M): ``active_contributions`` transposed.
+
+        ``hint_tokens`` (shape (M,), NaN where a request has none) overrides the survival prediction of
+        every request younger than its hint (module docstring).
+        """
         ratios = self._ratios
         if ratios is None or not np.array_equal(generated_tokens, np.floor(generated_tokens)):
             by_request = active_contributions(
@@ -209,26 +225,37 @@ class ClassPredictor:
                 offsets_steps=self._offsets,
                 drift=self._drift,
             )
-            return np.ascontiguousarray(by_request.T)
-        index = np.clip(generated_tokens, 0, ratios.shape[1] - 1).astype(np.int64)
-        q = np.take(ratios, index, axis=1)
-        if np.isfinite(max_tokens).any():
-            q *= (self._growth + generated_tokens[None, :]) < max_tokens[None, :]
-        q[self._offsets == 0] = 1.0
-        context = self._growth + (prompt_tokens + generated_tokens)[None, :]
-        return context * q
+            contributions = np.ascontiguousarray(by_request.T)
+        else:
+            index = np.clip(generated_tokens, 0, ratios.shape[1] - 1).astype(np.int64)
+            q = np.take(ratios, index, axis=1)
+            if np.isfinite(max_tokens).any():
+                q *= (self._growth + generated_tokens[None, :]) < max_tokens[None, :]
+            q[self._offsets == 0] = 1.0
+            contributions = (self._growth + (prompt_tokens + generated_tokens)[None, :]) * q
+        if hint_tokens is not None:
+            self._apply_hints(contributions, prompt_tokens, generated_tokens, max_tokens, hint_tokens)
+        return contributions
 
-    def new(self, *, prompt_tokens: FloatArray, max_tokens: FloatArray) -> FloatArray:
+    def new(
+        self, *, prompt_tokens: FloatArray, max_tokens: FloatArray, hint_tokens: FloatArray | None = None
+    ) -> FloatArray:
         """v_j(h) of waiting requests if admitted now, shape (N, K): ``new_request_contributions``.
 
         A new request has age 0, so its survival ratios are the table's first column, the same for
         every request: v_j(h_k) = (s_j + delta h_k) q_k, one outer operation instead of a gather.
+        ``hint_tokens`` (shape (N,), NaN where none) sets q to 1[delta h < o^_j] for hinted requests
+        under ``S_PLUS_H_SURVIVAL``; ``CONST_S`` is the reference code's convention (the slot stays
+        occupied by the request or its refill) and ignores hints.
         """
         if self._model is NewRequestModel.CONST_S:
             return np.repeat(prompt_tokens[:, None], self._offsets.shape[0], axis=1).astype(np.float64)
         if self._ratios is None:
             by_offset = self.active_by_offset(
-                prompt_tokens=prompt_tokens, generated_tokens=np.zeros_like(prompt_tokens), max_tokens=max_tokens
+                prompt_tokens=prompt_tokens,
+                generated_tokens=np.zeros_like(prompt_tokens),
+                max_tokens=max_tokens,
+                hint_tokens=hint_tokens,
             )
             return np.ascontiguousarray(by_offset.T)
         growth = self._growth[:, 0]
@@ -238,7 +265,30 @@ class ClassPredictor:
             q = q[None, :] * (growth[None, :] < max_tokens[:, None])
             q[:, self._zero_offsets] = 1.0
         context: FloatArray = prompt_tokens[:, None] + growth[None, :]
-        return context * q
+        contributions: FloatArray = context * q
+        if hint_tokens is not None:
+            by_offset = np.ascontiguousarray(contributions.T)
+            self._apply_hints(by_offset, prompt_tokens, np.zeros_like(prompt_tokens), max_tokens, hint_tokens)
+            contributions = np.ascontiguousarray(by_offset.T)
+        return contributions
+
+    def _apply_hints(
+        self,
+        contributions: FloatArray,
+        prompt_tokens: FloatArray,
+        generated_tokens: FloatArray,
+        max_tokens: FloatArray,
+        hint_tokens: FloatArray,
+    ) -> None:
+        """Overwrite, in place, the (K, M) contributions of requests younger than their hint with
+        (s_i + a_i + delta h) 1[a_i + delta h < min(o^_i, max_tokens_i)] (alive at h = 0)."""
+        rows = np.flatnonzero(hint_tokens > generated_tokens)  # NaN (no hint) compares False
+        if rows.size == 0:
+            return
+        future_age = self._growth + generated_tokens[rows][None, :]
+        alive = future_age < np.minimum(hint_tokens[rows], max_tokens[rows])[None, :]
+        alive[self._zero_offsets] = True
+        contributions[:, rows] = (future_age + prompt_tokens[rows][None, :]) * alive
 
 
 def rank_base_loads_by_offset(contributions: FloatArray, rank_index: IntArray, num_ranks: int) -> FloatArray:

@@ -40,7 +40,11 @@ class BfioParams:
     """Parameters of the BF-IO bundle builder, the fast solver and the router.
 
     Attributes:
-        horizon_steps: lookahead H in decode steps (paper Table 1 variant "BF-IO (H = 20)").
+        horizon_steps: lookahead H in decode steps; 0 (myopic BF-IO) unless the operator turns lookahead on.
+            The paper's H = 20 (Table 1) predicts from true output lengths; with only what an engine knows
+            (the survival estimate, no per-request length hints) H > 0 was never clearly better than H = 0
+            and up to 49% worse on one setting (docs/policies/bfio.md), so lookahead is the operator's
+            choice (``[bfio] horizon_steps``), for deployments whose requests carry length hints.
         dyadic_grid: evaluate J on offsets {0, 1, 2, 4, ..., H} with block weights instead of every h.
         weight_scheme: omega_h of the objective; uniform is the paper's pure sum over h.
         decay_gamma: per-step decay when ``weight_scheme`` is decay.
@@ -58,7 +62,7 @@ class BfioParams:
         assignment_ttl_steps: decode steps a pushed central-pool assignment stays valid.
     """
 
-    horizon_steps: int = 20  # [PAPER] section 6, Table 1: BF-IO (H = 20)
+    horizon_steps: int = 0  # [PAPER] section 6, Table 1: BF-IO (H = 0); H = 20 there uses true lengths
     dyadic_grid: bool = True  # [DESIGN] spec 2.7 step 1: quadrature points {0, 1, 2, 4, 8, ...}
     weight_scheme: WeightScheme = WeightScheme.UNIFORM  # [PAPER] section 4: J = sum_{h=0..H} Imbalance(k+h)
     decay_gamma: float = 0.86  # [CODE] spec 2.6: DECAY = 0.86

@@ -57,6 +57,8 @@ class WaitingBatch:
         arrival_s: event time each request arrived, seconds.
         max_tokens: output cap, np.inf when none.
         class_id: ``BfioRouter.class_id`` of each request's class, ``NO_CLASS`` when unknown.
+        output_tokens_hint: predicted output tokens o^_i per request, NaN where a request has none;
+            None when no request has one (the lookahead then predicts from survival alone).
     """
 
     request_ids: tuple[str, ...]
@@ -64,10 +66,12 @@ class WaitingBatch:
     arrival_s: FloatArray
     max_tokens: FloatArray
     class_id: IntArray
+    output_tokens_hint: FloatArray | None = None
 
     def __post_init__(self) -> None:
         size = len(self.request_ids)
-        for name in ("prompt_tokens", "arrival_s", "max_tokens", "class_id"):
+        names = ("prompt_tokens", "arrival_s", "max_tokens", "class_id")
+        for name in (*names, "output_tokens_hint") if self.output_tokens_hint is not None else names:
             if getattr(self, name).shape != (size,):
                 msg = f"waiting.{name} must have shape ({size},), got {getattr(self, name).shape}"
                 raise InvalidInputError(msg, field=f"waiting.{name}", value=getattr(self, name).shape)
@@ -83,6 +87,7 @@ class ActiveBatch:
         generated_tokens: a_i, tokens generated so far.
         max_tokens: output cap, np.inf when none.
         class_id: ``BfioRouter.class_id`` of each request's class, ``NO_CLASS`` when unknown.
+        output_tokens_hint: predicted output tokens o^_i, NaN where none; None when no request has one.
     """
 
     rank: IntArray
@@ -90,6 +95,7 @@ class ActiveBatch:
     generated_tokens: FloatArray
     max_tokens: FloatArray
     class_id: IntArray
+    output_tokens_hint: FloatArray | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -330,11 +336,13 @@ class BfioRouter:
     def _active_contributions(self, active: ActiveBatch, num_offsets: int) -> FloatArray:
         """w^_i(h) of every active request, offset-major (K, M), by class (one class: no copy)."""
         classes = _class_rows(active.class_id)
+        hints = active.output_tokens_hint
         if len(classes) == 1 and isinstance(classes[0][1], slice):
             return self._predictor(classes[0][0]).active_by_offset(
                 prompt_tokens=active.prompt_tokens,
                 generated_tokens=active.generated_tokens,
                 max_tokens=active.max_tokens,
+                hint_tokens=hints,
             )
         contributions = np.zeros((num_offsets, active.rank.shape[0]))
         for cid, rows in classes:
@@ -342,21 +350,27 @@ class BfioRouter:
                 prompt_tokens=active.prompt_tokens[rows],
                 generated_tokens=active.generated_tokens[rows],
                 max_tokens=active.max_tokens[rows],
+                hint_tokens=None if hints is None else hints[rows],
             )
         return contributions
 
     def _new_contributions(self, waiting: WaitingBatch, picked: IntArray, num_offsets: int) -> FloatArray:
         """v_j(h) of the waiting requests ``picked``, shape (len(picked), K), by class (one class: no copy)."""
         classes = _class_rows(waiting.class_id[picked])
+        hints = waiting.output_tokens_hint
         if len(classes) == 1 and isinstance(classes[0][1], slice):
             return self._predictor(classes[0][0]).new(
-                prompt_tokens=waiting.prompt_tokens[picked], max_tokens=waiting.max_tokens[picked]
+                prompt_tokens=waiting.prompt_tokens[picked],
+                max_tokens=waiting.max_tokens[picked],
+                hint_tokens=None if hints is None else hints[picked],
             )
         contributions = np.zeros((picked.shape[0], num_offsets))
         for cid, rows in classes:
             chosen = picked[rows]
             contributions[rows] = self._predictor(cid).new(
-                prompt_tokens=waiting.prompt_tokens[chosen], max_tokens=waiting.max_tokens[chosen]
+                prompt_tokens=waiting.prompt_tokens[chosen],
+                max_tokens=waiting.max_tokens[chosen],
+                hint_tokens=None if hints is None else hints[chosen],
             )
         return contributions
 
@@ -377,6 +391,7 @@ class BfioRouter:
                 [np.inf if r.max_tokens is None else r.max_tokens for r in waiting], dtype=np.float64
             ),
             class_id=np.asarray([self.class_id(r.traffic_class) for r in waiting], dtype=np.int64),
+            output_tokens_hint=_hints([r.output_tokens_hint for r in waiting]),
         )
         active_arrays = ActiveBatch(
             rank=np.asarray([g for g, _ in active], dtype=np.int64),
@@ -386,6 +401,7 @@ class BfioRouter:
                 [np.inf if a.max_tokens is None else a.max_tokens for _, a in active], dtype=np.float64
             ),
             class_id=np.asarray([self.class_id(a.traffic_class) for _, a in active], dtype=np.int64),
+            output_tokens_hint=_hints([a.output_tokens_hint for _, a in active]),
         )
         free_slots = np.asarray([rank.free_slots for rank in ranks], dtype=np.int64)
         return waiting_arrays, active_arrays, free_slots
@@ -398,6 +414,13 @@ def _class_rows(class_id: IntArray) -> list[tuple[int, slice | npt.NDArray[np.bo
     if bool((class_id == class_id[0]).all()):
         return [(int(class_id[0]), slice(None))]
     return [(int(c), class_id == c) for c in np.unique(class_id)]
+
+
+def _hints(values: Sequence[int | None]) -> FloatArray | None:
+    """Output-length hints of boundary documents as an array (NaN where none), None when none has one."""
+    if all(v is None for v in values):
+        return None
+    return np.asarray([np.nan if v is None else v for v in values], dtype=np.float64)
 
 
 def _current_loads(active: ActiveBatch, num_ranks: int) -> FloatArray:

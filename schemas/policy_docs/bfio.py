@@ -157,6 +157,13 @@ class WaitingRequestDoc(ContractModel):
     arrival_s: float = Field(ge=0.0, description="event time the request arrived, seconds")
     traffic_class: str | None = Field(default=None, max_length=128)
     max_tokens: int | None = Field(default=None, ge=1)
+    output_tokens_hint: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="predicted output tokens (a client's or a predictor's estimate, or a tight max_tokens); "
+        "the lookahead trusts it while the request is younger",
+    )
 
 
 class ActiveRequestDoc(ContractModel):
@@ -166,6 +173,13 @@ class ActiveRequestDoc(ContractModel):
     generated_tokens: int = Field(ge=0, le=10_000_000)
     traffic_class: str | None = Field(default=None, max_length=128)
     max_tokens: int | None = Field(default=None, ge=1)
+    output_tokens_hint: int | None = Field(
+        default=None,
+        ge=1,
+        le=10_000_000,
+        description="predicted output tokens (a client's or a predictor's estimate, or a tight max_tokens); "
+        "the lookahead trusts it while the request is younger",
+    )
 
 
 class RankDoc(ContractModel):

@@ -1,4 +1,4 @@
-"""Baselines of spec section 3: FCFS (two variants), round robin, JSQ by count and by load, power-of-d."""
+"""Baselines of spec section 3: FCFS (two variants), round robin, JSQ by count and by load, power-of-d, vLLM."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from policies.bfio.baselines import (
     jsq_load,
     power_of_d,
     round_robin,
+    vllm_dp_score,
 )
 from schemas.errors import InvalidInputError
 
@@ -57,3 +58,15 @@ class TestPowerOfD:
     def test_d_below_one_is_refused(self) -> None:
         with pytest.raises(InvalidInputError, match="d must be"):
             power_of_d(1, np.array([1]), np.array([0]), d=0, rng=np.random.default_rng(0))
+
+
+class TestVllmDpScore:
+    def test_placed_requests_weigh_four_running_ones_and_ties_go_to_the_lower_load(self) -> None:
+        """Running (3, 1, 1), loads (100, 50, 40): scores 3, 1, 1 -> rank 2 (lower load); then 3, 1, 5 -> 1;
+        3, 5, 5 -> 0; 7, 5, 5 -> 2 (lower load), now full; 7, 5 -> 1."""
+        rank_of = vllm_dp_score(5, np.array([2, 2, 2]), np.array([3, 1, 1]), np.array([100.0, 50.0, 40.0]))
+        np.testing.assert_array_equal(rank_of, [2, 1, 0, 2, 1])
+
+    def test_admits_exactly_the_free_slots(self) -> None:
+        rank_of = vllm_dp_score(6, np.array([1, 0, 2]), np.array([0, 0, 0]), np.zeros(3))
+        assert sorted(rank_of.tolist()) == [-1, -1, -1, 0, 2, 2]

@@ -35,10 +35,21 @@ def _previous(payload: BfioPayload, state: BfioState) -> BfioPolicy:
     )
 
 
+LOOKAHEAD = BfioParams(horizon_steps=20)  # the paper's Table 1 H, as an operator would configure it
+
+
 class TestDecide:
-    def test_usable_table_keeps_the_configured_horizon_and_ships_the_table(self) -> None:
+    def test_default_is_myopic_even_with_a_usable_table(self) -> None:
+        """Lookahead is the operator's choice: by default H = 0, which H > 0 never beat without length hints."""
         inputs = BfioInputs(num_ranks=32, slots_per_rank=72, survival_tables=(_table(),), default_class="chat")
         decision = decide(inputs, None, BfioParams(), 0.0)
+        assert decision.payload.horizon_steps == 0
+        assert decision.payload.horizon_grid_steps == [0]
+        assert [t.traffic_class for t in decision.payload.survival_tables] == ["chat"]
+
+    def test_usable_table_keeps_the_configured_horizon_and_ships_the_table(self) -> None:
+        inputs = BfioInputs(num_ranks=32, slots_per_rank=72, survival_tables=(_table(),), default_class="chat")
+        decision = decide(inputs, None, LOOKAHEAD, 0.0)
         assert decision.payload.horizon_steps == 20
         assert decision.payload.horizon_grid_steps == [0, 1, 2, 4, 8, 16, 20]
         assert [t.traffic_class for t in decision.payload.survival_tables] == ["chat"]
@@ -55,11 +66,11 @@ class TestDecide:
 
     def test_h_is_capped_at_the_shortest_median_output(self) -> None:
         inputs = BfioInputs(num_ranks=4, slots_per_rank=8, survival_tables=(_table(median_edge=7.0), _table("code")))
-        decision = decide(inputs, None, BfioParams(), 0.0)
+        decision = decide(inputs, None, LOOKAHEAD, 0.0)
         assert decision.payload.horizon_steps == 7
 
     def test_a_new_h_needs_two_proposals_in_a_row(self) -> None:
-        params = BfioParams()
+        params = LOOKAHEAD
         long = BfioInputs(num_ranks=4, slots_per_rank=8, survival_tables=(_table(),))
         short = BfioInputs(num_ranks=4, slots_per_rank=8, survival_tables=(_table(median_edge=4.0),))
         first = decide(long, None, params, 0.0)

@@ -181,3 +181,54 @@ class TestClassPredictor:
         np.testing.assert_array_equal(
             rank_base_loads_by_offset(np.ascontiguousarray(contributions.T), rank, 10), expected
         )
+
+
+class TestLengthHints:
+    """A request's output-length hint replaces its survival prediction while the request is younger than it."""
+
+    def test_hinted_request_is_alive_exactly_until_its_hint(self, curve: SurvivalCurve) -> None:
+        """Age 3, hint 5, drift 1: alive at ages 3 and 4 (h = 0, 1), gone from age 5 (h = 2, 5)."""
+        predictor = ClassPredictor(curve, offsets_steps=OFFSETS, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL)
+        got = predictor.active_by_offset(
+            prompt_tokens=np.array([100.0]),
+            generated_tokens=np.array([3.0]),
+            max_tokens=np.array([np.inf]),
+            hint_tokens=np.array([5.0]),
+        )
+        np.testing.assert_array_equal(got[:, 0], [103.0, 104.0, 0.0, 0.0])
+
+    def test_a_tighter_max_tokens_still_ends_a_hinted_request(self, curve: SurvivalCurve) -> None:
+        predictor = ClassPredictor(curve, offsets_steps=OFFSETS, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL)
+        got = predictor.active_by_offset(
+            prompt_tokens=np.array([100.0]),
+            generated_tokens=np.array([0.0]),
+            max_tokens=np.array([2.0]),
+            hint_tokens=np.array([50.0]),
+        )
+        np.testing.assert_array_equal(got[:, 0], [100.0, 101.0, 0.0, 0.0])
+
+    def test_no_hint_or_a_spent_hint_falls_back_to_survival(self, curve: SurvivalCurve) -> None:
+        """NaN (no hint) and a hint the request has outlived (age 6, hint 4) predict as without hints."""
+        predictor = ClassPredictor(curve, offsets_steps=OFFSETS, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL)
+        prompts, ages, caps = np.array([10.0, 20.0]), np.array([1.0, 6.0]), np.full(2, np.inf)
+        plain = predictor.active_by_offset(prompt_tokens=prompts, generated_tokens=ages, max_tokens=caps)
+        hinted = predictor.active_by_offset(
+            prompt_tokens=prompts, generated_tokens=ages, max_tokens=caps, hint_tokens=np.array([np.nan, 4.0])
+        )
+        np.testing.assert_array_equal(hinted, plain)
+
+    def test_a_new_request_with_a_hint_lives_hint_steps(self, curve: SurvivalCurve) -> None:
+        """Hint 2: the request admitted now is alive at h = 0, 1 and gone at h = 2, 5; its neighbour without a
+        hint keeps (s + h) S(h) = 20, 21 x 1, 22 x 5/6, 25 x 5/12."""
+        predictor = ClassPredictor(curve, offsets_steps=OFFSETS, drift=1.0, model=NewRequestModel.S_PLUS_H_SURVIVAL)
+        got = predictor.new(
+            prompt_tokens=np.array([10.0, 20.0]), max_tokens=np.full(2, np.inf), hint_tokens=np.array([2.0, np.nan])
+        )
+        np.testing.assert_array_equal(got[0], [10.0, 11.0, 0.0, 0.0])
+        np.testing.assert_allclose(got[1], [20.0, 21.0, 22.0 * 5 / 6, 25.0 * 5 / 12], rtol=1e-12)
+
+    def test_const_s_ignores_hints(self, curve: SurvivalCurve) -> None:
+        """The reference code's convention counts a new request's prompt at every offset, hinted or not."""
+        predictor = ClassPredictor(curve, offsets_steps=OFFSETS, drift=1.0, model=NewRequestModel.CONST_S)
+        got = predictor.new(prompt_tokens=np.array([10.0]), max_tokens=np.array([np.inf]), hint_tokens=np.array([1.0]))
+        np.testing.assert_array_equal(got, [[10.0, 10.0, 10.0, 10.0]])

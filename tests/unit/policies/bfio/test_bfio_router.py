@@ -248,3 +248,46 @@ class TestSurvivalClasses:
         routing = router.route(waiting=batch, active=active, free_slots=free, now_s=0.0, step_index=0)
         assert routing.assignments == (("w", 1),)
         assert routing.objective_j_tokens == expected_j
+
+
+class TestLengthHints:
+    """Hints reach the lookahead from the boundary documents and change the assignment the way Eq. 2 says."""
+
+    def _step(self, router: BfioRouter, *, hinted: bool) -> tuple[WaitingBatch, ActiveBatch, np.ndarray]:
+        """Rank 0 holds a 1000-token request that (by its hint) ends next step; rank 1 a 900-token one that lives.
+
+        H = 0 puts the 1000-token arrival on rank 1 (max 1900 against 2000); knowing rank 0 empties after one
+        step, lookahead puts it on rank 0 (after that step loads 1001 / 911 instead of 11 / 1901)."""
+        waiting = [
+            WaitingRequestDoc(request_id="big", prompt_tokens=1000, arrival_s=0.0),
+            WaitingRequestDoc(request_id="small", prompt_tokens=10, arrival_s=0.0),
+        ]
+        ending = ActiveRequestDoc(prompt_tokens=1000, generated_tokens=4, output_tokens_hint=5 if hinted else None)
+        living = ActiveRequestDoc(prompt_tokens=900, generated_tokens=4, output_tokens_hint=500 if hinted else None)
+        ranks = [RankDoc(free_slots=1, active=[ending]), RankDoc(free_slots=1, active=[living])]
+        return router.batches(waiting, ranks)
+
+    def test_batches_carry_hints_as_nan_where_absent_and_none_without_any(self) -> None:
+        router = BfioRouter(clock=_frozen)
+        waiting, active, _ = self._step(router, hinted=True)
+        assert waiting.output_tokens_hint is None
+        assert active.output_tokens_hint is not None
+        np.testing.assert_array_equal(active.output_tokens_hint, [5.0, 500.0])
+        mixed, _, _ = router.batches(
+            [
+                WaitingRequestDoc(request_id="a", prompt_tokens=1, arrival_s=0.0, output_tokens_hint=7),
+                WaitingRequestDoc(request_id="b", prompt_tokens=1, arrival_s=0.0),
+            ],
+            [RankDoc(free_slots=2)],
+        )
+        assert mixed.output_tokens_hint is not None
+        np.testing.assert_array_equal(mixed.output_tokens_hint, [7.0, np.nan])
+
+    @pytest.mark.parametrize(("hinted", "big_rank"), [(False, 1), (True, 0)])
+    def test_a_hinted_finish_moves_the_large_arrival_onto_the_emptying_rank(self, hinted: bool, big_rank: int) -> None:
+        """Without a survival table and without hints every active request is predicted alive, so H = 4
+        decides as H = 0 would; with the hints it sees rank 0 empty from the next step."""
+        router = BfioRouter(clock=_frozen, policy=_policy(horizon_steps=4))
+        waiting, active, free = self._step(router, hinted=hinted)
+        routing = router.route(waiting=waiting, active=active, free_slots=free, now_s=1.0, step_index=0)
+        assert dict(routing.assignments) == {"big": big_rank, "small": 1 - big_rank}
