@@ -216,9 +216,17 @@ def broker_properties(
     return "".join(f"{key}={value}\n" for key, value in properties.items())
 
 
-def _cluster_id() -> str:
-    """A new cluster id in Kafka's form: 16 random bytes, URL-safe base64 without padding."""
-    return base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+def cluster_id() -> str:
+    """A new cluster id in Kafka's form: 16 random bytes, URL-safe base64 without padding, not starting with ``-``.
+
+    One id in 64 would start with ``-``, and the storage tool reads ``--cluster-id -...`` as an option
+    without its value and refuses to format (seen twice in one test run); Kafka's own random ids
+    skip those for the same reason.
+    """
+    while True:
+        candidate = base64.urlsafe_b64encode(uuid.uuid4().bytes).rstrip(b"=").decode()
+        if not candidate.startswith("-"):
+            return candidate
 
 
 def format_storage(install: KafkaInstall, config: Path, log_dir: Path, sasl: BrokerSasl | None = None) -> bool:
@@ -241,7 +249,7 @@ def format_storage(install: KafkaInstall, config: Path, log_dir: Path, sasl: Bro
         STORAGE_TOOL_CLASS,
         "format",
         "--cluster-id",
-        _cluster_id(),
+        cluster_id(),
         "--config",
         str(config),
         *(sasl.format_arguments() if sasl is not None else []),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 from pathlib import Path
 
@@ -9,7 +10,14 @@ import pytest
 
 from schemas.errors import BackendUnavailableError, ConfigError
 from services.stack import kafka_broker
-from services.stack.kafka_broker import BrokerSasl, KafkaInstall, broker_properties, format_storage, locate_kafka
+from services.stack.kafka_broker import (
+    BrokerSasl,
+    KafkaInstall,
+    broker_properties,
+    cluster_id,
+    format_storage,
+    locate_kafka,
+)
 
 
 def _properties(text: str) -> dict[str, str]:
@@ -127,3 +135,11 @@ class TestOverrides:
         assert properties["group.initial.rebalance.delay.ms"] == "3000"
         assert properties["log.retention.check.interval.ms"] == "500"
         assert properties["auto.create.topics.enable"] == "false"
+
+
+class TestClusterId:
+    def test_ids_are_kafkas_22_characters_and_never_read_as_an_option(self) -> None:
+        ids = [cluster_id() for _ in range(2000)]
+        assert all(len(value) == 22 and re.fullmatch(r"[A-Za-z0-9_-]+", value) for value in ids)
+        assert not [value for value in ids if value.startswith("-")]
+        assert len(set(ids)) == len(ids)
