@@ -81,12 +81,35 @@ def decide(
         max_active=int(clamp(params.max_active, CAP_BOUND, clamps)),
         max_decodes=int(clamp(params.max_decodes, CAP_BOUND, clamps)),
         prefill_order=params.prefill_order.value,
-        tbar_seed_s=inputs.tbar_s,
+        tbar_seed_s=held_seed(inputs.tbar_s, previous, params),
     )
     diagnostics.update(_explain(inputs, payload, delta_min))
     return Decision(
         payload=payload, state=next_state, diagnostics=diagnostics, clamps=tuple(clamps), valid_for_s=params.valid_for_s
     )
+
+
+def held_seed(tbar_s: float | None, previous: SlaiPolicy | None, params: SlaiParams) -> float | None:
+    """The mean batch time to push: the previous document's while the estimate stays within the tolerance.
+
+    ``tbar_seed_s`` only seeds a cold engine's deadlines (spec §3.4), and the windowed estimate moves by a
+    few percent from one decision to the next; pushing each move would publish a new version every
+    interval with nothing an engine acts on.
+    """
+    pushed = previous.payload.tbar_seed_s if previous is not None else None
+    if tbar_s is None or pushed is None:
+        return tbar_s
+    return pushed if abs(tbar_s - pushed) <= params.tbar_seed_tolerance_frac * pushed else tbar_s
+
+
+def unchanged(previous: SlaiPolicy, decision: Decision[SlaiPayload, SlaiState]) -> bool:
+    """Whether ``decision`` pushes nothing new: the same payload, and the same state but for the decision count.
+
+    The policy service then publishes no new version until the previous document nears its expiry.
+    """
+    counted = {"decisions"}
+    same_state = previous.state.model_dump(exclude=counted) == decision.state.model_dump(exclude=counted)
+    return previous.payload == decision.payload and same_state
 
 
 def offset_rule_of(payload: SlaiPayload) -> OffsetRule:

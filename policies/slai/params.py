@@ -55,6 +55,9 @@ class SlaiParams:
         max_decodes: beta, the most decodes per batch.
         prefill_order: order of new prefills.
         valid_for_s: how long a pushed document stays valid (event-time seconds).
+        tbar_seed_tolerance_frac: ours: the pushed mean batch time (``tbar_seed_s``, a cold engine's
+            seed) follows the estimate only when it moves by more than this fraction of the pushed
+            value, so the estimate's noise alone publishes no new document (hysteresis).
         adaptive_enabled: ours: tune delta_lo from TBT attainment and median TTFT.
         adaptive_step: ours: change of delta_lo per adaptive move.
         adaptive_patience: ours: consecutive decisions pointing the same way before a move.
@@ -81,6 +84,7 @@ class SlaiParams:
     max_decodes: int = 128  # paper §7 beta; repo `limit_total_decodes: 128`
     prefill_order: PrefillOrder = PrefillOrder.SPF  # paper §7; repo `fcfs: false`, `user_priority: false`
     valid_for_s: float = 60.0  # ours: DESIGN §1 cadence "seconds"; engines fall back after this
+    tbar_seed_tolerance_frac: float = 0.1  # ours: a seed within 10% of the pushed one is not news
     adaptive_enabled: bool = False  # ours, off by default (paper §8 P18 leaves P99 feedback open)
     adaptive_step: float = 1.0  # ours
     adaptive_patience: int = 2  # ours
@@ -108,6 +112,9 @@ class SlaiParams:
             if getattr(self, name) < 1:
                 msg = f"{name} must be >= 1, got {getattr(self, name)}"
                 raise InvalidInputError(msg, field=name, value=getattr(self, name))
+        if not 0.0 <= self.tbar_seed_tolerance_frac < 1.0:
+            msg = f"tbar_seed_tolerance_frac must be in [0, 1), got {self.tbar_seed_tolerance_frac}"
+            raise InvalidInputError(msg, field="tbar_seed_tolerance_frac", value=self.tbar_seed_tolerance_frac)
         if self.adaptive_cooldown_s < 0 or self.min_tier_samples < 0:
             msg = "adaptive_cooldown_s and min_tier_samples must be >= 0"
             raise InvalidInputError(msg, field="adaptive_cooldown_s", value=self.adaptive_cooldown_s)

@@ -33,6 +33,9 @@ class PolicySpec:
         applies_to: which engines the policy is for, judged on the engine's registration
             (``EngineRegistered`` fields); None means every engine. Engines it does not apply to
             are never snapshotted for it.
+        unchanged: whether a decision pushes nothing new over the previous document; such a
+            decision is not published until the previous document is half way to its expiry
+            (services/policy/runner.py). None: every decision is published.
     """
 
     kind: str
@@ -42,6 +45,7 @@ class PolicySpec:
     inputs_from_snapshot: Callable[[EstimateSnapshot], Any]
     decide: Callable[[Any, Any, float], Decision[Any, Any]]
     applies_to: Callable[[Mapping[str, Any]], bool] | None = None
+    unchanged: Callable[[Any, Decision[Any, Any]], bool] | None = None
 
 
 def engine_obeys(kind: str) -> Callable[[Mapping[str, Any]], bool]:

@@ -6,6 +6,9 @@ decision in its document: version = previous + 1, ``computed_at`` = the snapshot
 ``valid_until`` = that plus the decision's validity, the inputs digest, the diagnostics, the
 clamps and the previous version. A snapshot the policy has already decided from (a duplicate
 after a processor restart) is skipped, so the decision stream is the same whatever the redeliveries.
+A decision its spec calls ``unchanged`` (nothing new for the engine, SLAI's hysteresis) is skipped
+too, until the previous document is half way to its ``valid_until``: then it is published again, so
+a steady engine's document never lapses.
 """
 
 from __future__ import annotations
@@ -52,6 +55,10 @@ def decide_from_snapshot(
     if inputs is None:
         return Outcome(document=None, skipped="not_enough_data")
     decision = spec.decide(inputs, previous, snapshot.ts)
+    if previous is not None and spec.unchanged is not None and spec.unchanged(previous, decision):
+        refresh_at = previous.computed_at + (previous.valid_until - previous.computed_at) / 2.0
+        if snapshot.ts < refresh_at:
+            return Outcome(document=None, skipped="unchanged")
     version = max(floor_version, 0 if previous is None else previous.version) + 1
     digest = InputsDigest(
         snapshot_id=snapshot.snapshot_id,

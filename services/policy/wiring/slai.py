@@ -21,6 +21,7 @@ from __future__ import annotations
 
 from policies.slai import SlaiInputs, SlaiParams, TierObservation
 from policies.slai import decide as decide_slai
+from policies.slai.decide import unchanged as slai_unchanged
 from schemas.estimates import TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
@@ -94,4 +95,5 @@ def slai_spec(params: SlaiParams | None = None) -> PolicySpec:
         inputs_from_snapshot=slai_inputs,
         decide=bind_params(decide_slai, params or SlaiParams()),
         applies_to=engine_obeys("slai"),
+        unchanged=slai_unchanged,
     )

@@ -74,3 +74,25 @@ class TestDecideFromSnapshot:
         )
         assert outcome.document is None
         assert outcome.skipped == "not_enough_data"
+
+
+class TestUnchangedDecisions:
+    spec = default_registry().get("slai")
+
+    def _slai_snapshot(self, demo_plane: OfflineControlPlane, version: int, ts: float) -> EstimateSnapshot:
+        real = last_snapshot(demo_plane, "slai", "slai-0")
+        return EstimateSnapshot.model_validate(
+            real.model_dump() | {"snapshot_id": f"sha256:{version}", "version": version, "ts": ts}
+        )
+
+    def test_an_unchanged_decision_waits_until_the_document_is_half_way_to_expiry(
+        self, demo_plane: OfflineControlPlane
+    ) -> None:
+        first = decide_from_snapshot(self.spec, self._slai_snapshot(demo_plane, 1, 100.0), None).document
+        assert first is not None
+        half = first.computed_at + (first.valid_until - first.computed_at) / 2.0
+        held = decide_from_snapshot(self.spec, self._slai_snapshot(demo_plane, 2, half - 1.0), first)
+        assert (held.document, held.skipped) == (None, "unchanged")
+        refreshed = decide_from_snapshot(self.spec, self._slai_snapshot(demo_plane, 3, half), first).document
+        assert refreshed is not None
+        assert (refreshed.version, refreshed.payload) == (2, first.payload)

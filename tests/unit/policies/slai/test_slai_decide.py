@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
-from policies.slai.decide import decide, offset_rule_of
+from policies.decision import Decision
+from policies.slai.decide import decide, offset_rule_of, unchanged
 from policies.slai.inputs import SlaiInputs, TierObservation
 from policies.slai.offset_rule import offset_for_kv_use
 from policies.slai.params import OffsetMode, PrefillOrder, SlaiParams
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import InputsDigest
-from schemas.policy_docs.slai import SlaiPolicy
+from schemas.policy_docs.slai import SlaiPolicy, SlaiState
 
 LOADED = SlaiInputs(
     tbar_s=0.05,
@@ -99,6 +102,31 @@ class TestDecide:
         first = decide(LOADED, None, SlaiParams(), 0.0)
         second = decide(LOADED, wrap(first.payload, first.state), SlaiParams(), 10.0)
         assert second.state.decisions == 2
+
+    def test_the_seed_holds_within_the_tolerance_and_follows_beyond_it(self) -> None:
+        """tbar_seed_s moves only when the estimate moves by more than 10% of the pushed value."""
+        first = decide(LOADED, None, SlaiParams(), 0.0)
+        previous = wrap(first.payload, first.state)
+        near = decide(dataclasses.replace(LOADED, tbar_s=0.054), previous, SlaiParams(), 2.0)
+        far = decide(dataclasses.replace(LOADED, tbar_s=0.056), previous, SlaiParams(), 2.0)
+        assert (near.payload.tbar_seed_s, far.payload.tbar_seed_s) == (0.05, 0.056)
+        assert unchanged(previous, near)
+        assert not unchanged(previous, far)
+
+    def test_a_tuner_step_is_news_even_with_the_same_payload(self) -> None:
+        first = decide(LOADED, None, SlaiParams(), 0.0)
+        previous = wrap(first.payload, first.state)
+        same = decide(LOADED, previous, SlaiParams(), 2.0)
+        pending = same.state.model_dump() | {"pending_direction": -1, "pending_count": 1}
+        stepped = Decision(
+            payload=same.payload,
+            state=SlaiState.model_validate(pending),
+            diagnostics={},
+            clamps=(),
+            valid_for_s=same.valid_for_s,
+        )
+        assert unchanged(previous, same)
+        assert not unchanged(previous, stepped)
 
     def test_valid_for_comes_from_params(self) -> None:
         assert decide(LOADED, None, SlaiParams(valid_for_s=15.0), 0.0).valid_for_s == 15.0
