@@ -2,17 +2,20 @@
 
 Two parts, each over several seeds (mean +- standard deviation), imbalance (Eq. 2) measured before each
 step's admissions, the router on a frozen clock (deterministic), the bundle decided by the registered
-``bfio`` policy from the run's own telemetry (censoring-aware survival; never true lengths):
+``bfio`` policy from the run's own telemetry (censoring-aware survival; true lengths only as ``--hints``):
 
 - ``lookahead``: the Table 1 setting (G = 16, B = 72, R = 64, Poisson 3,000 req/s after a full backlog)
   and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts), 3 s runs
   (``--seconds`` sets another length of simulated time; the guard part keeps its 4 s), for
-  FCFS, JSQ-by-load, BF-IO H = 0, 1, 2, 4, 8 and 20 (uniform weights, the paper's J), H = 20 with the
+  FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's 4 x waiting + running (each row with
+  its balance ratio and the longest wait of a top-1% prompt), BF-IO H = 0, 1, 2, 4, 8 and 20 (uniform
+  weights, the paper's J), H = 20 with the
   reference code's decay 0.86, and H = 20 with the reference code's new-request convention (a request
   admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both (``ref``). With
-  ``--oracle`` it adds, as a diagnosis only, H = 20 and H = 20 ``ref`` predicted from each request's true
-  output length (no survival curve, the output cap set to the true length; the paper's setting), to
-  separate prediction error from the objective itself. With ``--exact`` it adds H = 20 and H = 20
+  ``--hints`` it adds H = 20 and H = 20 ``ref`` with every request carrying an output-length hint
+  (``services.sim.length_hints``): its true length (the paper's setting) and hints off by up to 10%,
+  20% and 50% (o_i U[1 - e, 1 + e], the reference code's o_est), so the value of a hint is measured.
+  With ``--exact`` it adds H = 20 and H = 20
   ``ref`` predicted from the workload's own output survival curve (2M draws of its length generator)
   in place of the estimate: the best a predictor that knows only a request's age can do. Each
   variant's row also gives its mean paired change against H = 0 over the same seeds.
@@ -23,7 +26,7 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   admissions the guard forced.
 
 Usage: PYTHONPATH=. python ops/bench/bench_bfio_lookahead.py [--parts lookahead guard] [--seeds 1 2 3 4 5]
-       [--oracle] [--exact] [--seconds 3.0] [--workloads table1 bursty] [--variants bfio_h0 bfio_h20 ...]
+       [--hints] [--exact] [--seconds 3.0] [--workloads table1 bursty] [--variants bfio_h0 bfio_h20 ...]
        [--out out/bench/bench_bfio_lookahead.json]
 """
 
@@ -31,18 +34,18 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 import policies.bfio.router as router_module
-import services.sim.routers_bfio as sim_routers
 from policies.bfio import BfioParams, NewRequestModel, WeightScheme
 from policies.bfio.lookahead import ClassPredictor, SurvivalCurve
 from services.sim.bfio_loop import BurstGptLikeLengths, DpLoopResult, dp_workload, run_dp_loop
+from services.sim.length_hints import LengthHints
 from services.sim.workload import BurstyArrivals, PoissonArrivals, Workload
 
 G, B, R = 16, 72, 64
@@ -61,6 +64,10 @@ REFERENCE_RECIPE = BfioParams(
 VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "fcfs": ("fcfs", None),
     "jsq-load": ("jsq-load", None),
+    "round-robin": ("round-robin", None),
+    "jsq-count": ("jsq-count", None),
+    "power-of-two": ("power-of-two", None),
+    "vllm-score": ("vllm-score", None),
     "bfio_h0": ("bfio", BfioParams(horizon_steps=0)),
     "bfio_h1": ("bfio", BfioParams(horizon_steps=1)),
     "bfio_h2": ("bfio", BfioParams(horizon_steps=2)),
@@ -71,24 +78,16 @@ VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "bfio_h20_const_s": ("bfio", BfioParams(horizon_steps=20, new_request_model=NewRequestModel.CONST_S)),
     "bfio_h20_ref": ("bfio", REFERENCE_RECIPE),
 }
-ORACLE_VARIANTS = {
-    "bfio_h20_true_lengths": BfioParams(horizon_steps=20),
-    "bfio_h20_ref_true_lengths": REFERENCE_RECIPE,
+HINT_ERRORS = {"true": 0.0, "err10": 0.1, "err20": 0.2, "err50": 0.5}  # largest relative error of a hint
+HINT_VARIANTS = {
+    f"{label}_hint_{name}": (params, LengthHints(error_frac=error))
+    for label, params in (("bfio_h20", BfioParams(horizon_steps=20)), ("bfio_h20_ref", REFERENCE_RECIPE))
+    for name, error in HINT_ERRORS.items()
 }
 EXACT_VARIANTS = {
     "bfio_h20_exact_curve": BfioParams(horizon_steps=20),
     "bfio_h20_ref_exact_curve": REFERENCE_RECIPE,
 }
-
-
-class _TrueLengthPredictor(ClassPredictor):
-    """Diagnosis only: ignores the survival curve, so a request is alive exactly until its output cap."""
-
-    def __init__(self, curve: object, **kwargs: Any) -> None:
-        super().__init__(None, **kwargs)
-
-
-_PATCHED = ((router_module, "ClassPredictor"), (sim_routers, "_cap"))
 
 
 def exact_output_survival(draws: int = 2_000_000, seed: int = 12_345) -> SurvivalCurve:
@@ -107,27 +106,18 @@ def _exact_curve() -> Iterator[None]:
     def predictor(curve: object, **kwargs: Any) -> ClassPredictor:
         return ClassPredictor(exact, **kwargs)
 
-    module, name = _PATCHED[0]
-    saved = getattr(module, name)
-    setattr(module, name, predictor)
+    name = "ClassPredictor"
+    saved = getattr(router_module, name)
+    setattr(router_module, name, predictor)
     try:
         yield
     finally:
-        setattr(module, name, saved)
+        setattr(router_module, name, saved)
 
 
 @contextmanager
-def _true_lengths() -> Iterator[None]:
-    """Route with every request's true output length as its cap and no survival curve (the oracle)."""
-    saved = {name: getattr(module, name) for module, name in _PATCHED}
-    replacements = {"ClassPredictor": _TrueLengthPredictor, "_cap": lambda r: float(r.target_output_tokens)}
-    for module, name in _PATCHED:
-        setattr(module, name, replacements[name])
-    try:
-        yield
-    finally:
-        for module, name in _PATCHED:
-            setattr(module, name, saved[name])
+def _unpatched() -> Iterator[None]:
+    yield
 
 
 def _run(
@@ -138,6 +128,7 @@ def _run(
     *,
     duration_s: float = 3.0,
     visible_pool: int | None = R,
+    length_hints: LengthHints | None = None,
 ) -> DpLoopResult:
     return run_dp_loop(
         router=router,  # type: ignore[arg-type]
@@ -149,6 +140,7 @@ def _run(
         params=params,
         visible_pool=visible_pool,
         bundle_interval_s=0.25,
+        length_hints=length_hints,
     )
 
 
@@ -166,9 +158,21 @@ def _summary(values: list[float], h0: list[float] | None = None) -> dict[str, An
     return row
 
 
+def _balance(results: list[DpLoopResult]) -> dict[str, Any]:
+    """Balance ratio (mean / max load) and the longest wait of a top-1% prompt, mean and spread over seeds."""
+    ratios = [r.balance_ratio for r in results]
+    waits = [r.long_prompt_max_wait_s or 0.0 for r in results]
+    return {
+        "balance_ratio_mean": float(np.mean(ratios)),
+        "balance_ratio_std": float(np.std(ratios)),
+        "long_prompt_max_wait_s_mean": float(np.mean(waits)),
+        "long_prompt_max_wait_s_max": float(np.max(waits)),
+    }
+
+
 def lookahead(
     seeds: list[int],
-    oracle: bool,
+    hints: bool,
     seconds: float = 3.0,
     *,
     exact: bool = False,
@@ -177,25 +181,28 @@ def lookahead(
 ) -> dict[str, dict[str, dict[str, Any]]]:
     """Imbalance (1e4 tokens) per workload and variant, runs of ``seconds`` simulated seconds."""
     table: dict[str, dict[str, dict[str, Any]]] = {}
-    diagnoses = [(label, params, _true_lengths) for label, params in ORACLE_VARIANTS.items() if oracle]
-    diagnoses += [(label, params, _exact_curve) for label, params in EXACT_VARIANTS.items() if exact]
+    diagnoses: list[tuple[str, BfioParams, LengthHints | None, Callable[[], AbstractContextManager[None]]]]
+    diagnoses = [(label, params, hint, _unpatched) for label, (params, hint) in HINT_VARIANTS.items() if hints]
+    diagnoses += [(label, params, None, _exact_curve) for label, params in EXACT_VARIANTS.items() if exact]
     for name in workloads or list(WORKLOADS):
         workload = WORKLOADS[name]
         table[name] = {}
         h0: list[float] | None = None
-        for label in variants or list(VARIANTS):
+        for label in [v for v in variants or VARIANTS if v in VARIANTS]:
             router, params = VARIANTS[label]
-            values = [
-                _run(router, workload, seed, params, duration_s=seconds).avg_imbalance_tokens / 1e4 for seed in seeds
-            ]
+            results = [_run(router, workload, seed, params, duration_s=seconds) for seed in seeds]
+            values = [r.avg_imbalance_tokens / 1e4 for r in results]
             if label == "bfio_h0":
                 h0 = values
-            table[name][label] = _summary(values, h0 if label != "bfio_h0" else None)
+            table[name][label] = {**_summary(values, h0 if label != "bfio_h0" else None), **_balance(results)}
             _print(name, label, table[name][label])
-        for label, params, patch in diagnoses:
+        for label, params, hint, patch in diagnoses:
+            if variants and label not in variants:
+                continue
             with patch():
                 values = [
-                    _run("bfio", workload, seed, params, duration_s=seconds).avg_imbalance_tokens / 1e4
+                    _run("bfio", workload, seed, params, duration_s=seconds, length_hints=hint).avg_imbalance_tokens
+                    / 1e4
                     for seed in seeds
                 ]
             table[name][label] = _summary(values, h0)
@@ -229,6 +236,12 @@ def guard(seeds: list[int]) -> dict[str, dict[str, Any]]:
 
 def _print(workload: str, label: str, row: dict[str, Any]) -> None:
     extra = f"  forced {max(row['forced_share_per_seed']):.4f} max" if "forced_share_per_seed" in row else ""
+    if "balance_ratio_mean" in row:
+        extra += (
+            f"  balance {row['balance_ratio_mean']:.3f} +- {row['balance_ratio_std']:.3f}"
+            f"  long-prompt wait {row['long_prompt_max_wait_s_mean']:.3f} s"
+            f" (max {row['long_prompt_max_wait_s_max']:.3f})"
+        )
     if row.get("paired_change_vs_h0") is not None:
         se = row["paired_change_se"]
         extra += f"  vs H=0 {row['paired_change_vs_h0']:+.1%}" + ("" if se is None else f" (se {se:.1%})")
@@ -240,10 +253,15 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--parts", nargs="+", choices=["lookahead", "guard"], default=["lookahead", "guard"])
     parser.add_argument("--seeds", type=int, nargs="+", default=[1, 2, 3, 4, 5])
-    parser.add_argument("--oracle", action="store_true", help="add the true-length variants (a diagnosis)")
+    parser.add_argument("--hints", action="store_true", help="add the length-hint variants (true and noisy)")
     parser.add_argument("--exact", action="store_true", help="add the exact-survival-curve variants (a diagnosis)")
     parser.add_argument("--workloads", nargs="+", choices=list(WORKLOADS), help="lookahead workloads (default: all)")
-    parser.add_argument("--variants", nargs="+", choices=list(VARIANTS), help="lookahead variants (default: all)")
+    parser.add_argument(
+        "--variants",
+        nargs="+",
+        choices=[*VARIANTS, *HINT_VARIANTS, *EXACT_VARIANTS],
+        help="lookahead variants (default: all; hint and exact variants also need --hints or --exact)",
+    )
     parser.add_argument("--seconds", type=float, default=3.0, help="simulated seconds of each lookahead run")
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_bfio_lookahead.json"))
     args = parser.parse_args()
@@ -253,7 +271,7 @@ def main() -> None:
     document: dict[str, Any] = {"seeds": args.seeds, "seconds": args.seconds}
     if "lookahead" in args.parts:
         document["lookahead"] = lookahead(
-            args.seeds, args.oracle, args.seconds, exact=args.exact, workloads=args.workloads, variants=args.variants
+            args.seeds, args.hints, args.seconds, exact=args.exact, workloads=args.workloads, variants=args.variants
         )
     if "guard" in args.parts:
         document["guard"] = guard(args.seeds)

@@ -12,7 +12,10 @@ Metrics (paper section 6.3): AvgImbalance is Eq. 2 averaged per step, measured b
 admissions as the reference code does (the post-admission figure is reported beside it); throughput is
 sum_k |A(k)| / sum_k Delta_t(k) (tokens decoded per second of step time); TPOT is the mean over
 finished requests of (finish - admission) / output tokens; barrier idle is the time-based share of
-rank time spent waiting at the barrier.
+rank time spent waiting at the barrier. Beside them: the balance ratio (mean_g L_g / max_g L_g, averaged
+per step before admissions, spec section 1.4) and the longest wait from arrival to admission of a
+long prompt (the top 1% of prompt lengths; one still waiting at the end counts its wait so far), the
+starvation that out-of-order admission risks (spec section 5.3: up to 11 s in the reference).
 
 Deviations: the BurstGPT sample is not shipped, so lengths are drawn from a correlated log-normal pair
 fitted to the sample's statistics (spec 5.3: prompt mean 363, std 502, max 14117; output median 7,
@@ -36,13 +39,14 @@ from policies.bfio import BfioParams
 from schemas.engines import PolicyApplied
 from schemas.errors import InvalidInputError
 from schemas.events import Event
-from schemas.requests import RequestFinished
+from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished
 from schemas.steps import StepReport
 from services.policy.registry import PolicyRegistry
 from services.policy.wiring.bfio import bfio_spec
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
 from services.sim.dp import DpConfig, DpEngine
+from services.sim.length_hints import LengthHints
 from services.sim.metrics import MetricsRecorder
 from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter, CentralPoolPlanner, PlannerStats, RouterStats, frozen_clock
@@ -53,7 +57,8 @@ from services.sim.timing import BfioTiming
 from services.sim.workload import ArrivalProcess, Workload, WorkloadPhase
 
 IntArray = npt.NDArray[np.int64]
-RouterName = Literal["fcfs", "jsq-load", "bfio"]
+RouterName = Literal["fcfs", "jsq-load", "round-robin", "jsq-count", "power-of-two", "vllm-score", "bfio"]
+LONG_PROMPT_QUANTILE = 0.99  # "long prompts": the top 1% of prompt lengths (spec section 8 item 8's starvation)
 ENGINE_ID = "dp-0"
 DEPLOYMENT = "bfio-loop"
 
@@ -105,6 +110,8 @@ class DpLoopResult:
         router: the rank router.
         avg_imbalance_tokens: Eq. 2 averaged per step, before each step's admissions (reference point).
         avg_imbalance_post_admission_tokens: Eq. 2 averaged per step, just after admissions.
+        balance_ratio: mean_g L_g / max_g L_g averaged per step before admissions (1 = balanced).
+        long_prompt_max_wait_s: longest arrival-to-admission wait of a top-1% prompt (None without one).
         throughput_tokens_per_s: sum_k |A(k)| / sum_k Delta_t(k).
         tpot_s: mean (finish - admission) / output tokens over finished requests.
         barrier_idle_frac: rank time waiting at the barrier over all rank time.
@@ -122,6 +129,8 @@ class DpLoopResult:
     router: RouterName
     avg_imbalance_tokens: float
     avg_imbalance_post_admission_tokens: float
+    balance_ratio: float
+    long_prompt_max_wait_s: float | None
     throughput_tokens_per_s: float
     tpot_s: float
     barrier_idle_frac: float
@@ -136,19 +145,34 @@ class DpLoopResult:
 
 
 class _StepMeter:
-    """Telemetry tee: sum_k |A(k)| and sum_k Delta_t(k) from step reports, TPOT from finishes, bundle acks."""
+    """Telemetry tee: sum_k |A(k)| and sum_k Delta_t(k) from step reports, TPOT from finishes, bundle acks,
+    and each request's prompt and wait (arrival to admission)."""
 
     def __init__(self, inner: TelemetrySink) -> None:
         self._inner = inner
+        self.arrived: dict[str, tuple[int, float]] = {}
+        self.waits: list[tuple[int, float]] = []
         self.active_tokens = 0
         self.step_s = 0.0
         self.tpot_sum_s = 0.0
         self.tpot_count = 0
         self.acks = 0
 
+    def long_prompt_max_wait_s(self, end_s: float) -> float | None:
+        """Longest wait of a top-1% prompt: admitted ones to admission, those still waiting to ``end_s``."""
+        waits = self.waits + [(prompt, end_s - arrival_s) for prompt, arrival_s in self.arrived.values()]
+        if not waits:
+            return None
+        threshold = float(np.quantile([prompt for prompt, _ in waits], LONG_PROMPT_QUANTILE))
+        return max(wait_s for prompt, wait_s in waits if prompt >= threshold)
+
     def publish(self, event: Event) -> None:
         """Count ``event`` and pass it on."""
-        if isinstance(event, StepReport):
+        if isinstance(event, RequestArrived):
+            self.arrived[event.request_id] = (event.prompt_tokens, event.ts)
+        elif isinstance(event, RequestAdmitted) and event.request_id in self.arrived:
+            self.waits.append((self.arrived.pop(event.request_id)[0], event.queue_time_s))
+        elif isinstance(event, StepReport):
             self.active_tokens += event.num_prefill_requests + event.num_decode_requests
             self.step_s += event.duration_s
         elif isinstance(event, RequestFinished) and event.admitted_ts is not None and event.output_tokens > 0:
@@ -201,12 +225,14 @@ def run_dp_loop(
     central_pool: CentralPool | None = None,
     bundle_interval_s: float = 1.0,
     decision_clock: Callable[[], float] | None = None,
+    length_hints: LengthHints | None = None,
 ) -> DpLoopResult:
     """Run one DP deployment in offline loop mode and measure it.
 
     Args:
-        router: ``fcfs`` (index fill), ``jsq-load`` or ``bfio`` (under the bundle the control plane
-            decides from this run's own telemetry).
+        router: a baseline (``fcfs`` index fill, ``jsq-load``, ``round-robin``, ``jsq-count``,
+            ``power-of-two``, ``vllm-score``) or ``bfio`` (under the bundle the control plane decides
+            from this run's own telemetry).
         workload: arrivals and lengths.
         duration_s: simulated seconds.
         seed: seed of the workload draw.
@@ -219,12 +245,14 @@ def run_dp_loop(
         bundle_interval_s: event time between bundle decisions.
         decision_clock: wall-clock seconds (time.perf_counter) that times the router, charges it to
             each step and runs the solver's budget; None: a free router on a frozen clock.
+        length_hints: output-length hints the BF-IO router's lookahead reads (true lengths: the paper's
+            setting; noisy: the value of a hint), or None (survival prediction only).
 
     Raises:
-        InvalidInputError: central pool requested for a baseline router.
+        InvalidInputError: central pool or length hints requested for a baseline router.
     """
-    if central_pool is not None and router != "bfio":
-        msg = f"central_pool needs router 'bfio', got {router!r}"
+    if (central_pool is not None or length_hints is not None) and router != "bfio":
+        msg = f"central_pool and length_hints need router 'bfio', got {router!r}"
         raise InvalidInputError(msg, field="router", value=router)
     bfio_params = params or BfioParams()
     control_plane = OfflineControlPlane(DEPLOYMENT, bfio_registry(bfio_params, interval_s=bundle_interval_s))
@@ -248,11 +276,14 @@ def run_dp_loop(
     bfio_router: BfioRankRouter | None = None
     if router == "bfio":
         bfio_router = BfioRankRouter(
-            visible_pool=visible_pool, assignments=planner, clock=decision_clock or frozen_clock
+            visible_pool=visible_pool,
+            assignments=planner,
+            clock=decision_clock or frozen_clock,
+            length_hints=length_hints,
         )
         rank_router = bfio_router
     else:
-        rank_router = baseline_rank_router(router)
+        rank_router = baseline_rank_router(router, seed=seed)
     metrics = MetricsRecorder()
     engine = DpEngine(
         DpConfig(engine_id=ENGINE_ID, ranks=ranks, slots_per_rank=slots_per_rank),
@@ -273,6 +304,8 @@ def run_dp_loop(
         router=router,
         avg_imbalance_tokens=meter.avg_pre_admission_tokens or 0.0,
         avg_imbalance_post_admission_tokens=meter.avg_post_admission_tokens or 0.0,
+        balance_ratio=meter.avg_balance_ratio or 1.0,
+        long_prompt_max_wait_s=step_meter.long_prompt_max_wait_s(duration_s),
         throughput_tokens_per_s=step_meter.active_tokens / step_meter.step_s if step_meter.step_s > 0 else 0.0,
         tpot_s=step_meter.tpot_sum_s / step_meter.tpot_count if step_meter.tpot_count else 0.0,
         barrier_idle_frac=summary.barrier_idle_frac or 0.0,

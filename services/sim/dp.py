@@ -47,6 +47,8 @@ class ImbalanceMeter:
         pre_admission_sum_tokens: sum over steps of G max_g L_g - sum_g L_g after decode and removals,
             before the next admissions (the reference code's point, spec section 1.4).
         post_admission_sum_tokens: the same just after the step's admissions, before its decode.
+        balance_ratio_sum: sum over steps of mean_g L_g / max_g L_g at the pre-admission point (TRT-LLM's
+            balance ratio, 1 - Imbalance / (G max_g L_g); spec section 1.4), 1 for a step with no load.
         decisions: router calls timed (only with a ``decision_clock``).
         decision_sum_s: their summed wall time, charged to the steps.
         decision_max_s: the longest one.
@@ -55,13 +57,17 @@ class ImbalanceMeter:
     steps: int = 0
     pre_admission_sum_tokens: float = 0.0
     post_admission_sum_tokens: float = 0.0
+    balance_ratio_sum: float = 0.0
     decisions: int = 0
     decision_sum_s: float = 0.0
     decision_max_s: float = 0.0
 
-    def record_step(self, *, pre_admission_tokens: float, post_admission_tokens: float) -> None:
-        """Add one decode step's imbalance at both measurement points."""
+    def record_step(
+        self, *, pre_admission_tokens: float, post_admission_tokens: float, balance_ratio: float = 1.0
+    ) -> None:
+        """Add one decode step's imbalance at both measurement points and its pre-admission balance ratio."""
         self.steps += 1
+        self.balance_ratio_sum += balance_ratio
         self.pre_admission_sum_tokens += pre_admission_tokens
         self.post_admission_sum_tokens += post_admission_tokens
 
@@ -75,6 +81,11 @@ class ImbalanceMeter:
     def avg_pre_admission_tokens(self) -> float | None:
         """AvgImbalance at the reference point, or None before the first step."""
         return self.pre_admission_sum_tokens / self.steps if self.steps else None
+
+    @property
+    def avg_balance_ratio(self) -> float | None:
+        """Mean over steps of mean_g L_g / max_g L_g before admissions, or None before the first step."""
+        return self.balance_ratio_sum / self.steps if self.steps else None
 
     @property
     def avg_post_admission_tokens(self) -> float | None:
@@ -286,7 +297,12 @@ class DpEngine(EngineCore):
             self._admitted_now[g] = 0
         pre_admission = float(c.ranks * max(self._loads) - sum(self._loads))
         post_admission = float(c.ranks * max(loads_before) - sum(loads_before))
-        self.imbalance.record_step(pre_admission_tokens=pre_admission, post_admission_tokens=post_admission)
+        peak = max(self._loads)
+        self.imbalance.record_step(
+            pre_admission_tokens=pre_admission,
+            post_admission_tokens=post_admission,
+            balance_ratio=sum(self._loads) / (c.ranks * peak) if peak > 0 else 1.0,
+        )
         self.metrics.rank_step(
             imbalance_tokens=pre_admission,
             idle_s=sum(max(0.0, step_s - local) for local in self._local_s),

@@ -8,7 +8,9 @@ against the same code:
 - ``FcfsRankRouter``: ``fcfs_index_fill``, the reference code's FCFS behind Table 1 (the queue head
   fills rank 0's free slots, then rank 1's, ...);
 - ``JsqLoadRankRouter``: ``jsq_load``, each request in FIFO order to the rank of least token load
-  L_g (the reference code's JSQ, also BF-IO's fallback).
+  L_g (the reference code's JSQ, also BF-IO's fallback);
+- ``RoundRobinRankRouter``, ``JsqCountRankRouter``, ``PowerOfTwoRankRouter`` (power of d = 2, seeded)
+  and ``VllmScoreRankRouter`` (vLLM's 4 x waiting + running): the other baselines of spec section 3.
 
 ``BfioRankRouter`` (services/sim/routers_bfio.py) is the paper's router on the same interface.
 
@@ -27,7 +29,7 @@ from typing import Protocol
 import numpy as np
 import numpy.typing as npt
 
-from policies.bfio import fcfs_index_fill, jsq_load
+from policies.bfio import fcfs_index_fill, jsq_count, jsq_load, power_of_d, round_robin, vllm_dp_score
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from services.sim.request import SimRequest
@@ -142,18 +144,70 @@ class JsqLoadRankRouter(BaselineRankRouter):
         return jsq_load(prompts, free_slots, loads)
 
 
-BASELINE_RANK_ROUTERS = ("fcfs", "jsq-load")
+class RoundRobinRankRouter(BaselineRankRouter):
+    """Round robin (seed 003 section 3, reference code): a pointer from rank 0 each step, skipping full ranks."""
+
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """``policies.bfio.round_robin``."""
+        del ranks
+        return round_robin(len(front), free_slots)
 
 
-def baseline_rank_router(name: str) -> RankRouter:
-    """The baseline rank router called ``name`` (``fcfs`` or ``jsq-load``).
+class JsqCountRankRouter(BaselineRankRouter):
+    """JSQ by request count (the paper's JSQ, seed 003 section 3): each request to the fewest active requests."""
+
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """``policies.bfio.jsq_count``."""
+        return jsq_count(len(front), free_slots, _active_counts(ranks))
+
+
+class PowerOfTwoRankRouter(BaselineRankRouter):
+    """Power of two choices (seed 003 section 3): two open ranks sampled, the one with fewer requests wins.
+
+    Args:
+        seed: seeds the sampling, so a run stays a pure function of its seeds.
+    """
+
+    def __init__(self, seed: int = 0) -> None:
+        self._rng = np.random.default_rng(seed)
+
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """``policies.bfio.power_of_d`` with d = 2."""
+        return power_of_d(len(front), free_slots, _active_counts(ranks), d=2, rng=self._rng)
+
+
+class VllmScoreRankRouter(BaselineRankRouter):
+    """vLLM's internal DP balancing (seed 003 section 3): least 4 x waiting + running, ties to lower KV use."""
+
+    def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
+        """``policies.bfio.vllm_dp_score``."""
+        loads = np.fromiter((view.load_tokens for view in ranks), dtype=np.float64, count=len(ranks))
+        return vllm_dp_score(len(front), free_slots, _active_counts(ranks), loads)
+
+
+def _active_counts(ranks: Sequence[RankView]) -> IntArray:
+    return np.fromiter((view.active for view in ranks), dtype=np.int64, count=len(ranks))
+
+
+BASELINE_RANK_ROUTERS = ("fcfs", "jsq-load", "round-robin", "jsq-count", "power-of-two", "vllm-score")
+
+
+def baseline_rank_router(name: str, *, seed: int = 0) -> RankRouter:
+    """The baseline rank router called ``name`` (one of ``BASELINE_RANK_ROUTERS``); ``seed`` seeds power of two.
 
     Raises:
         ConfigError: any other name.
     """
-    if name == "fcfs":
-        return FcfsRankRouter()
-    if name == "jsq-load":
-        return JsqLoadRankRouter()
+    routers: dict[str, type[BaselineRankRouter]] = {
+        "fcfs": FcfsRankRouter,
+        "jsq-load": JsqLoadRankRouter,
+        "round-robin": RoundRobinRankRouter,
+        "jsq-count": JsqCountRankRouter,
+        "vllm-score": VllmScoreRankRouter,
+    }
+    if name == "power-of-two":
+        return PowerOfTwoRankRouter(seed)
+    if name in routers:
+        return routers[name]()
     msg = f"no baseline rank router {name!r}; choose one of {', '.join(BASELINE_RANK_ROUTERS)}"
     raise ConfigError(msg)

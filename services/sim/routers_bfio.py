@@ -44,6 +44,7 @@ from schemas.policy_docs.bfio import (
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished
 from schemas.steps import StepReport
 from services.sdk.protocol import PolicySource, TelemetrySink
+from services.sim.length_hints import LengthHints
 from services.sim.rank_routers import RankView, kv_admissible
 from services.sim.request import SimRequest
 
@@ -100,6 +101,7 @@ class BfioRankRouter:
         visible_pool: R, how many waiting requests (FIFO front) the router sees; None for all.
         assignments: central-pool assignments to honour while valid, or None.
         clock: the solver's budget clock (default: frozen, never falls back on time).
+        length_hints: output-length hints every request carries (true or noisy lengths), or None.
     """
 
     def __init__(
@@ -108,8 +110,10 @@ class BfioRankRouter:
         visible_pool: int | None = None,
         assignments: AssignmentSource | None = None,
         clock: Callable[[], float] = frozen_clock,
+        length_hints: LengthHints | None = None,
     ) -> None:
         self._router = BfioRouter(clock=clock)
+        self._hints = length_hints
         self._visible_pool = visible_pool
         self._assignments = assignments
         self._visible_since_s: dict[str, float] = {}
@@ -147,11 +151,12 @@ class BfioRankRouter:
             arrival_s=since,
             max_tokens=np.fromiter((_cap(r) for r in visible), dtype=np.float64, count=len(visible)),
             class_id=np.full(len(visible), NO_CLASS, dtype=np.int64),
+            output_tokens_hint=_hint_array(self._hints, visible),
         )
         pushed = self._pushed(ids, now_s)
         routing = self._router.route(
             waiting=batch,
-            active=_active_batch(ranks),
+            active=_active_batch(ranks, self._hints),
             free_slots=np.asarray([v.free_slots for v in ranks], dtype=np.int64),
             now_s=now_s,
             step_index=ranks[0].step_id,
@@ -195,8 +200,14 @@ def _cap(request: SimRequest) -> float:
     return float("inf") if request.spec.max_tokens is None else float(request.spec.max_tokens)
 
 
-def _active_batch(ranks: Sequence[RankView]) -> ActiveBatch:
-    """Every rank's active requests as arrays (rank index = position in ``ranks``)."""
+def _hint_array(hints: LengthHints | None, requests: Sequence[SimRequest]) -> np.ndarray | None:
+    if hints is None:
+        return None
+    return np.fromiter((hints.hint_tokens(r) for r in requests), dtype=np.float64, count=len(requests))
+
+
+def _active_batch(ranks: Sequence[RankView], hints: LengthHints | None = None) -> ActiveBatch:
+    """Every rank's active requests as arrays (rank index = position in ``ranks``), with their hints if any."""
     count = sum(len(v.requests) for v in ranks)
     rank = np.empty(count, dtype=np.int64)
     prompt = np.empty(count, dtype=np.float64)
@@ -216,6 +227,7 @@ def _active_batch(ranks: Sequence[RankView]) -> ActiveBatch:
         generated_tokens=generated,
         max_tokens=cap,
         class_id=np.full(count, NO_CLASS, dtype=np.int64),
+        output_tokens_hint=_hint_array(hints, [r for view in ranks for r in view.requests]),
     )
 
 

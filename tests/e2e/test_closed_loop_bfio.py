@@ -14,6 +14,7 @@ import pytest
 
 from policies.bfio import BfioParams
 from services.sim.bfio_loop import CentralPool, DpLoopResult, dp_workload, run_dp_loop
+from services.sim.length_hints import LengthHints
 from services.sim.workload import BurstyArrivals, PoissonArrivals
 
 G, B, R = 16, 72, 64  # spec section 5.3: Table 1 ran at G = 16, B = 72, R = 4G
@@ -28,7 +29,13 @@ SATURATED = dp_workload(PoissonArrivals(rate_per_s=8000.0), backlog_requests=BAC
 
 
 def _run(
-    router: str, workload: object, *, duration_s: float = 3.0, params: BfioParams | None = None, seed: int = 42
+    router: str,
+    workload: object,
+    *,
+    duration_s: float = 3.0,
+    params: BfioParams | None = None,
+    seed: int = 42,
+    hints: LengthHints | None = None,
 ) -> DpLoopResult:
     return run_dp_loop(
         router=router,  # type: ignore[arg-type]
@@ -40,7 +47,17 @@ def _run(
         params=params,
         visible_pool=R,
         bundle_interval_s=BUNDLE_INTERVAL_S,
+        length_hints=hints,
     )
+
+
+SEEDS = (1, 2, 3, 4, 5)
+
+
+@pytest.fixture(scope="module")
+def table1_h0_by_seed() -> list[float]:
+    """BF-IO H = 0's imbalance on the Table 1 setting, seeds 1-5, 3 s runs (shared by the lookahead tests)."""
+    return [_run("bfio", OVERLOADED, params=BfioParams(horizon_steps=0), seed=s).avg_imbalance_tokens for s in SEEDS]
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +77,22 @@ def table1() -> dict[str, DpLoopResult]:
         "jsq-load": _run("jsq-load", OVERLOADED),
         "bfio_h0": _run("bfio", OVERLOADED, params=BfioParams(horizon_steps=0)),
         "bfio_h20": _run("bfio", OVERLOADED, params=BfioParams(horizon_steps=20)),
+        "bfio": _run("bfio", OVERLOADED),
     }
+
+
+class TestDefaultHorizon:
+    def test_the_default_routes_exactly_as_h0_on_all_three_workloads(
+        self, bursty: dict[str, DpLoopResult], table1: dict[str, DpLoopResult]
+    ) -> None:
+        """The shipped default must never be worse than H = 0: it is H = 0 (lookahead is the operator's
+        choice), so on steady, bursty and saturated load its run is H = 0's to the token."""
+        saturated_default = _run("bfio", SATURATED, duration_s=1.0)
+        saturated_h0 = _run("bfio", SATURATED, duration_s=1.0, params=BfioParams(horizon_steps=0))
+        pairs = ((bursty["bfio"], bursty["bfio_h0"]), (table1["bfio"], table1["bfio_h0"]))
+        for default, h0 in (*pairs, (saturated_default, saturated_h0)):
+            assert default.avg_imbalance_tokens == h0.avg_imbalance_tokens
+            assert default.steps == h0.steps
 
 
 class TestBurstyClosedLoop:
@@ -86,7 +118,7 @@ class TestBurstyClosedLoop:
         """
         seeds = (1, 2, 3, 4, 5)
         h0 = [_run("bfio", BURSTY, params=BfioParams(horizon_steps=0), seed=s).avg_imbalance_tokens for s in seeds]
-        h20 = [_run("bfio", BURSTY, seed=s).avg_imbalance_tokens for s in seeds]
+        h20 = [_run("bfio", BURSTY, params=BfioParams(horizon_steps=20), seed=s).avg_imbalance_tokens for s in seeds]
         assert sum(h20) <= 1.10 * sum(h0)
 
     def test_the_bundle_flows_from_the_stream_estimates(self, bursty: dict[str, DpLoopResult]) -> None:
@@ -124,7 +156,7 @@ class TestTable1Setting:
             assert bfio.throughput_tokens_per_s > fcfs.throughput_tokens_per_s
             assert bfio.tpot_s < fcfs.tpot_s
 
-    def test_lookahead_stays_within_the_seeds_noise_of_h0(self) -> None:
+    def test_lookahead_stays_within_the_seeds_noise_of_h0(self, table1_h0_by_seed: list[float]) -> None:
         """Issue 13 item 4 asks H = 20 below H = 0 here; with the survival estimate it is not, beyond noise.
 
         Over seeds 1-5 (3 s runs): H = 0 2.95e4 +- 0.38e4, H = 20 2.90e4 +- 0.48e4 tokens (-1.4%; H runs
@@ -133,17 +165,55 @@ class TestTable1Setting:
         Bound as on bursts: H = 20's mean at most 10% above H = 0's. The per-seed differences spread by
         0.19e4 here (6.5% of the mean), so 10% is about three standard errors of the mean of five.
         """
-        seeds = (1, 2, 3, 4, 5)
-        h0 = [_run("bfio", OVERLOADED, params=BfioParams(horizon_steps=0), seed=s).avg_imbalance_tokens for s in seeds]
         h20 = [
-            _run("bfio", OVERLOADED, params=BfioParams(horizon_steps=20), seed=s).avg_imbalance_tokens for s in seeds
+            _run("bfio", OVERLOADED, params=BfioParams(horizon_steps=20), seed=s).avg_imbalance_tokens for s in SEEDS
         ]
-        assert sum(h20) <= 1.10 * sum(h0)
+        assert sum(h20) <= 1.10 * sum(table1_h0_by_seed)
+
+    def test_true_length_hints_make_lookahead_pay_and_noisy_ones_lose_most_of_it(
+        self, table1_h0_by_seed: list[float]
+    ) -> None:
+        """With every request's true output length as its hint (the paper's setting) H = 20 is below H = 0;
+        with hints off by up to 20% (the spec's +-20% point) most of that gain is gone.
+
+        Measured over seeds 1-5, 3 s runs (docs/policies/bfio.md, "Length hints"): H = 0 2.95e4 +- 0.38e4,
+        true hints 2.65e4 +- 0.23e4 (paired -9.6%, standard error 2.6%), 20% hints 2.89e4 (-2.0%). The
+        paper's margin (-44% at N = 100k) is not reached in 3 s: the gain grows with the run (-34% at 20 s
+        with true lengths). Bounds: true hints at least 5% below H = 0 on the mean of five; 20% hints keep
+        at most half of the true hints' gain.
+        """
+        hinted = BfioParams(horizon_steps=20)
+        true = [
+            _run("bfio", OVERLOADED, params=hinted, seed=s, hints=LengthHints()).avg_imbalance_tokens for s in SEEDS
+        ]
+        noisy = [
+            _run("bfio", OVERLOADED, params=hinted, seed=s, hints=LengthHints(error_frac=0.2)).avg_imbalance_tokens
+            for s in SEEDS
+        ]
+        h0 = sum(table1_h0_by_seed)
+        assert sum(true) <= 0.95 * h0
+        assert h0 - sum(noisy) <= 0.5 * (h0 - sum(true))
 
     def test_imbalance_is_reported_at_both_points(self, table1: dict[str, DpLoopResult]) -> None:
         """Admissions fill the lightest ranks, so BF-IO's post-admission imbalance is the lower one."""
         h0 = table1["bfio_h0"]
         assert h0.avg_imbalance_post_admission_tokens < h0.avg_imbalance_tokens
+
+
+class TestBaselines:
+    @pytest.mark.parametrize("baseline", ["round-robin", "jsq-count", "power-of-two", "vllm-score"])
+    def test_bfio_beats_every_baseline_of_the_table_on_imbalance_and_balance_ratio(
+        self, table1: dict[str, DpLoopResult], baseline: str
+    ) -> None:
+        """Spec section 3's baselines beside FCFS and JSQ-by-load (Table 1 setting, seed 42, 3 s): BF-IO
+        H = 0 has the lower imbalance and the higher balance ratio (mean / max load), and every run reports
+        the longest wait of a top-1% prompt."""
+        other = _run(baseline, OVERLOADED)
+        h0 = table1["bfio_h0"]
+        assert h0.avg_imbalance_tokens < other.avg_imbalance_tokens
+        assert 0.0 < other.balance_ratio < h0.balance_ratio <= 1.0
+        assert other.long_prompt_max_wait_s is not None
+        assert h0.long_prompt_max_wait_s is not None
 
 
 class TestStarvationGuard:
