@@ -212,6 +212,17 @@ class KafkaLogView:
         topic_id = self._consumer._cluster.topic_id(topic)
         return None if topic_id is None else str(topic_id)
 
+    def layout(self, topic: str) -> tuple[str | None, frozenset[int]] | None:
+        """The topic's id and partitions in the client's metadata, None when it has none.
+
+        Read from the client's cluster metadata: ``KafkaConsumer.partitions_for_topic`` fetches
+        metadata and waits when the topic is unknown, which a poll loop must not.
+        """
+        partitions = self._consumer._cluster.partitions_for_topic(topic)
+        if partitions is None:
+            return None
+        return self.topic_id(topic), frozenset(partitions)
+
 
 def reader(bootstrap: str, *, timeout_s: float, security: KafkaSecurity = PLAINTEXT) -> KafkaConsumer:
     """A group-less consumer for the command-line tools (record, status, explain): it never creates topics.

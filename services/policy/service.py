@@ -38,13 +38,16 @@ Every poll measures the lag (health: lag with nothing decided is a stall) and ch
 against the log its applied offset came from (services/log_reset.py). On a new log (the broker
 restarted without storage, the topic was recreated) the partition is read again from its
 beginning, the fleet aggregators and the snapshot ledger start empty; the applied configuration,
-the shadows and every policy document are kept (docs/operations.md, "Log resets").
+the shadows and every policy document are kept (docs/operations.md, "Log resets"). When the
+topic's layout changes (its id or partition count) and holds still, the service rejoins its group
+as a new member, as the stream processor does, so that its assignment covers the new partitions.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
+from functools import partial
 
 import structlog
 from kafka import TopicPartition
@@ -69,7 +72,7 @@ from services.kafka_clients import (
     subscribe,
 )
 from services.kafka_factory import PLAINTEXT
-from services.log_reset import LogReset, LogWatch
+from services.log_reset import LayoutWatch, LogReset, LogWatch
 from services.policy.handler import (
     FLEET_SCOPE,
     PendingBatch,
@@ -125,13 +128,19 @@ class PolicyService:
         self._committed_states: dict[str, str] = {}
         self._unpositioned: list[TopicPartition] = []
         self._unfinished: PendingBatch | None = None
-        self._consumer = group_consumer(
-            bootstrap, group_id or f"governor-policy-{deployment}", timeouts=kafka_timeouts, security=security
+        self._new_consumer = partial(
+            group_consumer,
+            bootstrap,
+            group_id or f"governor-policy-{deployment}",
+            timeouts=kafka_timeouts,
+            security=security,
         )
+        self._consumer = self._new_consumer()
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._delivery = Delivery(self._producer)
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
+        self._layout_watch = LayoutWatch(ESTIMATES_TOPIC)
         self.handler = PolicyHandler(
             deployment=deployment,
             store=store,
@@ -230,6 +239,9 @@ class PolicyService:
                 if self._unfinished is not None:
                     self._finish(self._unfinished)
                 batch = self._consumer.poll(timeout_ms=100)
+                if self._layout_watch.rejoin_due(self._log_view.layout(ESTIMATES_TOPIC), self._clock()):
+                    self._rejoin()
+                    continue
                 records = self._on_current_logs([record for part in batch.values() for record in part])
                 if self._metrics is not None:
                     self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
@@ -256,6 +268,22 @@ class PolicyService:
                 self._pause(self.outage.failed(exc, "kafka"))
                 idle_since = self._clock()
         return self.counters
+
+    def _rejoin(self) -> None:
+        """Rejoin the group under a fresh member id once ``gov.estimates``' layout changed and held still.
+
+        After a broker restart without its log the topic can come back with another partition count
+        (auto-created by a reconnecting client before ``stack up`` recreates it), and the Tansu broker
+        kept handing the same member its earlier assignment however often it rejoined (the stream
+        processor does the same, services/stream/processor.py). Nothing is lost: the records of the
+        poll that saw the change are dropped unprocessed and read again from the applied offsets by the
+        partitions' next owner, which reloads their state at assignment.
+        """
+        self._unpositioned = []
+        self._consumer.close()
+        self._consumer = self._new_consumer()
+        self._log_view = KafkaLogView(self._consumer)
+        subscribe(self._consumer, ESTIMATES_TOPIC, Rebalance(self.on_assigned))
 
     def _failed(self) -> None:
         """Tell health a batch failed and is retried: only a committed batch counts as progress."""

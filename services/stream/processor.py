@@ -88,17 +88,8 @@ class _KafkaConsumerView:
             self.consumer.seek(TopicPartition(*partition), offset)
 
     def layout(self, topic: str) -> TopicLayout | None:
-        """The topic's id and partitions in the client's metadata, None when it has none.
-
-        Read from the client's cluster metadata: ``KafkaConsumer.partitions_for_topic`` fetches
-        metadata and waits when the topic is unknown, which the poll loop must not.
-        """
-        cluster = self.consumer._cluster
-        partitions = cluster.partitions_for_topic(topic)
-        if partitions is None:
-            return None
-        topic_id = cluster.topic_id(topic)
-        return (None if topic_id is None else str(topic_id), frozenset(partitions))
+        """The topic's id and partitions in the client's metadata, None when it has none."""
+        return KafkaLogView(self.consumer).layout(topic)
 
 
 class StreamProcessor:
