@@ -73,7 +73,8 @@ def serve_stub(port: int, chunks: int) -> None:
     web.run_app(app, host="127.0.0.1", port=port, print=None, access_log=None)
 
 
-async def _wait_http(url: str, timeout_s: float = 60.0) -> None:
+async def wait_http(url: str, timeout_s: float = 60.0) -> None:
+    """Return once ``url`` answers 200; RuntimeError after ``timeout_s``."""
     deadline = time.monotonic() + timeout_s
     async with aiohttp.ClientSession() as session:
         while True:
@@ -258,8 +259,8 @@ def main() -> None:
 async def _measure(args: argparse.Namespace, stub_port: int, gateway_port: int, gateway_pid: int) -> dict[str, Any]:
     direct = f"http://127.0.0.1:{stub_port}/v1/completions"
     through = f"http://127.0.0.1:{gateway_port}/v1/completions"
-    await _wait_http(f"http://127.0.0.1:{stub_port}/health")
-    await _wait_http(f"http://127.0.0.1:{gateway_port}/readyz")
+    await wait_http(f"http://127.0.0.1:{stub_port}/health")
+    await wait_http(f"http://127.0.0.1:{gateway_port}/readyz")
     rates: list[dict[str, Any]] = []
     for rate in args.rates:
         row: dict[str, Any] = {"rate_per_s": rate}

@@ -31,6 +31,7 @@ from typing import Any
 
 import aiohttp
 
+from ops.bench.bench_gateway import wait_http
 from services.cli.main import main as governor_main
 from services.stack.processes import free_port
 
@@ -43,22 +44,6 @@ def _cpu_s(pid: int) -> float:
     """User + system CPU seconds of the event-loop (main) thread of process ``pid``: the request path alone."""
     fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-async def _wait_http(url: str, timeout_s: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout_s
-    async with aiohttp.ClientSession() as session:
-        while True:
-            try:
-                async with session.get(url) as response:
-                    if response.status == 200:
-                        return
-            except aiohttp.ClientError:
-                pass
-            if time.monotonic() > deadline:
-                msg = f"{url} did not answer within {timeout_s} s"
-                raise RuntimeError(msg)
-            await asyncio.sleep(0.1)
 
 
 async def _drive(url: str, n: int, concurrency: int, stream: bool) -> None:
@@ -159,8 +144,8 @@ def main() -> None:
         )
         try:
             url = f"http://127.0.0.1:{gateway_port}"
-            asyncio.run(_wait_http(f"http://127.0.0.1:{stub_port}/health"))
-            asyncio.run(_wait_http(f"{url}/readyz"))
+            asyncio.run(wait_http(f"http://127.0.0.1:{stub_port}/health", 120.0))
+            asyncio.run(wait_http(f"{url}/readyz", 120.0))
             completions = f"{url}/v1/completions"
             asyncio.run(_drive(completions, args.requests // 10, args.concurrency, stream=False))  # warm-up
             cpu = asyncio.run(_load(completions, args.requests, args.concurrency, gateway.pid))
