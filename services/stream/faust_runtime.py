@@ -423,8 +423,24 @@ class FaustStreamProcessor:
                 self._idle_exit_s is not None
                 and self._clock() - self._last_records_at > self._idle_exit_s
                 and not self._batches.pending
+                and not self._known_behind()
             ):
                 self._stop_requested.set()
+
+    def _known_behind(self) -> bool:
+        """Whether an assigned partition's last fetch reported records past what this worker has applied.
+
+        A worker starved of CPU can go ``idle_exit_s`` without a fetch returning records while its
+        partitions still hold some; it must not end then. A partition whose end or position is not
+        known yet does not hold the exit back.
+        """
+        next_offsets = self._batches.next_offsets()
+        for partition in self._view.assigned():
+            high = self._view.highwater(partition)
+            position = next_offsets.get(partition)
+            if high is not None and position is not None and position < high:
+                return True
+        return False
 
     async def _position_paused(self) -> None:
         """Seek the partitions paused at assignment to their applied offsets + 1 and resume them, once Redis answers."""

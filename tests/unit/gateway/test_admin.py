@@ -15,7 +15,7 @@ from services.gateway.upstreams import UpstreamRegistry
 from services.settings import Settings
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry, upstreams
 
-TIMEOUT_S = 10.0  # a safety net for awaited events, never a measured time
+TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 TOKEN = "a-token-of-16-chars-or-more"
 ADMIN = "/admin/upstreams"
 

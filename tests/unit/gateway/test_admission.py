@@ -12,7 +12,7 @@ from services.sdk.protocol import StaticPolicySource
 from tests.unit.gateway.documents import admission
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
-TIMEOUT_S = 10.0  # a safety net for awaited events, never a measured time
+TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 BODY = {"model": "m", "prompt": "a b c", "max_tokens": 5}
 QUEUE = "[queue]\ndeadline_s = 0.2\nrecheck_s = 0.01\n"
 

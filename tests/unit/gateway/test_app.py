@@ -19,7 +19,7 @@ from tests.unit.gateway.upstream_stub import (
     upstream_entry,
 )
 
-TIMEOUT_S = 10.0  # a safety net for awaited events, never a measured time
+TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 
 
 def _run(coro: object) -> None:

@@ -12,7 +12,7 @@ from services.sdk.protocol import StaticPolicySource
 from tests.unit.gateway.documents import fleetopt_plan
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry, words
 
-TIMEOUT_S = 10.0  # a safety net for awaited events, never a measured time
+TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 SENTENCES = [
     "The river flooded the valley in spring.",
     "Farmers in the valley lost their crops to the river.",

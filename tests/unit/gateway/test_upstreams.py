@@ -13,7 +13,7 @@ from services.gateway.config import read_gateway_config
 from services.gateway.upstreams import UpstreamRegistry
 from tests.unit.gateway.upstream_stub import StubUpstream, gateway_over
 
-TIMEOUT_S = 10.0  # a safety net for awaited events, never a measured time
+TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 
 
 def _registration(engine_id: str, url: str | None, ts: float, **fields: object) -> EngineRegistered:
