@@ -21,6 +21,7 @@ from typing import Literal
 from yarl import URL
 
 from schemas.engines import EngineRegistered, Heartbeat
+from schemas.envelope import MAX_ID_CHARS
 from schemas.gateway import UpstreamEntry
 from services.gateway.config import DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_NUM_SEQS, StaticUpstream
 
@@ -157,7 +158,9 @@ class UpstreamRegistry:
         """
         base = url.rstrip("/")
         host_port = base.split("://", 1)[1].split("/", 1)[0]
-        stem = "".join(c if c.isalnum() or c in "_@-" else "-" for c in host_port).strip("-") or "upstream"
+        ascii_id = "".join(c if c.isascii() and (c.isalnum() or c in "_@-") else "-" for c in host_port)
+        # Room for a "-<n>" suffix within the contract's id length.
+        stem = ascii_id.strip("-")[: MAX_ID_CHARS - 8].strip("-") or "upstream"
         engine_id, n = stem, 1
         while engine_id in self._upstreams:
             n += 1

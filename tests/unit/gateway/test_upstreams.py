@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import re
 from pathlib import Path
 
 import pytest
 
 from schemas.engines import EngineRegistered, Heartbeat
+from schemas.envelope import MAX_ID_CHARS
 from schemas.errors import ConfigError
+from schemas.names import IDENTIFIER_PATTERN
 from services.gateway.config import read_gateway_config
 from services.gateway.upstreams import UpstreamRegistry
 from tests.unit.gateway.upstream_stub import StubUpstream, gateway_over
@@ -134,3 +137,17 @@ class TestThroughTheGateway:
                     assert response.headers["x-governor-upstream"] == "reg-0"
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+class TestAddedByUrl:
+    def test_the_engine_id_made_from_a_url_is_a_contract_identifier_whatever_the_host(self) -> None:
+        """Non-ASCII letters and a host longer than an id allows still give an id the routing events accept."""
+        registry = UpstreamRegistry(failures_to_eject=1)
+        long_host = "h" * 300
+        first = registry.add_url("http://münchen.example:8000", pool="short", model="m")
+        second = registry.add_url(f"http://{long_host}:8000", pool="short", model="m")
+        third = registry.add_url(f"http://{long_host}:8001", pool="short", model="m")
+        for upstream in (first, second, third):
+            assert re.fullmatch(IDENTIFIER_PATTERN, upstream.engine_id)
+            assert len(upstream.engine_id) <= MAX_ID_CHARS
+        assert len({first.engine_id, second.engine_id, third.engine_id}) == 3
