@@ -139,7 +139,7 @@ async def _closed_loop(url: str, concurrency: int, n: int) -> float:
         return n / (time.perf_counter() - started)
 
 
-def _cpu_s(pid: int, *, loop_only: bool = False) -> float:
+def cpu_s(pid: int, *, loop_only: bool = False) -> float:
     """User + system CPU seconds of process ``pid``, or of its main (event-loop) thread alone (Linux /proc)."""
     path = f"/proc/{pid}/task/{pid}/stat" if loop_only else f"/proc/{pid}/stat"
     fields = Path(path).read_text().rsplit(")", 1)[1].split()
@@ -150,7 +150,7 @@ def _quantiles_ms(values: np.ndarray) -> dict[str, float]:
     return {"p50": float(np.percentile(values, 50) * 1e3), "p99": float(np.percentile(values, 99) * 1e3)}
 
 
-def _spread(runs: list[float]) -> dict[str, float]:
+def spread(runs: list[float]) -> dict[str, float]:
     return {"median": float(np.median(runs)), "min": float(min(runs)), "max": float(max(runs))}
 
 
@@ -271,19 +271,19 @@ async def _measure(args: argparse.Namespace, stub_port: int, gateway_port: int, 
             for index in range(args.rounds):
                 seed = args.seed + index
                 base = await _open_loop(direct, rate, args.requests, stream, seed)
-                cpu_before, loop_before = _cpu_s(gateway_pid), _cpu_s(gateway_pid, loop_only=True)
+                cpu_before, loop_before = cpu_s(gateway_pid), cpu_s(gateway_pid, loop_only=True)
                 routed = await _open_loop(through, rate, args.requests, stream, seed)
-                cpu_per_request.append((_cpu_s(gateway_pid) - cpu_before) / (args.requests + 1) * 1e6)
-                loop_cpu = _cpu_s(gateway_pid, loop_only=True) - loop_before
+                cpu_per_request.append((cpu_s(gateway_pid) - cpu_before) / (args.requests + 1) * 1e6)
+                loop_cpu = cpu_s(gateway_pid, loop_only=True) - loop_before
                 loop_cpu_per_request.append(loop_cpu / (args.requests + 1) * 1e6)
                 for column, name in ((0, "first_byte"), (1, "full")):
                     base_q, routed_q = _quantiles_ms(base[:, column]), _quantiles_ms(routed[:, column])
                     for q in ("p50", "p99"):
                         added.setdefault(f"{name}_added_{q}_ms", []).append(routed_q[q] - base_q[q])
                         added.setdefault(f"{name}_direct_{q}_ms", []).append(base_q[q])
-            row[mode] = {key: _spread(values) for key, values in added.items()}
-            row[mode]["gateway_cpu_us_per_request"] = _spread(cpu_per_request)
-            row[mode]["gateway_loop_cpu_us_per_request"] = _spread(loop_cpu_per_request)
+            row[mode] = {key: spread(values) for key, values in added.items()}
+            row[mode]["gateway_cpu_us_per_request"] = spread(cpu_per_request)
+            row[mode]["gateway_loop_cpu_us_per_request"] = spread(loop_cpu_per_request)
             added_p50 = row[mode]["full_added_p50_ms"]["median"]
             added_p99 = row[mode]["full_added_p99_ms"]["median"]
             print(
@@ -306,7 +306,7 @@ async def _measure(args: argparse.Namespace, stub_port: int, gateway_port: int, 
         "rounds": args.rounds,
         "chunks": args.chunks,
         "rates": rates,
-        "closed_loop_requests_per_s": {k: _spread(v) for k, v in throughput.items()},
+        "closed_loop_requests_per_s": {k: spread(v) for k, v in throughput.items()},
         "concurrency": args.concurrency,
     }
 

@@ -31,19 +31,13 @@ from typing import Any
 
 import aiohttp
 
-from ops.bench.bench_gateway import wait_http
+from ops.bench.bench_gateway import cpu_s, wait_http
 from services.cli.main import main as governor_main
 from services.stack.processes import free_port
 
 ROOT = Path(__file__).resolve().parents[2]
 BENCH = ROOT / "ops" / "bench" / "bench_gateway.py"
 BODY = {"model": "stub", "prompt": "Say hello to the gateway benchmark.", "max_tokens": 16}
-
-
-def _cpu_s(pid: int) -> float:
-    """User + system CPU seconds of the event-loop (main) thread of process ``pid``: the request path alone."""
-    fields = Path(f"/proc/{pid}/task/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 async def _drive(url: str, n: int, concurrency: int, stream: bool) -> None:
@@ -105,9 +99,9 @@ async def _load(url: str, n: int, concurrency: int, pid: int) -> dict[str, float
     """CPU microseconds of process ``pid`` per request, plain and streaming, over ``n`` requests each."""
     cpu: dict[str, float] = {}
     for mode, stream in (("plain", False), ("stream", True)):
-        before = _cpu_s(pid)
+        before = cpu_s(pid, loop_only=True)
         await _drive(url, n, concurrency, stream)
-        cpu[mode] = (_cpu_s(pid) - before) / n * 1e6
+        cpu[mode] = (cpu_s(pid, loop_only=True) - before) / n * 1e6
     return cpu
 
 

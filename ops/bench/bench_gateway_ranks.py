@@ -38,6 +38,7 @@ from typing import Any
 import aiohttp
 import numpy as np
 
+from ops.bench.bench_gateway import spread
 from policies.bfio.decide import build_payload
 from policies.bfio.params import BfioParams
 from schemas.policy_docs.base import InputsDigest
@@ -182,10 +183,6 @@ async def run_once(
     }
 
 
-def _spread(values: list[float]) -> dict[str, float]:
-    return {"median": float(np.median(values)), "min": float(min(values)), "max": float(max(values))}
-
-
 async def measure(args: argparse.Namespace, urls: list[str], folder: Path) -> dict[str, Any]:
     """Every balancer over every seed's workload, in an order rotated per seed."""
     runs: list[dict[str, Any]] = []
@@ -203,7 +200,7 @@ async def measure(args: argparse.Namespace, urls: list[str], folder: Path) -> di
                 flush=True,
             )
     keys = [k for k in runs[0] if isinstance(runs[0][k], float) and k != "makespan_s"]
-    summary = {b: {k: _spread([r[k] for r in runs if r["balancer"] == b]) for k in keys} for b in args.balancers}
+    summary = {b: {k: spread([r[k] for r in runs if r["balancer"] == b]) for k in keys} for b in args.balancers}
     for balancer, row in summary.items():
         print(
             f"{balancer:11s} over seeds (median [min, max]): "

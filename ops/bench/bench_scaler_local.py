@@ -52,9 +52,9 @@ from services.scaler.gateway_admin import GatewayAdmin
 from services.scaler.local_engines import LocalEngineConnector
 from services.sdk.protocol import StaticPolicySource
 from services.stack.processes import free_port
+from tests.integration.tiny_vllm import TINY_MODEL
 from tests.unit.scaler.plans import fleetopt_plan
 
-TINY_MODEL = Path("services/engines/vllm/tiny_model").resolve()
 ADMIN_TOKEN = "bench-scaler-local"
 
 

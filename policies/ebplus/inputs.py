@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
 
+ONLINE_CALIB_ID = "online"  # the cost model fitted from the engine's own step events
+
 
 def _require(name: str, value: float, ok: bool, what: str) -> None:
     if not (math.isfinite(value) and ok):
@@ -108,7 +110,7 @@ class EbplusInputs:
     completions: int
     tbt_slo_min_s: float | None = None
     token_budget_tokens: int | None = None
-    cost_model_id: str = "online"
+    cost_model_id: str = ONLINE_CALIB_ID
     declared_profile: str | None = None
 
     def __post_init__(self) -> None:

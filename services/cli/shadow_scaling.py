@@ -58,10 +58,6 @@ def _count(trace: ReplayedTrace, pool: str) -> int:
     return sum(1 for a in trace.actions if a.pool == pool)
 
 
-def _final(trace: ReplayedTrace, pool: str) -> int:
-    return trace.final_replicas[pool]
-
-
 def _summary(trace: ReplayedTrace) -> dict[str, object]:
     return {
         "plans": trace.plans,
@@ -95,7 +91,7 @@ def run(args: argparse.Namespace) -> int:
         [
             pool,
             f"{_count(live, pool)} / {_count(shadow, pool)}",
-            f"{_final(live, pool)} / {_final(shadow, pool)}",
+            f"{live.final_replicas[pool]} / {shadow.final_replicas[pool]}",
             f"{live.gpu_seconds[pool] / 3600.0:.3f} / {shadow.gpu_seconds[pool] / 3600.0:.3f}",
         ]
         for pool in sorted(config.pools)

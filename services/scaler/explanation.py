@@ -9,6 +9,7 @@ wanted while it ran (policies/scaling/rules.py ``PoolDecision``).
 
 from __future__ import annotations
 
+from policies.scaling import replicas_for_gpus
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from schemas.scaling import ScalingAction
 
@@ -71,9 +72,7 @@ def explain_action(action: ScalingAction, plan: FleetoptPolicy | None) -> list[s
 
 
 def _plan_replicas(action: ScalingAction) -> int | None:
-    if action.plan_gpus is None:
-        return None
-    return -(-action.plan_gpus // action.gpus_per_replica)
+    return None if action.plan_gpus is None else replicas_for_gpus(action.plan_gpus, action.gpus_per_replica)
 
 
 def _plan_lines(action: ScalingAction, plan: FleetoptPolicy | None) -> list[str]:

@@ -14,29 +14,15 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from schemas.scaling import ScalerConfig, ScalingAction
 from services.health import ServiceMetrics
 from services.scaler.actions import ListActionSink
 from services.scaler.connector import MemoryConnector
 from services.scaler.service import ScalerMetrics, ScalerService
+from services.sdk.protocol import StaticPolicySource
 
 SHADOW_SCALER_PREFIX = "shadow-"
-
-
-class _ReplayedPlans:
-    """A ``PolicySource`` that serves the one document being replayed."""
-
-    def __init__(self, scope: str) -> None:
-        self._scope = scope
-        self.document: FleetoptPolicy | None = None
-
-    def current(self, kind: str, scope: str, now_s: float) -> PolicyDocument | None:
-        """The replayed FleetOpt document of the configured scope, whatever ``now_s``."""
-        if kind != "fleetopt" or scope != self._scope:
-            return None
-        return self.document
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -62,7 +48,7 @@ def replay_plans(
     else its minimum.
     """
     advisory = ScalerConfig.model_validate({**config.model_dump(), "mode": "advisory", "clock": "plan"})
-    plans = _ReplayedPlans(config.scope)
+    plans = StaticPolicySource()
     connectors = {
         name: MemoryConnector(name, pool.initial_replicas if pool.initial_replicas is not None else pool.min_replicas)
         for name, pool in config.pools.items()
@@ -85,7 +71,7 @@ def replay_plans(
             held = max(0.0, document.computed_at - previous_ts)
             for name, replicas in scaler.replicas().items():
                 gpu_seconds[name] += held * replicas * config.pools[name].gpus_per_replica
-        plans.document = document
+        plans.put(document)
         scaler.step()
         previous_ts = document.computed_at
         count += 1

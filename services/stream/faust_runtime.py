@@ -434,13 +434,15 @@ class FaustStreamProcessor:
         partitions still hold some; it must not end then. A partition whose end or position is not
         known yet does not hold the exit back.
         """
-        next_offsets = self._batches.next_offsets()
-        for partition in self._view.assigned():
+        return self._lag(self._batches.next_offsets()) > 0
+
+    def _lag(self, next_offsets: dict[Partition, int]) -> int:
+        """Records the last fetches reported past ``next_offsets`` (partitions of unknown end count none)."""
+        lag = 0
+        for partition, next_offset in next_offsets.items():
             high = self._view.highwater(partition)
-            position = next_offsets.get(partition)
-            if high is not None and position is not None and position < high:
-                return True
-        return False
+            lag += max(0, high - next_offset) if high is not None else 0
+        return lag
 
     async def _position_paused(self) -> None:
         """Seek the partitions paused at assignment to their applied offsets + 1 and resume them, once Redis answers."""
@@ -463,11 +465,7 @@ class FaustStreamProcessor:
         """Measure the lag; reset every partition found on a new log and stop the worker for a restart."""
         next_offsets = self._batches.next_offsets()
         if self._metrics is not None:
-            lag = 0
-            for partition, next_offset in next_offsets.items():
-                high = self._view.highwater(partition)
-                lag += max(0, high - next_offset) if high is not None else 0
-            self._metrics.lag_measured(lag, len(self._view.assigned()))
+            self._metrics.lag_measured(self._lag(next_offsets), len(self._view.assigned()))
         resets = self._log_watch.check(self._view, next_offsets)
         for reset in resets:
             rebuild_partition(self._batches, self._store, reset, self._view.partitions(reset.topic))

@@ -87,10 +87,6 @@ class _KafkaConsumerView:
         for partition, offset in positions.items():
             self.consumer.seek(TopicPartition(*partition), offset)
 
-    def layout(self, topic: str) -> TopicLayout | None:
-        """The topic's id and partitions in the client's metadata, None when it has none."""
-        return KafkaLogView(self.consumer).layout(topic)
-
 
 class StreamProcessor:
     """One member of the stream-processor consumer group of a deployment, on kafka-python."""
@@ -206,10 +202,11 @@ class StreamProcessor:
                 if self._unpositioned:
                     self._position(self._unpositioned)
                 batch = self._consumer.poll(timeout_ms=200, max_records=self._sizer.records)
-                if self._layout_watch.rejoin_due(self._view.layout(TELEMETRY_TOPIC), self._clock()):
+                layout = self._log_view.layout(TELEMETRY_TOPIC)
+                if self._layout_watch.rejoin_due(layout, self._clock()):
                     self._rejoin()
                     continue
-                records = self._on_current_logs([record for part in batch.values() for record in part])
+                records = self._on_current_logs([record for part in batch.values() for record in part], layout)
                 self._measure()
                 if not records:
                     self._batches.idle()
@@ -264,7 +261,7 @@ class StreamProcessor:
         if self._metrics is not None:
             self._metrics.batch_failed()
 
-    def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
+    def _on_current_logs(self, records: list[ConsumerRecord], layout: TopicLayout | None) -> list[ConsumerRecord]:
         """Rebuild every partition found on a new log (read again from its beginning); keep the others' records.
 
         Only partitions the topic has now are checked: one missing from a short-lived topic with fewer
@@ -272,7 +269,6 @@ class StreamProcessor:
         for it made the real topic's log look new again once it was back, so its records were read twice.
         """
         next_offsets = self._batches.next_offsets()
-        layout = self._view.layout(TELEMETRY_TOPIC)
         if layout is not None:
             next_offsets = {tp: offset for tp, offset in next_offsets.items() if tp[1] in layout[1]}
         resets = self._log_watch.check(self._log_view, next_offsets)

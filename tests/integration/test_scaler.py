@@ -35,6 +35,7 @@ from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState
 from services.stack.processes import free_port, port_open
 from tests.integration.processes import wait_until
+from tests.integration.tiny_vllm import TINY_MODEL
 from tests.unit.scaler.plans import fleetopt_plan
 
 pytestmark = pytest.mark.integration
@@ -195,7 +196,6 @@ def test_advisory_governor_scale_records_actions_and_serves_health(
     ]
 
 
-TINY_MODEL = Path(__file__).resolve().parents[2] / "services" / "engines" / "vllm" / "tiny_model"
 VLLM_START_S = 900.0  # a vLLM CPU server's start on a loaded two-core machine (about 5 min seen); never asserted
 LONG_REQUEST_TOKENS = 480
 

@@ -20,14 +20,13 @@ from functools import partial
 from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams
 from policies.ebplus import decide as decide_ebplus
 from policies.ebplus.calibration import CALIBRATION_PROFILES
+from policies.ebplus.inputs import ONLINE_CALIB_ID
 from schemas.estimates import EngineRegistration, EngineSummary
 from schemas.policy_docs import EbplusPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
 from services.triggers import EveryEvents
-
-ONLINE_COST_MODEL = "online"
 
 
 def _cost_model(s: EngineSummary) -> CostModel | None:
@@ -87,7 +86,7 @@ def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False
         return None
     p0 = hazard.p0_per_token
     registered = None if online_cost_model else _registered_calibration(engine)
-    cost, cost_id = registered if registered is not None else (_cost_model(s), ONLINE_COST_MODEL)
+    cost, cost_id = registered if registered is not None else (_cost_model(s), ONLINE_CALIB_ID)
     return EbplusInputs(
         p0=min(1.0, p0 if p0 > 0.0 else 1.0 / mu_o),
         eta=hazard.eta_per_token2,

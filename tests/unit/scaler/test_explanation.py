@@ -56,7 +56,7 @@ class TestExplainAction:
         assert "plan       fleetopt fleet v3 computed at t=1000.000 s: short n_gpus=0 = 0 replicas of 2 GPU(s)" in lines
         assert "           valid until t=1600.000 s; previous version -; inputs snapshot plan-3" in lines
 
-    def test_a_forced_stop_note_and_a_failure_are_shown(self) -> None:
+    def test_a_failure_is_shown(self) -> None:
         rig = Rig(scaler_config(), fail_with="HTTP 403 Forbidden")
         rig.push(short_gpus=4, long_gpus=2, version=1)
         failed = next(a for a in rig.at(1000.0) if a.pool == "short")

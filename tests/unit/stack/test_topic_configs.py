@@ -26,7 +26,6 @@ class TestTopicConfigs:
         retention = TopicRetention(telemetry_ms=5000, decisions_ms=9000, segment_ms=100)
         configs = topic_configs(ESTIMATES_TOPIC, retention)
         assert configs == {"cleanup.policy": "compact", "min.compaction.lag.ms": "5000", "segment.ms": "100"}
-        assert "retention.ms" not in configs
 
     def test_every_topic_of_governor_has_a_policy_and_rolls_daily(self) -> None:
         for topic in TOPICS:
