@@ -1,9 +1,17 @@
 """``EngineLink``: how a vLLM engine joins Governor (registration, publisher, policy client, heartbeat).
 
 Both the stat-logger plugin and the schedulers open one link from the engine's environment
-(``EngineSettings``: ``GOVERNOR_ENGINE_ID``, ``GOVERNOR_DEPLOYMENT``, ``GOVERNOR_KAFKA_BOOTSTRAP``,
+(``VllmEngineSettings``: ``GOVERNOR_ENGINE_ID``, ``GOVERNOR_DEPLOYMENT``, ``GOVERNOR_KAFKA_BOOTSTRAP``,
 ``REDIS_URL``...). This module reads vLLM objects by attribute only and imports nothing of vLLM, so
 it loads in any process of the engine.
+
+An engine that takes requests through ``governor gateway`` says so in its registration: its
+``GOVERNOR_ENDPOINT_URL`` (the base URL of its OpenAI-compatible server, as the gateway reaches it) and, for a
+server that is one rank of a data-parallel deployment of separate servers (vLLM's external load-balancing
+mode, or independent servers), ``GOVERNOR_DP_GROUP`` and its rank. The rank is ``GOVERNOR_DP_RANK`` or else
+vLLM's own ``--data-parallel-rank``, and it is stamped on every event of the engine, so its telemetry reads
+as that rank's. The engine never learns its own address (it binds to whatever ``--host`` says, and a proxy
+or a container may stand between), so the URL is the operator's to give.
 
 Per request, vLLM carries no tier: a client names one in the sampling parameters' ``extra_args``
 (``{"governor_tier": "paid", "governor_tbt_slo_s": 0.1}``; over the OpenAI API, ``vllm_xargs``),
@@ -22,11 +30,13 @@ from typing import Any
 
 import structlog
 from prometheus_client import REGISTRY
+from pydantic import Field, model_validator
 
 from schemas.envelope import MAX_ID_CHARS
+from schemas.names import IDENTIFIER_PATTERN
 from schemas.policy_docs.base import PolicyDocument
 from services.engines.stream import EngineStream, FinishReasonName, RequestTrack
-from services.sdk.envelope import EnvelopeStamper
+from services.sdk.envelope import EnvelopeFields, EnvelopeStamper
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
 from services.sdk.publisher_metrics import PublisherCollector
@@ -47,6 +57,66 @@ FINISH_REASONS: dict[str, FinishReasonName] = {
     "error": "error",
     "repetition": "abort",
 }
+
+
+class VllmEngineSettings(EngineSettings):
+    """A vLLM engine's Governor settings: ``EngineSettings`` and how ``governor gateway`` reaches it."""
+
+    endpoint_url: str | None = Field(
+        default=None,
+        max_length=2048,
+        pattern=r"^https?://[^\s]+$",
+        description="base URL of the engine's OpenAI-compatible server for `governor gateway`; None: not an upstream",
+    )
+    dp_group: str | None = Field(
+        default=None,
+        min_length=1,
+        max_length=128,
+        pattern=IDENTIFIER_PATTERN,
+        description="the data-parallel deployment of separate servers this engine is a rank of",
+    )
+    dp_rank: int | None = Field(
+        default=None, ge=0, le=4096, description="its rank in dp_group (default: vLLM's --data-parallel-rank)"
+    )
+
+    @model_validator(mode="after")
+    def _rank_needs_group(self) -> VllmEngineSettings:
+        """A rank without a group would be stamped on events that no gateway reads as a rank's."""
+        if self.dp_rank is not None and self.dp_group is None:
+            msg = "GOVERNOR_DP_RANK is set without GOVERNOR_DP_GROUP"
+            raise ValueError(msg)
+        return self
+
+
+class RankStamper(EnvelopeStamper):
+    """An envelope stamper that stamps the engine's DP rank on every event it does not stamp otherwise."""
+
+    def __init__(self, *, engine_id: str, deployment: str, source_epoch: int, dp_rank: int | None) -> None:
+        super().__init__(engine_id=engine_id, deployment=deployment, source_epoch=source_epoch)
+        self.dp_rank = dp_rank
+
+    def next(self, now_s: float, dp_rank: int | None = None) -> EnvelopeFields:
+        """The next envelope, on ``dp_rank`` when given, else on the engine's own rank."""
+        return super().next(now_s, self.dp_rank if dp_rank is None else dp_rank)
+
+
+def gateway_fields(vllm_config: Any, settings: VllmEngineSettings) -> tuple[dict[str, str], int | None]:
+    """The registration's gateway fields (``endpoint_url``, ``dp_group``) and the engine's DP rank.
+
+    The rank is the operator's ``GOVERNOR_DP_RANK``, else vLLM's ``--data-parallel-rank`` (each server of
+    vLLM's external load-balancing mode is started with its own); None for an engine in no group.
+    """
+    fields: dict[str, str] = {}
+    if settings.endpoint_url is not None:
+        fields["endpoint_url"] = settings.endpoint_url
+    if settings.dp_group is None:
+        return fields, None
+    fields["dp_group"] = settings.dp_group
+    rank = settings.dp_rank
+    if rank is None:
+        vllm_rank = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_rank", 0)
+        rank = vllm_rank if isinstance(vllm_rank, int) and vllm_rank >= 0 else 0
+    return fields, rank
 
 
 def finish_reason_name(vllm_reason: str) -> FinishReasonName:
@@ -113,7 +183,7 @@ class EngineLink:
         policies: the policy client, or None for an engine that obeys no policy.
     """
 
-    settings: EngineSettings
+    settings: VllmEngineSettings
     stream: EngineStream
     publisher: TelemetryPublisher
     policies: PolicyClient | None
@@ -131,7 +201,7 @@ class EngineLink:
         scheduler: str,
         obeys: list[str],
         load: Callable[[], tuple[int, int]],
-        settings: EngineSettings | None = None,
+        settings: VllmEngineSettings | None = None,
     ) -> EngineLink:
         """Connect (never blocking on the broker or Redis), register the engine and start its heartbeat.
 
@@ -142,13 +212,17 @@ class EngineLink:
             scheduler: what the engine runs (``vllm``, ``ebplus``, ``slai``).
             obeys: the policy kinds it obeys (registered, so the control plane sends only those).
             load: returns (running, waiting) for the heartbeat.
-            settings: the engine's settings (default: from the environment).
+            settings: the engine's settings (default: ``VllmEngineSettings`` from the environment).
         """
-        settings = settings if settings is not None else EngineSettings.load()
+        settings = settings if settings is not None else VllmEngineSettings.load()
         engine_id = settings.engine_id or identifier(f"vllm-{socket.gethostname()}")
+        gateway, dp_rank = gateway_fields(vllm_config, settings)
         publisher = TelemetryPublisher(settings.kafka_bootstrap, security=settings.kafka_security())
-        stamper = EnvelopeStamper(
-            engine_id=engine_id, deployment=settings.deployment, source_epoch=time.time_ns() // 1_000_000
+        stamper = RankStamper(
+            engine_id=engine_id,
+            deployment=settings.deployment,
+            source_epoch=time.time_ns() // 1_000_000,
+            dp_rank=dp_rank,
         )
         stream = EngineStream(stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens)
         policies = (
@@ -184,12 +258,21 @@ class EngineLink:
             block_size_tokens=block_size_tokens,
             scheduler=scheduler,
             obeys=obeys,
+            **gateway,
         )
         for kind in obeys:
             if policies is not None:
                 policies.watch(kind, engine_id)
         threading.Thread(target=link._beat, args=(load,), name="governor-heartbeat", daemon=True).start()
-        log.info("governor_engine_linked", engine_id=engine_id, scheduler=scheduler, obeys=obeys)
+        log.info(
+            "governor_engine_linked",
+            engine_id=engine_id,
+            scheduler=scheduler,
+            obeys=obeys,
+            endpoint_url=gateway.get("endpoint_url"),
+            dp_group=gateway.get("dp_group"),
+            dp_rank=dp_rank,
+        )
         return link
 
     def document(self, kind: str | None, now_s: float) -> PolicyDocument | None:

@@ -39,8 +39,7 @@ from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, SchedulerStats
 
 from services.engines.stream import RequestTrack, StepCounts
-from services.engines.vllm.connect import EngineLink, finish_reason_name, identifier
-from services.settings import EngineSettings
+from services.engines.vllm.connect import EngineLink, VllmEngineSettings, finish_reason_name, identifier
 
 log = structlog.get_logger(__name__)
 
@@ -61,7 +60,7 @@ class GovernorStatLogger(StatLoggerBase):
     def __init__(self, vllm_config: VllmConfig, engine_index: int = 0) -> None:
         self.vllm_config = vllm_config
         self.engine_index = engine_index
-        self.settings = EngineSettings.load()
+        self.settings = VllmEngineSettings.load()
         self.passive = self.settings.engine_id is None or runs_governor_scheduler(vllm_config)
         self.link: EngineLink | None = None
         self._load = (0, 0)
