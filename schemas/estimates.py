@@ -46,6 +46,9 @@ class EngineRegistration(ContractModel):
     dp_size: int = Field(default=1, description="data-parallel ranks")
     scheduler: str | None = None
     obeys: list[str] | None = None
+    dp_group: str | None = Field(
+        default=None, description="the DP deployment of separate servers this engine is a rank of (BF-IO's scope)"
+    )
 
 
 class LastStep(ContractModel):

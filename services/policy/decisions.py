@@ -4,7 +4,9 @@ The live policy service and the offline replay both call ``on_snapshot`` (STYLE 
 engine-scope snapshot is decided at once: find the policy it was taken for, read its previous
 document from the store, decide (services/policy/runner.py), compare-and-set the new version into
 the store (which announces it). A fleet-scope policy's per-engine slot contributions go to that
-policy's ``FleetAggregator`` instead, and each fleet slot they close is decided the same way.
+policy's ``FleetAggregator`` instead, and each fleet slot they close is decided the same way. A BF-IO
+snapshot of an engine registered as a rank of a ``dp_group`` goes to ``DpGroups`` and is decided for the
+group, whose bundle ``governor gateway`` reads (services/policy/wiring/bfio.py).
 
 The policy set (services/policy/config.py) can narrow the engines a kind decides for
 (``applies_to``); an engine outside it is skipped as ``not_applicable``. While an operator's pin
@@ -43,6 +45,7 @@ from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry, PolicySpec
 from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
+from services.policy.wiring.bfio import BFIO_KIND, DpGroups
 from services.store.memory_store import stored_version
 from services.store.protocol import Store
 from services.stream.fleet import FleetAggregator
@@ -92,6 +95,7 @@ class DecisionMaker:
         self._pins = pins
         self._keyring = keyring
         self.aggregators: dict[str, FleetAggregator] = {}
+        self.dp_groups: DpGroups | None = None
         self.skipped: dict[str, int] = {}
         self.unreadable_keys = 0
         self._staged: dict[tuple[str, str], PolicyDocument] = {}
@@ -220,8 +224,16 @@ class DecisionMaker:
         if not self.policy_set.applies(spec.kind, snapshot.scope, engine):
             self.skipped["not_applicable"] = self.skipped.get("not_applicable", 0) + 1
             return handled
-        self._decide(spec, snapshot, handled)
+        group = self._dp_groups(spec).add(snapshot) if spec.kind == BFIO_KIND else None
+        self._decide(spec, snapshot if group is None else group, handled)
         return handled
+
+    def _dp_groups(self, spec: PolicySpec) -> DpGroups:
+        """The BF-IO groups, decided once per slot of the spec's interval."""
+        if self.dp_groups is None:
+            assert isinstance(spec.trigger, EverySeconds)
+            self.dp_groups = DpGroups(slot_s=spec.trigger.seconds)
+        return self.dp_groups
 
     def aggregator_states(self) -> dict[str, str]:
         """Each fleet aggregator's state (JSON) under its store scope ``fleet-{kind}``."""

@@ -165,6 +165,7 @@ class EngineEstimates:
                     "dp_size",
                     "scheduler",
                     "obeys",
+                    "dp_group",
                 },
             )
 

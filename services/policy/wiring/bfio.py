@@ -1,32 +1,44 @@
 """Wiring of BF-IO (seed 003): the router bundle's inputs from a DP engine summary, and its spec.
 
 specs/seed-003-bfio.md sections 6.4-6.5: the bundle is built from the stream estimates of one DP
-deployment (the DP engine is the scope): the censoring-aware Kaplan-Meier survival of output length
-(log-binned, ``survival`` in the summary), the step model T = C + t_l max_g L_g fitted from rank
-reports (``dp.step_model``, paper Eq. 6) and the registration (``engine.dp_size``,
-``engine.max_num_seqs``). Engines without ``dp_size`` get no bundle. The router hot-reloads the
-bundle through the policy source (kind ``bfio``, scope the DP engine id) every step.
+deployment: the censoring-aware Kaplan-Meier survival of output length (log-binned, ``survival`` in the
+summary), the step model T = C + t_l max_g L_g fitted from rank reports (``dp.step_model``, paper Eq. 6)
+and the registration (``engine.dp_size``, ``engine.max_num_seqs``). The router hot-reloads the bundle
+through the policy source (kind ``bfio``) every step.
 
-Deviation: the summary carries one survival table per engine, published as class ``default`` and
-used for every request (the spec's per-class tables need a class key on the events).
+A DP deployment is one of two things. A DP engine (one engine registered with ``dp_size`` > 1, its ranks
+inside it) is its own scope. A group of separate servers, each registered as one rank of a ``dp_group``
+(vLLM's external load-balancing mode, or independent servers behind ``governor gateway``), is decided as
+one deployment whose scope is the group's name, the key ``governor gateway`` reads for its central pool
+(services/gateway/ranks.py): ``DpGroups`` keeps each rank's latest snapshot and presents the group as one
+DP engine, G = its ranks, B = the smallest rank's ``max_num_seqs``, and the ranks' survival tables pooled
+(``pooled_survival``). The gateway obeys the bundle for the group, so a rank's own ``obeys`` (what its
+scheduler obeys) does not gate it. Engines in neither form get no bundle.
+
+Deviations: the summary carries one survival table per engine, published as class ``default`` and
+used for every request (the spec's per-class tables need a class key on the events). A group has no
+step model: separate servers step independently, with no barrier for Eq. 6 to fit, so its bundle uses
+the reference step constants.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from policies.bfio import BfioInputs, BfioParams, SurvivalTable
 from policies.bfio import decide as decide_bfio
-from schemas.estimates import EngineSummary
+from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
 from services.triggers import EverySeconds
 
+BFIO_KIND = "bfio"
 BFIO_INTERVAL_S = 1.0  # spec 6.2: tier-1 loop every 100 ms to 5 s
 DEFAULT_CLASS = "default"
+RANK_SILENT_S = 30.0  # a rank without a snapshot for this long (event time) leaves its group's estimate
 
 
 def _survival(s: EngineSummary) -> SurvivalTable | None:
@@ -44,7 +56,7 @@ def _survival(s: EngineSummary) -> SurvivalTable | None:
 
 
 def bfio_inputs(snapshot: EstimateSnapshot) -> BfioInputs | None:
-    """BF-IO inputs from a DP engine's summary; None for an engine without ``dp_size`` (not DP).
+    """BF-IO inputs from a DP engine's summary (or a group's, ``group_snapshot``); None without a registration.
 
     The survival table and the step-model fit are optional (the bundle then uses H = 0 and the
     reference step constants); a fit with a negative coefficient is treated as not fitted.
@@ -68,10 +80,114 @@ def bfio_inputs(snapshot: EstimateSnapshot) -> BfioInputs | None:
     )
 
 
+def dp_group_of(snapshot: EstimateSnapshot) -> str | None:
+    """The ``dp_group`` an engine snapshot's engine registered as a rank of; None for a standalone engine."""
+    summary = snapshot.estimates
+    if not isinstance(summary, EngineSummary) or summary.engine is None:
+        return None
+    return summary.engine.dp_group
+
+
+def pooled_survival(tables: Sequence[SurvivalSummary]) -> SurvivalSummary | None:
+    """One survival table for a group's ranks: the sample-weighted mean of the tables on the same edges.
+
+    The gateway spreads one request stream over the ranks, so each rank's Kaplan-Meier table estimates the
+    same output-length law. Where no request is censored, the weighted mean of the ranks' empirical
+    survivals is exactly the survival of their pooled samples; with censoring it approximates the pooled
+    Kaplan-Meier estimate (exact when the ranks censor alike). Tables are pooled only on the edges of the
+    table with the most samples (the stream processor publishes every engine on the same log-spaced
+    edges, so in practice all of them); None when no rank has a usable table.
+    """
+    usable = [t for t in tables if t.bin_edges_tokens and len(t.bin_edges_tokens) == len(t.survival_frac)]
+    if not usable:
+        return None
+    edges = max(usable, key=lambda t: t.n_samples).bin_edges_tokens
+    same = [t for t in usable if t.bin_edges_tokens == edges]
+    n_samples = sum(t.n_samples for t in same)
+    if n_samples == 0:
+        return same[0]
+    fracs = [sum(t.n_samples * t.survival_frac[j] for t in same) / n_samples for j in range(len(edges))]
+    return SurvivalSummary(
+        bin_edges_tokens=list(edges),
+        survival_frac=fracs,
+        n_samples=n_samples,
+        n_censored=sum(t.n_censored for t in same),
+    )
+
+
+def group_snapshot(
+    group: str, ranks: Sequence[EstimateSnapshot], trigger: EstimateSnapshot, slot_s: float
+) -> EstimateSnapshot:
+    """The group's ranks presented as one DP engine: the snapshot a group's bundle is decided from.
+
+    ``trigger`` is the rank snapshot that fired the decision (its time, id and summary carry over). The
+    version is the ``slot_s`` event-time slot the trigger falls in, so the group is decided once per
+    slot whichever rank fires first, a redelivered rank snapshot is a duplicate, and the numbering
+    survives a restart of the policy service.
+    """
+    summaries = [s.estimates for s in ranks if isinstance(s.estimates, EngineSummary)]
+    registrations = [s.engine for s in summaries if s.engine is not None]
+    fired = engine_summary(trigger)
+    assert fired.engine is not None
+    slots = min(r.max_num_seqs for r in registrations)
+    engine = fired.engine.model_copy(update={"dp_size": len(registrations), "max_num_seqs": slots * len(registrations)})
+    tables = [s.survival for s in summaries if s.survival is not None]
+    estimates = fired.model_copy(
+        update={"engine_id": group, "engine": engine, "survival": pooled_survival(tables), "dp": None}
+    )
+    offsets = [offset for s in ranks for offset in s.offsets]
+    return trigger.model_copy(
+        update={
+            "scope": group,
+            "version": int(trigger.ts // slot_s) + 1,
+            "offsets": offsets,
+            "estimates": estimates,
+            "signature": None,
+        }
+    )
+
+
+class DpGroups:
+    """The latest snapshot of every rank of every ``dp_group``, turned into group snapshots as ranks report.
+
+    State of the policy service like the fleet aggregators, built from the snapshot sequence alone, so
+    the live service and an offline replay decide the same bundles. A rank that registers again in
+    another group (or in none) moves; one silent for ``silent_s`` of event time leaves its group.
+    """
+
+    def __init__(self, *, slot_s: float = BFIO_INTERVAL_S, silent_s: float = RANK_SILENT_S) -> None:
+        self._slot_s = slot_s
+        self._silent_s = silent_s
+        self._ranks: dict[str, dict[str, EstimateSnapshot]] = {}
+        self._group_of: dict[str, str] = {}
+
+    def add(self, snapshot: EstimateSnapshot) -> EstimateSnapshot | None:
+        """Take one rank's BF-IO snapshot; return its group's snapshot, or None for an engine in no group."""
+        group = dp_group_of(snapshot)
+        previous = self._group_of.pop(snapshot.scope, None)
+        if previous is not None and previous != group:
+            self._ranks[previous].pop(snapshot.scope, None)
+            if not self._ranks[previous]:
+                del self._ranks[previous]
+        if group is None:
+            return None
+        self._group_of[snapshot.scope] = group
+        ranks = self._ranks.setdefault(group, {})
+        ranks[snapshot.scope] = snapshot
+        for engine_id in [e for e, s in ranks.items() if s.ts < snapshot.ts - self._silent_s]:
+            del ranks[engine_id]
+            del self._group_of[engine_id]
+        return group_snapshot(group, [ranks[e] for e in sorted(ranks)], snapshot, self._slot_s)
+
+    def ranks(self, group: str) -> list[str]:
+        """The engine ids the group's estimate is pooled from."""
+        return sorted(self._ranks.get(group, {}))
+
+
 def bfio_spec(params: BfioParams | None = None, *, interval_s: float = BFIO_INTERVAL_S) -> PolicySpec:
     """BF-IO bundle per DP engine, every ``interval_s`` seconds of the engine's event time."""
     return PolicySpec(
-        kind="bfio",
+        kind=BFIO_KIND,
         scope="engine",
         trigger=EverySeconds(seconds=interval_s),
         document_type=BfioPolicy,
@@ -82,6 +198,9 @@ def bfio_spec(params: BfioParams | None = None, *, interval_s: float = BFIO_INTE
 
 
 def is_dp_engine(engine: Mapping[str, Any]) -> bool:
-    """True for an engine registered with more than one data-parallel rank whose router obeys BF-IO."""
+    """True for a rank of a ``dp_group`` (the gateway obeys BF-IO for it), and for an engine registered with
+    more than one data-parallel rank whose router obeys BF-IO."""
+    if isinstance(engine.get("dp_group"), str):
+        return True
     dp_size = engine.get("dp_size")
-    return isinstance(dp_size, int) and dp_size > 1 and engine_obeys("bfio")(engine)
+    return isinstance(dp_size, int) and dp_size > 1 and engine_obeys(BFIO_KIND)(engine)

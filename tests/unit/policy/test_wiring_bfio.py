@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from schemas.estimates import StepModelFit
+from schemas.engines import EngineRegistered
+from schemas.estimates import StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.runner import decide_from_snapshot
 from services.policy.specs import default_registry
-from services.policy.wiring.bfio import bfio_inputs, bfio_spec
+from services.policy.wiring.bfio import DpGroups, bfio_inputs, bfio_spec, is_dp_engine, pooled_survival
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
+from tests.unit.stream.synthetic import synthetic_stream
 
 
 @pytest.fixture
@@ -83,3 +85,107 @@ class TestBfioSpec:
 
     def test_only_dp_engines_are_snapshotted_for_it(self, demo_plane: OfflineControlPlane) -> None:
         assert {s.scope for s in demo_plane.snapshots if s.trigger.startswith("bfio:")} == {"dp-0"}
+
+
+def _rank(
+    snapshot: EstimateSnapshot, engine_id: str, ts: float, *, group: str | None, **update: object
+) -> EstimateSnapshot:
+    """The demo DP engine's real summary as one rank (a separate server, ``dp_size`` 1) of ``group``."""
+    summary = engine_summary(snapshot)
+    assert summary.engine is not None
+    engine = summary.engine.model_copy(update={"dp_size": 1, "max_num_seqs": 16, "dp_group": group})
+    estimates = summary.model_copy(update={"engine_id": engine_id, "engine": engine, "dp": None, **update})
+    return snapshot.model_copy(update={"scope": engine_id, "ts": ts, "estimates": estimates})
+
+
+def _survival(edges: list[float], fracs: list[float], n_samples: int, n_censored: int = 0) -> SurvivalSummary:
+    return SurvivalSummary(bin_edges_tokens=edges, survival_frac=fracs, n_samples=n_samples, n_censored=n_censored)
+
+
+class TestDpGroups:
+    def test_pooled_survival_is_the_survival_of_the_pooled_samples(self) -> None:
+        """Rank A saw outputs 1, 3, 3, 5 and rank B 5, 5: S(n) = P(O > n) of all six at edges 0, 2, 4, 6."""
+        edges = [0.0, 2.0, 4.0, 6.0]
+        a = _survival(edges, [1.0, 0.75, 0.25, 0.0], 4)
+        b = _survival(edges, [1.0, 1.0, 1.0, 0.0], 2)
+        pooled = pooled_survival([a, b])
+        assert pooled is not None
+        assert pooled.survival_frac == pytest.approx([1.0, 5 / 6, 3 / 6, 0.0])
+        assert (pooled.n_samples, pooled.n_censored) == (6, 0)
+
+    def test_pooling_keeps_the_edges_of_the_largest_table_and_skips_empty_ones(self) -> None:
+        big = _survival([0.0, 8.0], [1.0, 0.5], 10, 2)
+        other_edges = _survival([0.0, 4.0], [1.0, 0.0], 3)
+        empty = _survival([], [], 0)
+        pooled = pooled_survival([other_edges, big, empty])
+        assert pooled == big
+        assert pooled_survival([empty]) is None
+
+    def test_a_group_of_ranks_is_decided_as_one_dp_deployment(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        assert summary.survival is not None
+        groups = DpGroups(slot_s=1.0)
+        first = groups.add(_rank(snapshot, "rank-0", 100.2, group="dp-a"))
+        second = groups.add(_rank(snapshot, "rank-1", 100.7, group="dp-a", survival=None))
+        assert first is not None
+        assert second is not None
+        assert groups.ranks("dp-a") == ["rank-0", "rank-1"]
+        assert (second.scope, second.version) == ("dp-a", 101)
+        inputs = bfio_inputs(second)
+        assert inputs is not None
+        assert (inputs.num_ranks, inputs.slots_per_rank) == (2, 16)
+        (table,) = inputs.survival_tables
+        assert table.survival_frac == pytest.approx(summary.survival.survival_frac), "rank-1 has no table to pool"
+        assert (inputs.step_c_s, inputs.step_t_l_s_per_token) == (None, None), "separate servers: no Eq. 6 fit"
+        outcome = decide_from_snapshot(bfio_spec(), second, None)
+        assert isinstance(outcome.document, BfioPolicy)
+        assert outcome.document.scope == "dp-a"
+        assert outcome.document.payload.survival_tables[0].n_samples == summary.survival.n_samples
+        later = decide_from_snapshot(bfio_spec(), first, outcome.document)
+        assert later.skipped == "duplicate_snapshot", "one decision per slot, whichever rank fires"
+
+    def test_a_rank_leaves_its_group_when_it_moves_or_falls_silent(self, snapshot: EstimateSnapshot) -> None:
+        groups = DpGroups(slot_s=1.0, silent_s=30.0)
+        groups.add(_rank(snapshot, "rank-0", 100.0, group="dp-a"))
+        groups.add(_rank(snapshot, "rank-1", 100.0, group="dp-a"))
+        groups.add(_rank(snapshot, "rank-2", 100.0, group="dp-a"))
+        assert groups.add(_rank(snapshot, "rank-1", 101.0, group=None)) is None
+        moved = groups.add(_rank(snapshot, "rank-2", 102.0, group="dp-b"))
+        assert moved is not None
+        assert groups.ranks("dp-b") == ["rank-2"]
+        late = groups.add(_rank(snapshot, "rank-3", 131.0, group="dp-a"))
+        assert late is not None
+        assert groups.ranks("dp-a") == ["rank-3"], "rank-0 last reported 31 s before"
+        inputs = bfio_inputs(late)
+        assert inputs is not None
+        assert inputs.num_ranks == 1
+
+    def test_ranks_of_a_group_are_snapshotted_whatever_their_scheduler_obeys(self) -> None:
+        assert is_dp_engine({"dp_size": 1, "dp_group": "dp-a", "obeys": ["ebplus"]})
+        assert not is_dp_engine({"dp_size": 1, "dp_group": None, "obeys": None})
+        assert not is_dp_engine({"dp_size": 4, "obeys": ["ebplus"]})
+        assert is_dp_engine({"dp_size": 4, "obeys": ["bfio"]})
+
+
+def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -> None:
+    """Two engines' telemetry, registered with ``dp_group``, through the offline fold and decision maker."""
+    plane = OfflineControlPlane("dep", default_registry())
+    for event in synthetic_stream(engines=2, requests=400):
+        rank = int(event.engine_id[-1])
+        registered = isinstance(event, EngineRegistered)
+        plane.publish(event.model_copy(update={"dp_group": "dp-x", "dp_rank": rank}) if registered else event)
+    taken = {s.scope for s in plane.snapshots if s.trigger.startswith("bfio:")}
+    assert taken == {"eng-0", "eng-1"}, "each rank's telemetry is snapshotted for BF-IO"
+    bundles = [r for r in plane.decisions if r.kind == "bfio"]
+    assert bundles
+    assert {r.scope for r in bundles} == {"dp-x"}
+    assert plane.store.get_policy("bfio", "eng-0") is None
+    stored = plane.store.get_policy("bfio", "dp-x")
+    assert stored is not None
+    document = BfioPolicy.model_validate_json(stored)
+    assert document.version == len(bundles)
+    rank_snapshots = [s for s in plane.snapshots if s.trigger.startswith("bfio:")]
+    assert len(bundles) == len({int(s.ts) for s in rank_snapshots}) < len(rank_snapshots), "one bundle per 1 s slot"
+    latest = {s.scope: engine_summary(s).survival for s in rank_snapshots}
+    (table,) = document.payload.survival_tables
+    assert table.n_samples == sum(t.n_samples for t in latest.values() if t is not None), "both ranks' samples"
