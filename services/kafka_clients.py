@@ -203,8 +203,19 @@ class KafkaLogView:
         self._consumer = consumer
 
     def highwater(self, partition: tuple[str, int]) -> int | None:
-        """The partition's end offset as the last fetch response gave it."""
-        high: int | None = self._consumer.highwater(TopicPartition(*partition))
+        """The partition's end offset as the last fetch response gave it; None when it is behind the position.
+
+        A fetch response's end behind what this consumer has already read from the partition says
+        nothing about the log: Apache Kafka reported 179 for a partition read up to 217 seconds after
+        its topic was created again (its leader's high watermark catching up), and taken for a new log
+        it had the processor rebuild the partition and fold 218 events twice. A new log is still seen:
+        a consumer positioned past the end of a new log is reset to its beginning first.
+        """
+        tp = TopicPartition(*partition)
+        high: int | None = self._consumer.highwater(tp)
+        position = known_position(self._consumer, tp)
+        if high is not None and position is not None and position > high:
+            return None
         return high
 
     def topic_id(self, topic: str) -> str | None:

@@ -1,4 +1,5 @@
-"""services/kafka_clients.py: ``caught_up`` when no fetch reports a partition's end (incremental fetch sessions)."""
+"""services/kafka_clients.py: ``caught_up`` when no fetch reports a partition's end (incremental fetch sessions), and
+the log view's ends."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from kafka import TopicPartition
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from services.kafka_clients import END_OFFSETS_TIMEOUT_MS, caught_up
+from services.kafka_clients import END_OFFSETS_TIMEOUT_MS, KafkaLogView, caught_up
 
 TOPIC = "gov.telemetry"
 EMPTY = TopicPartition(TOPIC, 0)
@@ -68,3 +69,23 @@ class TestCaughtUpWithoutAReportedEnd:
         consumer._high[EMPTY] = 0
         assert caught_up(consumer)
         assert consumer.asked == []
+
+
+class TestLogViewEnds:
+    def test_an_end_behind_what_the_consumer_already_read_is_not_reported(self) -> None:
+        """Apache Kafka answered a fetch with 179 for a partition read up to 217; taken for a new log,
+        the partition was rebuilt and its events folded twice."""
+        consumer = SessionConsumer({})
+        consumer._subscription.positions[FED] = 218
+        consumer._high[FED] = 179
+        assert KafkaLogView(consumer).highwater((TOPIC, FED.partition)) is None
+
+    def test_an_end_at_or_past_the_position_is_reported(self) -> None:
+        """A consumer reset to the beginning of a new, shorter log sees its true end: that is how the reset is found."""
+        consumer = SessionConsumer({})
+        consumer._subscription.positions[FED] = 0
+        consumer._high[FED] = 179
+        view = KafkaLogView(consumer)
+        assert view.highwater((TOPIC, FED.partition)) == 179
+        consumer._subscription.positions[FED] = 179
+        assert view.highwater((TOPIC, FED.partition)) == 179
