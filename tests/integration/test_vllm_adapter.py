@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+from schemas.engines import EngineRegistered
 from schemas.events import Event, parse_event
 from schemas.names import TELEMETRY_TOPIC, estimate_key
 from schemas.policy_docs.base import InputsDigest
@@ -182,6 +183,9 @@ def test_stock_engine_with_the_plugin_feeds_estimates_with_censored_length_finis
     stack: StackState, deployment: str, governed: RedisStore, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     monkeypatch.setenv("GOVERNOR_ENGINE_ID", "vllm-stock")
+    monkeypatch.setenv("GOVERNOR_ENDPOINT_URL", "http://127.0.0.1:8001")
+    monkeypatch.setenv("GOVERNOR_DP_GROUP", "dp-stock")
+    monkeypatch.setenv("GOVERNOR_DP_RANK", "1")
     engine = _engine(None, plugin=True)
     _serve(engine, 32, prefix="p", max_tokens=24)
     time.sleep(ADMISSION_INTERVAL_S + 0.5)  # the second wave's events are past the admission trigger
@@ -198,6 +202,10 @@ def test_stock_engine_with_the_plugin_feeds_estimates_with_censored_length_finis
     steps = [e for e in events if isinstance(e, StepReport)]
     assert len(finished) == 64
     assert {e.event_type for e in events} >= {"engine.registered", "request.arrived", "request.finished", "step"}
+    (registered,) = [e for e in events if isinstance(e, EngineRegistered)]
+    gateway_fields = (registered.endpoint_url, registered.dp_group, registered.dp_rank)
+    assert gateway_fields == ("http://127.0.0.1:8001", "dp-stock", 1)
+    assert all(e.dp_rank == 1 for e in events), "the rank is stamped on every event of the engine"
     censored = sum(1 for e in finished if e.finish_reason == "length")
     assert 0 < censored < 64
     assert all(e.output_tokens == 24 for e in finished if e.finish_reason == "length")
@@ -215,6 +223,8 @@ def test_stock_engine_with_the_plugin_feeds_estimates_with_censored_length_finis
     service.close()
     assert governed.get_policy("admission", "vllm-stock") is not None, "decided from the plugin's telemetry"
     assert governed.get_policy("ebplus", "vllm-stock") is None, "a stock engine is sent no EB+ document"
+    assert governed.get_policy("bfio", "dp-stock") is not None, "its DP group's bundle, for the gateway"
+    assert governed.get_policy("bfio", "vllm-stock") is None, "a rank gets no bundle of its own"
 
 
 def _plugin(engine: LLMEngine) -> GovernorStatLogger:
