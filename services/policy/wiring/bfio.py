@@ -18,7 +18,11 @@ scheduler obeys) does not gate it. Engines in neither form get no bundle.
 Deviations: the summary carries one survival table per engine, published as class ``default`` and
 used for every request (the spec's per-class tables need a class key on the events). A group has no
 step model: separate servers step independently, with no barrier for Eq. 6 to fit, so its bundle uses
-the reference step constants.
+the reference step constants. The ranks' snapshots travel on ``gov.estimates`` keyed by engine, so a group's
+ranks can sit on different partitions: the group is pooled from the latest snapshots the service has read
+when a rank opens a slot (a replay that interleaves the partitions differently can pool a rank's previous
+table), and with several policy-service instances each decides the group from the ranks it owns. Keying
+the ranks' BF-IO snapshots by group, as fleet contributions are keyed, would remove both.
 """
 
 from __future__ import annotations
