@@ -40,7 +40,9 @@ restarted without storage, the topic was recreated) the partition is read again 
 beginning, the fleet aggregators and the snapshot ledger start empty; the applied configuration,
 the shadows and every policy document are kept (docs/operations.md, "Log resets"). When the
 topic's layout changes (its id or partition count) and holds still, the service rejoins its group
-as a new member, as the stream processor does, so that its assignment covers the new partitions.
+as a new member, as the stream processor does, so that its assignment covers the new partitions. It
+rejoins the same way when a positioned partition has gone unfetched for longer than any rebalance takes
+(services/membership.py).
 """
 
 from __future__ import annotations
@@ -73,6 +75,7 @@ from services.kafka_clients import (
 )
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LayoutWatch, LogReset, LogWatch
+from services.membership import FetchStallWatch, stall_bound_s, unfetched
 from services.policy.handler import (
     FLEET_SCOPE,
     PendingBatch,
@@ -141,6 +144,7 @@ class PolicyService:
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._layout_watch = LayoutWatch(ESTIMATES_TOPIC)
+        self._stall_watch = FetchStallWatch("policy", stall_bound_s(kafka_timeouts))
         self.handler = PolicyHandler(
             deployment=deployment,
             store=store,
@@ -239,7 +243,10 @@ class PolicyService:
                 if self._unfinished is not None:
                     self._finish(self._unfinished)
                 batch = self._consumer.poll(timeout_ms=100)
-                if self._layout_watch.rejoin_due(self._log_view.layout(ESTIMATES_TOPIC), self._clock()):
+                now_s = self._clock()
+                if self._layout_watch.rejoin_due(self._log_view.layout(ESTIMATES_TOPIC), now_s) or (
+                    self._stall_watch.rejoin_due(unfetched(self._consumer), now_s)
+                ):
                     self._rejoin()
                     continue
                 records = self._on_current_logs([record for part in batch.values() for record in part])
@@ -270,7 +277,8 @@ class PolicyService:
         return self.counters
 
     def _rejoin(self) -> None:
-        """Rejoin the group under a fresh member id once ``gov.estimates``' layout changed and held still.
+        """Rejoin the group under a fresh member id: ``gov.estimates``' layout changed and held still, or a
+        partition went unfetched past any rebalance (services/membership.py).
 
         After a broker restart without its log the topic can come back with another partition count
         (auto-created by a reconnecting client before ``stack up`` recreates it), and the Tansu broker
