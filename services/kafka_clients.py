@@ -184,6 +184,45 @@ def caught_up(consumer: KafkaConsumer) -> bool:
     return all(tp in ends and position >= ends[tp] for tp, position in unreported.items())
 
 
+class PartitionEnds:
+    """The end offsets of a consumer's assigned partitions: the last fetch's, else the broker's answer.
+
+    Apache Kafka's incremental fetch sessions leave a partition with nothing new out of their
+    responses, so after a rebalance the client never learns the high watermark of an empty
+    partition again (it forgets the old assignment's). The stream processor's event-time watermark
+    counts such a partition as unread, so the fleet contributions it held were never released (a
+    broker paused past the session timeout rebalanced the member, and the first snapshots of every
+    engine never reached ``gov.estimates``). A partition without a reported end is asked of the
+    broker (``ListOffsets``) once per assignment: records arriving later come back in a fetch,
+    whose high watermark then takes over. ``assigned`` must be called on every assignment.
+    """
+
+    def __init__(self, consumer: KafkaConsumer) -> None:
+        self.consumer = consumer
+        self._asked: dict[TopicPartition, int] = {}
+
+    def assigned(self) -> None:
+        """Forget the broker's answers: a partition assigned again may have grown while another member held it."""
+        self._asked.clear()
+
+    def highwater(self, tp: TopicPartition) -> int | None:
+        """The partition's end offset, or None while neither a fetch nor the broker has given it."""
+        high: int | None = self.consumer.highwater(tp)
+        if high is not None:
+            return high
+        if tp not in self._asked:
+            self._ask()
+        return self._asked.get(tp)
+
+    def _ask(self) -> None:
+        """Ask the broker the ends of the assigned partitions no fetch reported (after a failure: at the next call)."""
+        unreported = [tp for tp in self.consumer.assignment() if self.consumer.highwater(tp) is None]
+        try:
+            self._asked.update(self.consumer.end_offsets(unreported, timeout_ms=END_OFFSETS_TIMEOUT_MS))
+        except KafkaError:
+            return
+
+
 def known_position(consumer: KafkaConsumer, tp: TopicPartition) -> int | None:
     """The next offset the consumer will fetch from ``tp``, as the client knows it now, or None.
 

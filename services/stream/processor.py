@@ -43,6 +43,7 @@ from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
 from services.kafka_clients import (
     KafkaLogView,
+    PartitionEnds,
     Rebalance,
     caught_up,
     consumer_lag,
@@ -71,17 +72,17 @@ log = structlog.get_logger(__name__)
 
 
 class _KafkaConsumerView:
-    """The batch handling's view of a kafka-python consumer."""
+    """The batch handling's view of a kafka-python consumer (ends it was not sent are asked of the broker)."""
 
     def __init__(self, consumer: KafkaConsumer) -> None:
         self.consumer = consumer
+        self.ends = PartitionEnds(consumer)
 
     def assigned(self) -> list[Partition]:
         return [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
 
     def highwater(self, partition: Partition) -> int | None:
-        high: int | None = self.consumer.highwater(TopicPartition(*partition))
-        return high
+        return self.ends.highwater(TopicPartition(*partition))
 
     def rewind(self, positions: dict[Partition, int]) -> None:
         for partition, offset in positions.items():
@@ -167,6 +168,7 @@ class StreamProcessor:
             self.outage.failed(exc, exc.backend)
 
     def _position(self, partitions: list[TopicPartition]) -> None:
+        self._view.ends.assigned()
         count = len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ())
         positions = self._batches.resume_positions(((tp.topic, tp.partition) for tp in partitions), count)
         for (topic, partition), offset in positions.items():
@@ -253,6 +255,7 @@ class StreamProcessor:
         self._consumer.close()
         self._consumer = self._new_consumer()
         self._view.consumer = self._consumer
+        self._view.ends = PartitionEnds(self._consumer)
         self._log_view = KafkaLogView(self._consumer)
         subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
 

@@ -7,7 +7,7 @@ from kafka import TopicPartition
 from kafka.errors import KafkaTimeoutError
 from kafka.structs import OffsetAndMetadata
 
-from services.kafka_clients import END_OFFSETS_TIMEOUT_MS, KafkaLogView, caught_up
+from services.kafka_clients import END_OFFSETS_TIMEOUT_MS, KafkaLogView, PartitionEnds, caught_up
 
 TOPIC = "gov.telemetry"
 EMPTY = TopicPartition(TOPIC, 0)
@@ -89,3 +89,29 @@ class TestLogViewEnds:
         assert view.highwater((TOPIC, FED.partition)) == 179
         consumer._subscription.positions[FED] = 179
         assert view.highwater((TOPIC, FED.partition)) == 179
+
+
+class TestPartitionEnds:
+    def test_an_end_no_fetch_reported_is_the_brokers_asked_once_per_assignment(self) -> None:
+        """The stream processor's watermark counted such a partition unread and held fleet contributions for good."""
+        consumer = SessionConsumer({EMPTY: 4})
+        ends = PartitionEnds(consumer)
+        assert (ends.highwater(EMPTY), ends.highwater(EMPTY), ends.highwater(FED)) == (4, 4, 9)
+        assert consumer.asked == [([EMPTY], END_OFFSETS_TIMEOUT_MS)]
+        ends.assigned()
+        assert ends.highwater(EMPTY) == 4
+        assert len(consumer.asked) == 2
+
+    def test_a_reported_end_takes_over_from_the_brokers_answer(self) -> None:
+        consumer = SessionConsumer({EMPTY: 4})
+        ends = PartitionEnds(consumer)
+        assert ends.highwater(EMPTY) == 4
+        consumer._high[EMPTY] = 7
+        assert ends.highwater(EMPTY) == 7
+
+    def test_a_broker_that_does_not_answer_leaves_the_end_unknown_and_is_asked_again(self) -> None:
+        consumer = SessionConsumer({EMPTY: 4}, broker_answers=False)
+        ends = PartitionEnds(consumer)
+        assert ends.highwater(EMPTY) is None
+        assert ends.highwater(EMPTY) is None
+        assert len(consumer.asked) == 2
