@@ -71,6 +71,11 @@ COMMANDS: tuple[Command, ...] = (
         module="services.cli.scale",
         help="resize the pools to FleetOpt's plan through KEDA, Kubernetes, local engines or in memory",
     ),
+    Command(
+        name="fleet",
+        module="services.cli.fleet",
+        help="run real vLLM CPU servers behind the gateway, governed vs round robin, and compare",
+    ),
     Command(name="stack", module="services.cli.stack", help="start, inspect or stop the local broker and Redis"),
     Command(
         name="policy",

@@ -1,0 +1,77 @@
+"""The seeded workload of ``governor fleet up``: text prompts the tiny model's word-level tokenizer reads.
+
+Prompts are runs of whole sentences (so the gateway's extractive compressor has sentences to keep or drop)
+drawn from one short text whose words are all in the tokenizer's vocabulary, so a prompt's word count is its
+token count up to punctuation. Output lengths are fixed per request (``ignore_eos``), 70% short and 30% long,
+so the ranks' loads differ as in BF-IO's setting. Half the requests name a category the FleetOpt plan may
+compress (``rag``), the rest name none and are never altered. Both runs of a comparison send the same list.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+SENTENCES: tuple[str, ...] = (
+    "The river flooded the valley in spring.",
+    "Farmers in the valley lost their crops to the river.",
+    "A festival was held in the town last year.",
+    "Engineers said a dam on the river would help the valley.",
+    "The dam would keep the spring flood away from valley farms.",
+    "Some people liked the market.",
+    "The council talked about the river dam for many months.",
+    "Tourists came to the market in the town.",
+    "Rain records show the river floods the valley often.",
+    "A choir sang at the new library.",
+    "Some said the dam costs too much for the valley.",
+)
+QUESTION = "Should the council build the dam on the river?"
+SAFE_CATEGORY = "rag"  # in FleetOpt's safe categories (policies/fleetopt/params.py)
+LONG_FRACTION = 0.3
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PlannedRequest:
+    """One request of the workload: when it is sent (seconds from the run's start) and what it asks."""
+
+    index: int
+    at_s: float
+    prompt: str
+    max_tokens: int
+    category: str | None
+
+    @property
+    def prompt_words(self) -> int:
+        """The prompt's length in words: its token count under the word-level tokenizer, punctuation aside."""
+        return len(self.prompt.split())
+
+
+def workload(seed: int, requests: int, rate_per_s: float) -> list[PlannedRequest]:
+    """``requests`` requests with Poisson arrivals at ``rate_per_s``, the same list for the same arguments.
+
+    Raises:
+        ValueError: ``requests`` is not positive or ``rate_per_s`` is not positive.
+    """
+    if requests <= 0 or rate_per_s <= 0:
+        msg = f"requests ({requests}) and rate ({rate_per_s}) must be positive"
+        raise ValueError(msg)
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, size=requests))
+    planned = []
+    for index, at_s in enumerate(arrivals):
+        count = int(rng.integers(2, 2 * len(SENTENCES) + 1))
+        body = [SENTENCES[int(i)] for i in rng.integers(0, len(SENTENCES), size=count)]
+        long = bool(rng.random() < LONG_FRACTION)
+        max_tokens = int(rng.integers(96, 193)) if long else int(rng.integers(8, 33))
+        category = SAFE_CATEGORY if rng.random() < 0.5 else None
+        planned.append(
+            PlannedRequest(
+                index=index,
+                at_s=float(at_s),
+                prompt=" ".join([*body, QUESTION]),
+                max_tokens=max_tokens,
+                category=category,
+            )
+        )
+    return planned

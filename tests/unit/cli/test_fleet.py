@@ -1,0 +1,181 @@
+"""``governor fleet up`` without vLLM: its flags, its workload, its gateway files and its comparison."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from services.cli.fleet import (
+    DP_GROUP,
+    LONG_POOL,
+    ROUND_ROBIN_GROUP,
+    SHORT_POOL,
+    governed_config,
+    round_robin_config,
+)
+from services.cli.main import build_parser
+from services.fleet_run.client import Outcome
+from services.fleet_run.processes import Server
+from services.fleet_run.report import (
+    AppliedDocument,
+    applied_documents,
+    comparison_table,
+    counter_total,
+    rank_imbalance,
+    summarise,
+)
+from services.fleet_run.workload import SAFE_CATEGORY, workload
+
+
+def _served(index: int, upstream: str, *, sent_s: float, ttft_s: float, e2e_s: float, tokens: int) -> Outcome:
+    return Outcome(
+        index=index,
+        sent_s=sent_s,
+        status=200,
+        upstream=upstream,
+        prompt_words=10,
+        max_tokens=tokens,
+        ttft_s=ttft_s,
+        e2e_s=e2e_s,
+        tokens=tokens,
+    )
+
+
+def _refused(index: int) -> Outcome:
+    return Outcome(
+        index=index,
+        sent_s=0.5,
+        status=429,
+        upstream=None,
+        prompt_words=10,
+        max_tokens=8,
+        ttft_s=None,
+        e2e_s=None,
+        tokens=None,
+    )
+
+
+def test_flags_parse_with_their_defaults() -> None:
+    args = build_parser("fleet").parse_args(["fleet", "up"])
+    assert (args.requests, args.rate, args.max_num_seqs, args.seed, args.keep) == (24, 1.0, 4, 0, False)
+    args = build_parser("fleet").parse_args(["fleet", "up", "--requests", "8", "--rate", "0.5", "--seed", "3"])
+    assert (args.requests, args.rate, args.seed) == (8, 0.5, 3)
+    with pytest.raises(SystemExit):
+        build_parser("fleet").parse_args(["fleet", "up", "--requests", "many"])
+
+
+def test_the_workload_is_seeded_and_fits_the_tiny_model() -> None:
+    first = workload(7, 40, 2.0)
+    assert first == workload(7, 40, 2.0)
+    assert first != workload(8, 40, 2.0)
+    assert [r.index for r in first] == list(range(40))
+    assert all(a.at_s < b.at_s for a, b in itertools.pairwise(first))
+    # The servers' window is 512 tokens; the word-level tokenizer makes one token of each word and each mark.
+    assert all(r.prompt_words + r.prompt.count(".") + r.prompt.count("?") + r.max_tokens <= 512 for r in first)
+    assert {r.category for r in first} == {SAFE_CATEGORY, None}
+    with pytest.raises(ValueError, match="positive"):
+        workload(0, 0, 1.0)
+
+
+def test_gateway_files_name_the_pools_and_the_round_robin_group(tmp_path: Path) -> None:
+    governed = tomllib.loads(governed_config(30.0))
+    assert governed["routing"] == {"short_pool": SHORT_POOL, "long_pool": LONG_POOL}
+    assert governed["bfio"]["balancer"] == "bfio"
+    assert "upstreams" not in governed  # they come from the servers' registrations
+    servers = [
+        Server(
+            engine_id=f"e-{i}",
+            pool=LONG_POOL,
+            url=f"http://127.0.0.1:{9000 + i}",
+            dp_group=DP_GROUP if i < 2 else None,
+            dp_rank=i if i < 2 else None,
+            max_num_seqs=4,
+            log=tmp_path / f"{i}.log",
+            process=None,  # type: ignore[arg-type]
+        )
+        for i in range(3)
+    ]
+    plain = tomllib.loads(round_robin_config(servers, 30.0))
+    assert plain["bfio"]["balancer"] == "round_robin"
+    assert plain["queue"]["deadline_s"] == 30.0
+    assert [(u["engine_id"], u["dp_group"], u["dp_rank"]) for u in plain["upstreams"]] == [
+        ("e-0", ROUND_ROBIN_GROUP, 0),
+        ("e-1", ROUND_ROBIN_GROUP, 1),
+        ("e-2", ROUND_ROBIN_GROUP, 2),
+    ]
+
+
+def test_counters_sum_over_their_labels() -> None:
+    text = (
+        "# HELP governor_gateway_shed_total requests shed\n"
+        "# TYPE governor_gateway_shed_total counter\n"
+        'governor_gateway_shed_total{deployment="d",reason="deadline"} 2.0\n'
+        'governor_gateway_shed_total{deployment="d",reason="queue_full"} 1.0\n'
+        'governor_gateway_shed_created{deployment="d",reason="deadline"} 1.7e9\n'
+        'governor_gateway_compressed_total{deployment="d"} 4.0\n'
+    )
+    assert counter_total(text, "governor_gateway_shed_total") == 3
+    assert counter_total(text, "governor_gateway_compressed_total") == 4
+    assert counter_total(text, "governor_gateway_routed_total") == 0
+
+
+def test_applied_documents_come_from_the_policy_applied_lines() -> None:
+    lines = [
+        "not json",
+        json.dumps({"event": "upstream_registered", "upstream": "e-0"}),
+        json.dumps({"event": "policy_applied", "kind": "admission", "scope": "e-0", "version": 3}),
+        json.dumps({"event": "policy_applied", "kind": "bfio", "scope": DP_GROUP, "version": 1}),
+    ]
+    assert applied_documents(lines) == (
+        AppliedDocument(kind="admission", scope="e-0", version=3),
+        AppliedDocument(kind="bfio", scope=DP_GROUP, version=1),
+    )
+
+
+def test_rank_imbalance_is_zero_for_equal_ranks_and_one_when_one_rank_holds_everything() -> None:
+    even = [
+        _served(0, "r0", sent_s=0.0, ttft_s=0.5, e2e_s=2.0, tokens=16),
+        _served(1, "r1", sent_s=0.0, ttft_s=0.5, e2e_s=2.0, tokens=16),
+    ]
+    assert rank_imbalance(even, ["r0", "r1"]) == pytest.approx((0.0, 0.0))
+    lopsided = [_served(0, "r0", sent_s=0.0, ttft_s=0.5, e2e_s=2.0, tokens=16), _refused(1)]
+    assert rank_imbalance(lopsided, ["r0", "r1"]) == pytest.approx((1.0, 1.0))
+    assert rank_imbalance(lopsided, ["r0"]) is None
+    assert rank_imbalance([_refused(0)], ["r0", "r1"]) is None
+
+
+def test_summary_of_a_recorded_run() -> None:
+    outcomes = [
+        _served(0, "r0", sent_s=0.0, ttft_s=0.2, e2e_s=1.2, tokens=11),
+        _served(1, "r1", sent_s=1.0, ttft_s=0.4, e2e_s=3.0, tokens=27),
+        _served(2, "short", sent_s=2.0, ttft_s=0.1, e2e_s=0.6, tokens=6),
+        _refused(3),
+    ]
+    metrics = 'governor_gateway_shed_total{reason="deadline"} 1.0\ngovernor_gateway_compressed_total 2.0\n'
+    log = [json.dumps({"event": "policy_applied", "kind": "fleetopt", "scope": "fleet", "version": 2})]
+    summary = summarise("governed", outcomes, ranks=["r0", "r1"], metrics_text=metrics, log_lines=log)
+    assert (summary.requests, summary.served, summary.refused, summary.shed, summary.compressed) == (4, 3, 1, 1, 2)
+    assert summary.makespan_s == pytest.approx(4.0)  # first send at 0, last end at 1 + 3
+    assert summary.output_tokens_per_s == pytest.approx(44 / 4.0)
+    assert summary.ttft_p50_ms == pytest.approx(200.0)
+    assert summary.tpot_p50_ms == pytest.approx(100.0)  # (1.2 - 0.2) / 10, (3 - 0.4) / 26, (0.6 - 0.1) / 5
+    assert summary.requests_per_upstream == {"r0": 1, "r1": 1, "short": 1}
+    assert summary.rank_imbalance_mean is not None
+    assert summary.applied == (AppliedDocument(kind="fleetopt", scope="fleet", version=2),)
+    assert json.loads(json.dumps(summary.to_dict()))["applied"] == [
+        {"kind": "fleetopt", "scope": "fleet", "version": 2}
+    ]
+    plain = summarise("round-robin", outcomes[:3], ranks=["r0", "r1"], metrics_text="", log_lines=[])
+    table = comparison_table(summary, plain)
+    assert "TTFT p50 ms" in table
+    assert "documents the governed gateway applied: fleetopt fleet v2" in table
+    assert "documents the round-robin gateway applied: none" in table
+
+
+def test_outcomes_round_trip_through_json() -> None:
+    outcome = _served(0, "r0", sent_s=0.0, ttft_s=0.2, e2e_s=1.2, tokens=11)
+    assert Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
