@@ -58,7 +58,9 @@ GATEWAY_READY_TIMEOUT_S = 180.0
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """Add the ``fleet`` command group (``fleet up``)."""
-    fleet = commands.add_parser("fleet", help="run real vLLM CPU servers behind the gateway, governed vs round robin")
+    fleet = commands.add_parser(
+        "fleet", help="run real vLLM CPU servers behind the gateway, governed vs round robin, and compare"
+    )
     sub = fleet.add_subparsers(dest="fleet_command", metavar="COMMAND", required=True)
     up = sub.add_parser(
         "up",
