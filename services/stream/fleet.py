@@ -19,23 +19,39 @@ rules read only watermarks, so catch-up, rebuild and live reading give the same 
 A second contribution for an (engine, slot) (a processor re-folding after a crash) is skipped
 (``duplicate_contributions``); one for a slot already closed is dropped (``late_contributions``).
 
-Event-time sanity from an engine's first contribution (issue 34 item 4): an engine whose
-watermark would lead the newest watermark of the other engines by more than ``silent_slots``
-(the lead that would make every other engine silent) is *quarantined*, not trusted: its
-contributions are dropped and counted (``quarantined_contributions``), it holds no watermark, and
-it is named in every fleet snapshot (``quarantined_engines``). Without this one engine with a
-clock 700 s ahead, registered or not, made every real engine silent, got their contributions
-dropped as late and had FleetOpt plan from it alone. A quarantined engine is trusted again when
-the fleet catches up with it (the lead of its latest contribution falls within the bound), or
-when at least as many engines agree with its clock (within the bound of it, quarantined ones
-included) as there are live engines that do not: a whole fleet whose clocks jumped together (a
-restart after a long stop) is followed once half of it has spoken, while a lone far clock in a
-fleet of several is not. The very first engine of a deployment has nothing to be compared with
-and is trusted. This is event time only (the fleet partition's order), so live, rebuild and
-offline replay quarantine the same engines.
+Event-time sanity from an engine's first contribution (issue 34 item 4): an engine whose clock
+leads the fleet's by more than ``silent_slots`` (the lead that would make every other engine
+silent) is *quarantined*, not trusted: its contributions are dropped and counted
+(``quarantined_contributions``), it holds no watermark, and it is named in every fleet snapshot
+(``quarantined_engines``). Without this one engine with a clock 700 s ahead, registered or not,
+made every real engine silent, got their contributions dropped as late and had FleetOpt plan from
+it alone. Which clock is the fleet's must not depend on which engine the fleet partition delivers
+first, so whenever an engine contributes trust is decided again over all engines, trusted and
+quarantined (a quarantined engine's clock is the claim of its latest contribution alone):
 
-Deviation: a deployment whose only established engine disagrees with one new far-clock engine
-cannot tell which clock is wrong; the tie trusts the newcomer (one engine against one).
+* the clocks are grouped by agreement: sorted with the slots still pending and the last closed
+  slot, and cut wherever two neighbours are more than ``silent_slots`` apart (the pending and
+  closed slots bridge an engine that ran on slot by slot while others stopped);
+* an engine that trails the fleet's closed history (its clock lies inside the closed slots but
+  more than ``silent_slots`` behind the last) has stopped or lags: it is silent, trusted, and has
+  no say, so a fleet that shrank is not outvoted by the engines that left it;
+* the group with the most engines is the fleet's clock; on a tie, the group whose engines hold
+  more pending contributions (the clock the fleet's unmerged data is on), then the lower clock.
+  One engine against one cannot be told apart; the lower clock is the cheaper mistake: a clock
+  ahead that is trusted closes slots for good and makes the others' contributions late, while a
+  clock quarantined in error is trusted again as soon as the fleet catches up with it or another
+  engine agrees with it;
+* every engine of a group ahead of the fleet's is quarantined, and its pending contributions are
+  taken back out of the merge (counted as quarantined); every other engine is trusted.
+
+So a whole fleet whose clocks jumped together (a restart after a long stop) is followed once more
+of it has spoken at the new clock than at the old one, a lone far clock in a fleet of several is
+not, and a ghost quarantined whether it spoke before or after the real engines. Slots already
+closed stay closed: a lone first engine can close slots alone only ``grace_slots`` behind its own
+watermark, so a ghost with one contribution closes nothing, but one that came first with
+``grace_slots`` + 1 slots or more has closed slots the real engines' contributions then arrive
+late for. This is event time only (the fleet partition's order), so live, rebuild and offline
+replay quarantine the same engines.
 """
 
 from __future__ import annotations
@@ -53,7 +69,7 @@ from schemas.records import EstimateSnapshot
 from schemas.requests import RequestArrived, RequestFinished
 from services.stream.snapshot_id import snapshot_id
 
-FORMAT = 1
+FORMAT = 2
 CONTRIBUTION_TRIGGER = "contribution"
 OVERFLOW_EDGE_TOKENS = 131_072
 _INTEGER_EDGES = [(j, int(e)) for j, e in enumerate(BUCKET_EDGES_TOKENS) if e >= 1 and e == int(e)]
@@ -124,15 +140,34 @@ class _MergedSlot:
     output_tokens: int = 0
     length_counts: dict[int, int] = field(default_factory=dict)
     engines: set[str] = field(default_factory=set)
+    parts: dict[str, FleetContribution] = field(default_factory=dict)
+    """Each engine's contribution while the slot is pending, so one that loses trust can be taken back out."""
 
     def add(self, contribution: FleetContribution, engine: str) -> None:
-        self.arrivals += contribution.arrivals
-        self.finished += contribution.finished
-        self.prompt_tokens += contribution.prompt_tokens
-        self.output_tokens += contribution.output_tokens
-        for bucket, count in contribution.length_counts.items():
-            self.length_counts[int(bucket)] = self.length_counts.get(int(bucket), 0) + count
+        self._count(contribution, 1)
         self.engines.add(engine)
+        self.parts[engine] = contribution
+
+    def take_out(self, engine: str) -> bool:
+        """Remove ``engine``'s pending contribution from the sums; False when none is held separately."""
+        part = self.parts.pop(engine, None)
+        if part is None:
+            return False
+        self._count(part, -1)
+        self.engines.discard(engine)
+        return True
+
+    def _count(self, contribution: FleetContribution, sign: int) -> None:
+        self.arrivals += sign * contribution.arrivals
+        self.finished += sign * contribution.finished
+        self.prompt_tokens += sign * contribution.prompt_tokens
+        self.output_tokens += sign * contribution.output_tokens
+        for bucket, count in contribution.length_counts.items():
+            left = self.length_counts.get(int(bucket), 0) + sign * count
+            if left:
+                self.length_counts[int(bucket)] = left
+            else:
+                self.length_counts.pop(int(bucket), None)
 
 
 class FleetAggregator:
@@ -159,6 +194,7 @@ class FleetAggregator:
         self.quarantined_contributions = 0
         self.pending: dict[int, _MergedSlot] = {}
         self.closed_through: int | None = None
+        self.first_closed: int | None = None
         self.window: deque[tuple[int, _MergedSlot]] = deque(maxlen=window_slots)
         self.version = 0
         self.late_contributions = 0
@@ -179,14 +215,71 @@ class FleetAggregator:
         if self._merged(index, engine):
             self.duplicate_contributions += 1
             return []
-        entered = math.floor(snapshot.ts / self.slot_s)
-        if not self._trusted(engine, max(self.watermarks.get(engine, index), index, entered - 1)):
-            self.quarantined_contributions += 1
+        claim = max(index, math.floor(snapshot.ts / self.slot_s) - 1)
+        if engine in self.quarantined:
+            self.quarantined[engine] = claim
+        else:
+            self.watermarks[engine] = max(self.watermarks.get(engine, index), claim)
+        late = self.closed_through is not None and index <= self.closed_through
+        if not late:
+            self.pending.setdefault(index, _MergedSlot()).add(contribution, engine)
+        self._retrust()
+        if late:
+            if engine in self.quarantined:
+                self.quarantined_contributions += 1
+            else:
+                self.late_contributions += 1
+        return self._close()
+
+    def _retrust(self) -> None:
+        """Decide again which engines' clocks are the fleet's, over all engines (module docstring).
+
+        Moves engines between ``watermarks`` and ``quarantined`` and takes the pending contributions
+        of every quarantined engine back out of the merge, counting each as quarantined.
+        """
+        clocks = {**self.watermarks, **self.quarantined}
+        voters = {e: w for e, w in clocks.items() if not self._stale(w)}
+        closed = [] if self.closed_through is None else [self.closed_through]
+        points = sorted({*voters.values(), *self.pending, *closed})
+        chains: list[tuple[int, int]] = []
+        for point in points:
+            if chains and point - chains[-1][1] <= self.silent_slots:
+                chains[-1] = (chains[-1][0], point)
+            else:
+                chains.append((point, point))
+        members: dict[int, list[str]] = {}
+        for engine, clock in voters.items():
+            members.setdefault(next(i for i, (_, top) in enumerate(chains) if clock <= top), []).append(engine)
+        held = {e: sum(1 for m in self.pending.values() if e in m.engines) for e in voters}
+        ranked = sorted(members, key=lambda i: (-len(members[i]), -sum(held[e] for e in members[i]), i))
+        ceiling = chains[ranked[0]][1] if ranked else None
+        for engine, clock in sorted(clocks.items()):
+            if ceiling is not None and engine in voters and clock > ceiling:
+                self.watermarks.pop(engine, None)
+                self.quarantined[engine] = clock
+                self._take_out(engine)
+            elif engine in self.quarantined:
+                self.watermarks[engine] = self.quarantined.pop(engine)
+
+    def _stale(self, clock: int) -> bool:
+        """True when ``clock`` lies inside the closed slots but more than ``silent_slots`` behind the last."""
+        if self.closed_through is None or self.first_closed is None:
+            return False
+        return self.first_closed <= clock < self.closed_through - self.silent_slots
+
+    def _take_out(self, engine: str) -> None:
+        """Take ``engine``'s pending contributions back out of the merge, counting each as quarantined."""
+        for index in sorted(self.pending):
+            merged = self.pending[index]
+            if merged.take_out(engine):
+                self.quarantined_contributions += 1
+                if not merged.engines:
+                    del self.pending[index]
+
+    def _close(self) -> list[EstimateSnapshot]:
+        """Close every fleet slot the trusted watermarks have passed; return their fleet snapshots."""
+        if not self.watermarks or (self.closed_through is None and not self.pending):
             return []
-        if self.closed_through is not None and index <= self.closed_through:
-            self.late_contributions += 1
-            return []
-        self.pending.setdefault(index, _MergedSlot()).add(contribution, engine)
         newest = max(self.watermarks.values())
         live_engines = sorted(e for e, w in self.watermarks.items() if w >= newest - self.silent_slots)
         silent_engines = sorted(set(self.watermarks) - set(live_engines))
@@ -195,34 +288,13 @@ class FleetAggregator:
         start = (self.closed_through + 1) if self.closed_through is not None else min(self.pending)
         for slot in range(start, closable + 1):
             merged = self.pending.pop(slot, _MergedSlot())
+            merged.parts.clear()
             self.window.append((slot, merged))
+            if self.first_closed is None:
+                self.first_closed = slot
             self.closed_through = slot
             snapshots.append(self._snapshot(slot, live_engines, silent_engines))
         return snapshots
-
-    def _trusted(self, engine: str, watermark: int) -> bool:
-        """Whether ``engine``'s clock, at ``watermark``, may move the fleet; record its watermark where it is held.
-
-        Quarantines an engine that leads the others by more than ``silent_slots`` unless at least as
-        many engines agree with it as there are live engines that do not (module docstring). A
-        quarantined engine's watermark is the claim of its latest contribution alone, so it is
-        trusted again as soon as the fleet catches up with what it says now.
-        """
-        others = {e: w for e, w in self.watermarks.items() if e != engine}
-        if not others or watermark - max(others.values()) <= self.silent_slots:
-            self.quarantined.pop(engine, None)
-            self.watermarks[engine] = watermark
-            return True
-        self.watermarks.pop(engine, None)
-        self.quarantined[engine] = watermark
-        newest = max(others.values())
-        live = sum(1 for w in others.values() if w >= newest - self.silent_slots)
-        agreeing = [e for e, w in self.quarantined.items() if abs(w - watermark) <= self.silent_slots]
-        if len(agreeing) < live:
-            return False
-        for agreed in agreeing:
-            self.watermarks[agreed] = self.quarantined.pop(agreed)
-        return True
 
     def _merged(self, index: int, engine: str) -> bool:
         """True when ``engine``'s contribution to slot ``index`` is already pending or in the window."""
@@ -268,6 +340,10 @@ class FleetAggregator:
                 "engines": sorted(m.engines),
             }
 
+        def held(m: _MergedSlot) -> dict[str, Any]:
+            parts = {e: part.model_dump(mode="json") for e, part in sorted(m.parts.items())}
+            return {**merged(m), "parts": parts}
+
         return {
             "format": FORMAT,
             "deployment": self.deployment,
@@ -276,8 +352,9 @@ class FleetAggregator:
             "window_slots": self.window_slots,
             "silent_slots": self.silent_slots,
             "watermarks": self.watermarks,
-            "pending": {str(k): merged(v) for k, v in self.pending.items()},
+            "pending": {str(k): held(v) for k, v in self.pending.items()},
             "closed_through": self.closed_through,
+            "first_closed": self.first_closed,
             "window": [[slot, merged(m)] for slot, m in self.window],
             "version": self.version,
             "late_contributions": self.late_contributions,
@@ -289,7 +366,12 @@ class FleetAggregator:
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> FleetAggregator:
-        """Rebuild what ``to_dict`` wrote."""
+        """Rebuild what ``to_dict`` wrote, in this format or the previous one.
+
+        A state of format 1 kept no per-engine parts of pending slots, so the contributions pending in
+        it cannot be taken back out if their engine loses trust; and no first closed slot, so the
+        oldest closed slot of its window stands for it (an engine behind that is not taken as stale).
+        """
 
         def merged(d: dict[str, Any]) -> _MergedSlot:
             return _MergedSlot(
@@ -299,6 +381,7 @@ class FleetAggregator:
                 output_tokens=int(d["output_tokens"]),
                 length_counts={int(k): int(v) for k, v in d["length_counts"].items()},
                 engines=set(d["engines"]),
+                parts={e: FleetContribution.model_validate(p) for e, p in d.get("parts", {}).items()},
             )
 
         aggregator = cls(
@@ -315,6 +398,8 @@ class FleetAggregator:
         aggregator.pending = {int(k): merged(v) for k, v in data["pending"].items()}
         aggregator.closed_through = data["closed_through"]
         aggregator.window.extend((int(slot), merged(m)) for slot, m in data["window"])
+        first_closed = data.get("first_closed", aggregator.window[0][0] if aggregator.window else None)
+        aggregator.first_closed = None if first_closed is None else int(first_closed)
         aggregator.version = int(data["version"])
         aggregator.late_contributions = int(data["late_contributions"])
         aggregator.duplicate_contributions = int(data.get("duplicate_contributions", 0))

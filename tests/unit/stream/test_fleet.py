@@ -221,3 +221,52 @@ class TestFarClockQuarantine:
             aggregator.add(contribution)
         copy = FleetAggregator.from_dict(aggregator.to_dict())
         assert (copy.quarantined, copy.quarantined_contributions) == ({"ghost": 60}, 1)
+
+    def test_the_ghost_is_quarantined_the_same_whether_it_comes_first_or_last(self) -> None:
+        """The fleet partition's order may put the ghost first (Apache Kafka did): the outcome is the same.
+
+        The merged per-slot data of the real engines, the slots closed, and the engines live, silent
+        and quarantined at the end match. What cannot match: the fleet snapshots closed before the
+        ghost's contribution arrives in the ghost-last order do not name it yet (quarantined_engines,
+        quarantined_contributions), and so their snapshot ids differ.
+        """
+        real, ghost = self._real(range(10)), self._ghost(70)
+        outcomes = []
+        for order in ([*real, ghost], [ghost, *real]):
+            aggregator = self._aggregator()
+            closed = [fleet_summary(s) for c in order for s in aggregator.add(c)]
+            merged = [s.model_dump(exclude={"quarantined_engines", "quarantined_contributions"}) for s in closed]
+            outcomes.append((merged, aggregator.quarantined, aggregator.quarantined_contributions))
+            assert (aggregator.late_contributions, closed[-1].engines, closed[-1].silent_engines) == (0, self.REAL, [])
+        assert outcomes[0] == outcomes[1]
+        assert outcomes[0][1:] == ({"ghost": 70}, 1)
+        assert len(outcomes[0][0]) == 9
+
+    def test_one_engine_against_one_trusts_the_lower_clock_in_either_order(self) -> None:
+        """Nothing tells which of two lone clocks is wrong; trusting the one ahead would close slots for good."""
+        early = _contribution("a", 2, 1, [100]).model_copy(update={"ts": 25.0})
+        far = _contribution("b", 40, 1, [100]).model_copy(update={"ts": 405.0})
+        for order in ([early, far], [far, early]):
+            aggregator = self._aggregator()
+            assert [s for c in order for s in aggregator.add(c)] == []
+            assert (aggregator.watermarks, aggregator.quarantined) == ({"a": 2}, {"b": 40})
+            assert (aggregator.quarantined_contributions, aggregator.late_contributions) == (1, 0)
+
+    def test_a_state_of_the_previous_format_loads_and_goes_on_alike(self) -> None:
+        """Format 1 kept neither the pending slots' per-engine parts nor the first closed slot."""
+        stream = [*self._real(range(4)), self._ghost(60), *self._real(range(4, 12))]
+        aggregator = self._aggregator()
+        for contribution in stream[:32]:
+            aggregator.add(contribution)
+        state = aggregator.to_dict()
+        assert state["first_closed"] == 0
+        assert all(slot["parts"] for slot in state["pending"].values())
+        previous = {k: v for k, v in state.items() if k != "first_closed"} | {"format": 1}
+        previous["pending"] = {
+            k: {f: v for f, v in slot.items() if f != "parts"} for k, slot in state["pending"].items()
+        }
+        loaded = FleetAggregator.from_dict(previous)
+        assert (loaded.first_closed, loaded.quarantined) == (0, {"ghost": 60})
+        rest = stream[32:]
+        expected = [s.estimates for c in rest for s in aggregator.add(c)]
+        assert [s.estimates for c in rest for s in loaded.add(c)] == expected
