@@ -183,6 +183,18 @@ def summarise(
     )
 
 
+def applied_by_scope(applied: Sequence[AppliedDocument]) -> list[str]:
+    """Per kind and scope, the versions applied: ``bfio fleet-dp v9-v29 (14 versions)``, in first-use order."""
+    versions: dict[tuple[str, str], list[int]] = {}
+    for document in applied:
+        versions.setdefault((document.kind, document.scope), []).append(document.version)
+    shown = []
+    for (kind, scope), seen in versions.items():
+        span = f"v{seen[0]}" if len(seen) == 1 else f"v{min(seen)}-v{max(seen)} ({len(seen)} versions)"
+        shown.append(f"{kind} {scope} {span}")
+    return shown
+
+
 def _figure(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
@@ -207,6 +219,6 @@ def comparison_table(governed: ArmSummary, ungoverned: ArmSummary) -> str:
     lines = [f"{'':{width}}  {governed.name:>24}  {ungoverned.name:>24}"]
     lines += [f"{label:{width}}  {show(governed):>24}  {show(ungoverned):>24}" for label, show in rows]
     for arm in (governed, ungoverned):
-        documents = ", ".join(f"{d.kind} {d.scope} v{d.version}" for d in arm.applied) or "none"
+        documents = "; ".join(applied_by_scope(arm.applied)) or "none"
         lines.append(f"documents the {arm.name} gateway applied: {documents}")
     return "\n".join(lines)

@@ -22,6 +22,7 @@ from services.fleet_run.client import Outcome
 from services.fleet_run.processes import Server
 from services.fleet_run.report import (
     AppliedDocument,
+    applied_by_scope,
     applied_documents,
     comparison_table,
     counter_total,
@@ -134,6 +135,17 @@ def test_applied_documents_come_from_the_policy_applied_lines() -> None:
         AppliedDocument(kind="admission", scope="e-0", version=3),
         AppliedDocument(kind="bfio", scope=DP_GROUP, version=1),
     )
+
+
+def test_applied_documents_are_shown_per_kind_and_scope() -> None:
+    applied = [
+        AppliedDocument(kind="bfio", scope=DP_GROUP, version=9),
+        AppliedDocument(kind="admission", scope="e-0", version=1),
+        AppliedDocument(kind="bfio", scope=DP_GROUP, version=12),
+        AppliedDocument(kind="bfio", scope=DP_GROUP, version=18),
+    ]
+    assert applied_by_scope(applied) == [f"bfio {DP_GROUP} v9-v18 (3 versions)", "admission e-0 v1"]
+    assert applied_by_scope([]) == []
 
 
 def test_rank_imbalance_is_zero_for_equal_ranks_and_one_when_one_rank_holds_everything() -> None:
