@@ -108,7 +108,11 @@ def round_robin_config(servers: list[Server], queue_deadline_s: float) -> str:
 
 
 def _interrupt(signum: int, frame: FrameType | None) -> None:
-    """SIGTERM ends the run as Ctrl-C does, so the ``finally`` blocks stop every child."""
+    """SIGINT and SIGTERM end the run through the ``finally`` blocks, which stop every child.
+
+    SIGINT is set too because a command started in the background of a non-interactive shell inherits it
+    ignored, and Python then raises no KeyboardInterrupt.
+    """
     raise KeyboardInterrupt
 
 
@@ -166,7 +170,7 @@ def run_up(args: argparse.Namespace) -> int:
     """Run both arms; exit 0 when both served every request or refused it with a status."""
     settings = settings_from_args(args)
     requests = workload(args.seed, args.requests, args.rate)
-    previous = signal.signal(signal.SIGTERM, _interrupt)
+    previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     run_id = uuid.uuid4().hex[:8]
     deployment = f"fleet-{run_id}"
     out_dir: Path = args.out / run_id
@@ -252,7 +256,8 @@ def run_up(args: argparse.Namespace) -> int:
             _stop(process)
         if state is not None and not args.keep:
             print(_clean_up(settings, deployment, stop_stack=stop_stack), flush=True)
-        signal.signal(signal.SIGTERM, previous)
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
     print(comparison_table(governed, ungoverned))
     result: dict[str, Any] = {
         "command": "governor fleet up " + _flags(args),
