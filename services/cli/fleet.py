@@ -44,6 +44,7 @@ from services.fleet_run.processes import (
 from services.fleet_run.report import ArmSummary, comparison_table, summarise
 from services.fleet_run.workload import PlannedRequest, workload
 from services.settings import Settings
+from services.sim.compare import FLEET_SCOPE
 from services.stack.launcher import StackState, stack_down, stack_status, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
@@ -83,6 +84,20 @@ def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
         "--keep", action="store_true", help="keep the stack and the run's Redis keys (default: remove them)"
     )
     up.add_argument("--seed", type=int, default=0, help="seed of the workload (default 0)")
+    up.add_argument(
+        "--warmup-requests",
+        type=int,
+        default=60,
+        help="requests sent through each gateway before its measured run, unmeasured (default 60: FleetOpt "
+        "plans only once 50 requests have finished in its window)",
+    )
+    up.add_argument("--warmup-rate", type=float, default=2.0, help="arrivals per second of the warm-up (default 2)")
+    up.add_argument(
+        "--plan-timeout-s",
+        type=float,
+        default=90.0,
+        help="longest the governed run waits after its warm-up for a FleetOpt plan (default 90)",
+    )
     add_settings_flags(up, ["state_dir", "redis_url", "stream_runtime", "log_format"])
     up.set_defaults(handler=run_up)
 
@@ -122,11 +137,20 @@ def _run_arm(
     config_text: str,
     deployment: str,
     state: StackState,
+    settings: Settings,
     servers: list[Server],
     requests: list[PlannedRequest],
+    warmup: list[PlannedRequest],
+    wait_plan_s: float,
     out_dir: Path,
 ) -> tuple[ArmSummary, list[Outcome]]:
-    """Serve ``requests`` through a fresh gateway of ``deployment``; its figures and the outcomes."""
+    """Serve ``requests`` through a fresh gateway of ``deployment``; its figures and the outcomes.
+
+    ``warmup`` goes through the same gateway first, unmeasured: it warms the servers the same way for both
+    runs and gives FleetOpt the finished requests it plans from. Then, with ``wait_plan_s`` > 0, the run waits
+    that long at most for a FleetOpt plan of ``deployment`` in Redis. The shed and compressed counts are
+    the measured run's (the counters' growth over it); the documents listed are all the gateway applied.
+    """
     config = out_dir / f"gateway-{name}.toml"
     config.write_text(config_text)
     log = out_dir / f"gateway-{name}.log"
@@ -137,20 +161,47 @@ def _run_arm(
     )
     try:
         wait_gateway(process, url, {s.url for s in servers}, GATEWAY_READY_TIMEOUT_S, log)
-        print(f"{name}: gateway at {url} lists the 3 servers; sending {len(requests)} requests", flush=True)
+        if warmup:
+            print(f"{name}: gateway at {url} lists the 3 servers; warming up with {len(warmup)} requests", flush=True)
+            warmed = asyncio.run(drive(url, SERVED_MODEL, warmup, timeout_s=3600.0))
+            print(f"{name}: warm-up done, {sum(o.status == 200 for o in warmed)} served", flush=True)
+        if wait_plan_s > 0:
+            planned = _wait_for_plan(settings, deployment, wait_plan_s)
+            print(f"{name}: FleetOpt plan {'in Redis' if planned else f'still absent after {wait_plan_s:g} s'}")
+        before = metrics_text(url)
+        print(f"{name}: sending the {len(requests)} measured requests", flush=True)
         outcomes = asyncio.run(drive(url, SERVED_MODEL, requests, timeout_s=3600.0))
-        metrics = metrics_text(url)
+        after = metrics_text(url)
     finally:
         stop(process)
     ranks = [s.engine_id for s in servers if s.dp_group is not None]
     summary = summarise(
-        name, outcomes, ranks=ranks, metrics_text=metrics, log_lines=log.read_text(errors="replace").splitlines()
+        name,
+        outcomes,
+        ranks=ranks,
+        metrics_before=before,
+        metrics_after=after,
+        log_lines=log.read_text(errors="replace").splitlines(),
     )
     print(
         f"{name}: {summary.served} served, {summary.refused} refused in {summary.makespan_s:.0f} s",
         flush=True,
     )
     return summary, outcomes
+
+
+def _wait_for_plan(settings: Settings, deployment: str, timeout_s: float) -> bool:
+    """Wait until Redis holds a FleetOpt plan (scope ``fleet``) of ``deployment``; whether it does."""
+    store = RedisStore.from_url(settings.redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
+    deadline = time.monotonic() + timeout_s
+    try:
+        while store.get_policy("fleetopt", FLEET_SCOPE) is None:
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(1.0)
+        return True
+    finally:
+        store.close()
 
 
 def _clean_up(settings: Settings, deployment: str, *, stop_stack: bool) -> str:
@@ -170,6 +221,7 @@ def run_up(args: argparse.Namespace) -> int:
     """Run both arms; exit 0 when both served every request or refused it with a status."""
     settings = settings_from_args(args)
     requests = workload(args.seed, args.requests, args.rate)
+    warmup = [] if args.warmup_requests <= 0 else workload(args.seed + 1, args.warmup_requests, args.warmup_rate)
     previous = {signum: signal.signal(signum, _interrupt) for signum in (signal.SIGINT, signal.SIGTERM)}
     run_id = uuid.uuid4().hex[:8]
     deployment = f"fleet-{run_id}"
@@ -236,8 +288,11 @@ def run_up(args: argparse.Namespace) -> int:
             config_text=governed_config(args.queue_deadline_s),
             deployment=deployment,
             state=state,
+            settings=settings,
             servers=servers,
             requests=requests,
+            warmup=warmup,
+            wait_plan_s=args.plan_timeout_s,
             out_dir=out_dir,
         )
         ungoverned, ungoverned_outcomes = _run_arm(
@@ -245,8 +300,11 @@ def run_up(args: argparse.Namespace) -> int:
             config_text=round_robin_config(servers, args.queue_deadline_s),
             deployment=f"{deployment}-ungoverned",
             state=state,
+            settings=settings,
             servers=servers,
             requests=requests,
+            warmup=warmup,
+            wait_plan_s=0.0,
             out_dir=out_dir,
         )
     finally:
@@ -287,5 +345,6 @@ def _flags(args: argparse.Namespace) -> str:
     """The options this run was given, as a command line."""
     return (
         f"--requests {args.requests} --rate {args.rate:g} --max-num-seqs {args.max_num_seqs} "
-        f"--queue-deadline-s {args.queue_deadline_s:g} --seed {args.seed}"
+        f"--queue-deadline-s {args.queue_deadline_s:g} --seed {args.seed} --warmup-requests {args.warmup_requests} "
+        f"--warmup-rate {args.warmup_rate:g}"
     )

@@ -140,13 +140,15 @@ def summarise(
     outcomes: Sequence[Outcome],
     *,
     ranks: Sequence[str],
-    metrics_text: str,
+    metrics_before: str,
+    metrics_after: str,
     log_lines: Iterable[str],
 ) -> ArmSummary:
-    """One run's figures from its outcomes, the gateway's final ``/metrics`` and its log.
+    """One run's figures from its outcomes, the gateway's ``/metrics`` before and after it, and its log.
 
     Throughput is output tokens over the makespan (first send to last end). Shed and compressed counts are
-    the gateway's own counters (``governor_gateway_shed_total``, ``governor_gateway_compressed_total``).
+    the growth over the run of the gateway's own counters (``governor_gateway_shed_total``,
+    ``governor_gateway_compressed_total``), so a warm-up before it does not count.
     """
     served = [o for o in outcomes if o.status == 200]
     ends = [o.sent_s + (o.e2e_s or 0.0) for o in served]
@@ -163,6 +165,10 @@ def summarise(
         key = outcome.upstream or "unknown"
         per_upstream[key] = per_upstream.get(key, 0) + 1
     imbalance = rank_imbalance(outcomes, ranks)
+
+    def growth(counter: str) -> int:
+        return counter_total(metrics_after, counter) - counter_total(metrics_before, counter)
+
     return ArmSummary(
         name=name,
         requests=len(outcomes),
@@ -177,8 +183,8 @@ def summarise(
         requests_per_upstream=dict(sorted(per_upstream.items())),
         rank_imbalance_mean=None if imbalance is None else imbalance[0],
         rank_imbalance_p90=None if imbalance is None else imbalance[1],
-        shed=counter_total(metrics_text, "governor_gateway_shed_total"),
-        compressed=counter_total(metrics_text, "governor_gateway_compressed_total"),
+        shed=growth("governor_gateway_shed_total"),
+        compressed=growth("governor_gateway_compressed_total"),
         applied=applied_documents(log_lines),
     )
 

@@ -63,6 +63,7 @@ def _refused(index: int) -> Outcome:
 def test_flags_parse_with_their_defaults() -> None:
     args = build_parser("fleet").parse_args(["fleet", "up"])
     assert (args.requests, args.rate, args.max_num_seqs, args.seed, args.keep) == (24, 1.0, 4, 0, False)
+    assert (args.warmup_requests, args.warmup_rate, args.plan_timeout_s) == (60, 2.0, 90.0)
     args = build_parser("fleet").parse_args(["fleet", "up", "--requests", "8", "--rate", "0.5", "--seed", "3"])
     assert (args.requests, args.rate, args.seed) == (8, 0.5, 3)
     with pytest.raises(SystemExit):
@@ -167,9 +168,12 @@ def test_summary_of_a_recorded_run() -> None:
         _served(2, "short", sent_s=2.0, ttft_s=0.1, e2e_s=0.6, tokens=6),
         _refused(3),
     ]
-    metrics = 'governor_gateway_shed_total{reason="deadline"} 1.0\ngovernor_gateway_compressed_total 2.0\n'
+    before = 'governor_gateway_shed_total{reason="deadline"} 1.0\ngovernor_gateway_compressed_total 3.0\n'
+    after = 'governor_gateway_shed_total{reason="deadline"} 2.0\ngovernor_gateway_compressed_total 5.0\n'
     log = [json.dumps({"event": "policy_applied", "kind": "fleetopt", "scope": "fleet", "version": 2})]
-    summary = summarise("governed", outcomes, ranks=["r0", "r1"], metrics_text=metrics, log_lines=log)
+    summary = summarise(
+        "governed", outcomes, ranks=["r0", "r1"], metrics_before=before, metrics_after=after, log_lines=log
+    )
     assert (summary.requests, summary.served, summary.refused, summary.shed, summary.compressed) == (4, 3, 1, 1, 2)
     assert summary.makespan_s == pytest.approx(4.0)  # first send at 0, last end at 1 + 3
     assert summary.output_tokens_per_s == pytest.approx(44 / 4.0)
@@ -181,7 +185,9 @@ def test_summary_of_a_recorded_run() -> None:
     assert json.loads(json.dumps(summary.to_dict()))["applied"] == [
         {"kind": "fleetopt", "scope": "fleet", "version": 2}
     ]
-    plain = summarise("round-robin", outcomes[:3], ranks=["r0", "r1"], metrics_text="", log_lines=[])
+    plain = summarise(
+        "round-robin", outcomes[:3], ranks=["r0", "r1"], metrics_before="", metrics_after="", log_lines=[]
+    )
     table = comparison_table(summary, plain)
     assert "TTFT p50 ms" in table
     assert "documents the governed gateway applied: fleetopt fleet v2" in table
