@@ -21,7 +21,9 @@ partition found on a new log is rebuilt from that log's beginning (services/stre
 and its records of that poll are dropped, since they are read again. When the topic's layout
 changes (recreated, with another partition count or not) and then holds still, the member commits,
 gives its partitions back and rejoins its group as a new consumer (a fresh member id), so that the
-group's assignment is computed from the new layout (services/log_reset.py, ``LayoutWatch``).
+group's assignment is computed from the new layout (services/log_reset.py, ``LayoutWatch``). It
+rejoins the same way when a partition it holds, positioned and not paused by itself, has gone unfetched
+for longer than any rebalance takes (services/membership.py).
 """
 
 from __future__ import annotations
@@ -53,6 +55,7 @@ from services.kafka_clients import (
 )
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LayoutWatch, LogWatch, TopicLayout
+from services.membership import FetchStallWatch, stall_bound_s, unfetched
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,
@@ -150,6 +153,7 @@ class StreamProcessor:
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._layout_watch = LayoutWatch(TELEMETRY_TOPIC)
+        self._stall_watch = FetchStallWatch("stream", stall_bound_s(kafka_timeouts))
         subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
 
@@ -205,7 +209,10 @@ class StreamProcessor:
                     self._position(self._unpositioned)
                 batch = self._consumer.poll(timeout_ms=200, max_records=self._sizer.records)
                 layout = self._log_view.layout(TELEMETRY_TOPIC)
-                if self._layout_watch.rejoin_due(layout, self._clock()):
+                now_s = self._clock()
+                if self._layout_watch.rejoin_due(layout, now_s) or (
+                    self._stall_watch.rejoin_due(unfetched(self._consumer), now_s)
+                ):
                     self._rejoin()
                     continue
                 records = self._on_current_logs([record for part in batch.values() for record in part], layout)
@@ -244,6 +251,9 @@ class StreamProcessor:
 
     def _rejoin(self) -> None:
         """Give the assigned partitions back (committed first) and rejoin the group under a fresh member id.
+
+        Done when the topic's layout changed and held still, or a partition went unfetched past any
+        rebalance (services/membership.py).
 
         The member rejoins as a new consumer: unsubscribing and subscribing again on the same client
         during a rebalance left it without partitions for the rest of a 3-minute test on Tansu. The
