@@ -167,7 +167,8 @@ def _run_arm(
             print(f"{name}: warm-up done, {sum(o.status == 200 for o in warmed)} served", flush=True)
         if wait_plan_s > 0:
             planned = _wait_for_plan(settings, deployment, wait_plan_s)
-            print(f"{name}: FleetOpt plan {'in Redis' if planned else f'still absent after {wait_plan_s:g} s'}")
+            plan = "in Redis" if planned else f"still absent after {wait_plan_s:g} s"
+            print(f"{name}: FleetOpt plan {plan}", flush=True)
         before = metrics_text(url)
         print(f"{name}: sending the {len(requests)} measured requests", flush=True)
         outcomes = asyncio.run(drive(url, SERVED_MODEL, requests, timeout_s=3600.0))
