@@ -501,3 +501,8 @@ class EngineSettings(SecuritySettings):
 def default_environment(name: str, value: str) -> None:
     """Set ``name`` for this process and its children unless the operator set it (a library's own switch)."""
     os.environ.setdefault(name, value)
+
+
+def child_environment(overrides: Mapping[str, str]) -> dict[str, str]:
+    """The environment a child process (a vLLM server the tooling starts) gets: this process's, with ``overrides``."""
+    return {**os.environ, **overrides}

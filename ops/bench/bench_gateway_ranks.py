@@ -1,6 +1,6 @@
 """Balancing data-parallel ranks through the gateway on real vLLM CPU servers: BF-IO vs its baselines.
 
-``--ranks`` vLLM servers (the tiny random Llama of tests/integration/tiny_vllm.py, one thread each,
+``--ranks`` vLLM servers (the tiny random Llama of services/engines/vllm/tiny_servers.py, one thread each,
 ``--max-num-seqs`` slots) are declared as the ranks of one DP group in an in-process gateway. The same seeded
 workload goes through it once per balancer and seed:
 
@@ -43,10 +43,7 @@ from policies.bfio.decide import build_payload
 from policies.bfio.params import BfioParams
 from schemas.policy_docs.base import InputsDigest
 from schemas.policy_docs.bfio import BfioPolicy, BfioState
-from services.gateway import Gateway
-from services.sdk.protocol import StaticPolicySource
-from services.stack.processes import free_port
-from tests.integration.tiny_vllm import (
+from services.engines.vllm.tiny_servers import (
     SERVED_MODEL,
     WORDS,
     start_vllm,
@@ -55,6 +52,9 @@ from tests.integration.tiny_vllm import (
     vllm_command,
     wait_healthy,
 )
+from services.gateway import Gateway
+from services.sdk.protocol import StaticPolicySource
+from services.stack.processes import free_port
 from tests.unit.gateway.upstream_stub import gateway_config, running_gateway
 
 BALANCERS = ("bfio", "jsq_load", "vllm_score", "round_robin")

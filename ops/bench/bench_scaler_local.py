@@ -45,6 +45,7 @@ import matplotlib.pyplot as plt
 
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from schemas.scaling import ScalerConfig
+from services.engines.vllm.tiny_servers import TINY_MODEL
 from services.health import ServiceMetrics
 from services.scaler import ListActionSink, ScalerMetrics, ScalerService
 from services.scaler.explanation import explain_action
@@ -52,7 +53,6 @@ from services.scaler.gateway_admin import GatewayAdmin
 from services.scaler.local_engines import LocalEngineConnector
 from services.sdk.protocol import StaticPolicySource
 from services.stack.processes import free_port
-from tests.integration.tiny_vllm import TINY_MODEL
 from tests.unit.scaler.plans import fleetopt_plan
 
 ADMIN_TOKEN = "bench-scaler-local"

@@ -30,7 +30,7 @@ from pathlib import Path
 
 from schemas.policy_docs import AdmissionPolicy, BfioPolicy, EbplusPolicy, FleetoptPolicy, SlaiPolicy
 from schemas.policy_docs.base import PolicyDocument
-from services.cli.live import run_governed_live
+from services.cli.live import clean_up_run, run_governed_live
 from services.cli.options import add_settings_flags, settings_from_args
 from services.policy.config import read_config
 from services.policy.config_records import shadow_assignment
@@ -40,7 +40,7 @@ from services.sim import ProgressSample, Scenario, load_scenario
 from services.sim.compare import FLEET_SCOPE, Arm, Comparison, Control, compare_arms, fleet_gpus
 from services.sim.plots import write_comparison_plots, write_plots
 from services.sim.simulation import EngineSample
-from services.stack.launcher import StackState, read_state, stack_down, stack_status
+from services.stack.launcher import StackState, read_state, stack_status
 from services.store.redis_store import RedisStore
 
 PROGRESS_EVERY_S = 5.0
@@ -255,15 +255,7 @@ def _clean_up(settings: Settings, deployment: str, *, stop_stack: bool) -> str:
     state = read_state(settings.state_dir)
     if state is None:
         return "cleanup: no stack recorded; nothing to remove"
-    store = RedisStore.from_url(state.redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
-    try:
-        removed = store.flush_deployment()
-    finally:
-        store.close()
-    if stop_stack:
-        stack_down(settings.state_dir)
-        return f"cleanup: removed {removed} Redis keys of {deployment}; stopped the stack the demo started"
-    return f"cleanup: removed {removed} Redis keys of {deployment}; the stack was running before and keeps running"
+    return clean_up_run(settings, state.redis_url, deployment, stop_stack=stop_stack, starter="the demo")
 
 
 def run(args: argparse.Namespace) -> int:

@@ -29,8 +29,15 @@ from types import FrameType
 from typing import Any
 
 from services.cli.demo import DEMO_FLEET_SLOT_S
-from services.cli.live import SERVICES_READY_TIMEOUT_S, _start_service, _stop, _wait_until_consuming
+from services.cli.live import (
+    SERVICES_READY_TIMEOUT_S,
+    clean_up_run,
+    start_service,
+    stop_service,
+    wait_until_consuming,
+)
 from services.cli.options import add_settings_flags, settings_from_args
+from services.engines.vllm.tiny_servers import SERVED_MODEL, tiny_model_dir
 from services.fleet_run.client import Outcome, drive
 from services.fleet_run.processes import (
     Server,
@@ -45,10 +52,9 @@ from services.fleet_run.report import ArmSummary, comparison_table, summarise
 from services.fleet_run.workload import PlannedRequest, workload
 from services.settings import Settings
 from services.sim.compare import FLEET_SCOPE
-from services.stack.launcher import StackState, stack_down, stack_status, stack_up
+from services.stack.launcher import StackState, stack_status, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
-from tests.integration.tiny_vllm import SERVED_MODEL, tiny_model_dir
 
 SHORT_POOL = "short"
 LONG_POOL = "long"
@@ -205,19 +211,6 @@ def _wait_for_plan(settings: Settings, deployment: str, timeout_s: float) -> boo
         store.close()
 
 
-def _clean_up(settings: Settings, deployment: str, *, stop_stack: bool) -> str:
-    """Remove the run's Redis keys, and stop the stack when this command started it; say what was done."""
-    store = RedisStore.from_url(settings.redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
-    try:
-        removed = store.flush_deployment()
-    finally:
-        store.close()
-    if stop_stack:
-        stack_down(settings.state_dir)
-        return f"cleanup: removed {removed} Redis keys of {deployment}; stopped the stack this run started"
-    return f"cleanup: removed {removed} Redis keys of {deployment}; the stack was running before and keeps running"
-
-
 def run_up(args: argparse.Namespace) -> int:
     """Run both arms; exit 0 when both served every request or refused it with a status."""
     settings = settings_from_args(args)
@@ -241,7 +234,7 @@ def run_up(args: argparse.Namespace) -> int:
         settings = settings.model_copy(update={"redis_url": state.redis_url})
         print(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}", flush=True)
         for name in ("stream", "policy"):
-            services[name] = _start_service(
+            services[name] = start_service(
                 name,
                 state,
                 deployment,
@@ -280,7 +273,7 @@ def run_up(args: argparse.Namespace) -> int:
             flush=True,
         )
         for name, process in services.items():
-            if not _wait_until_consuming(out_dir / f"{name}.log", process, SERVICES_READY_TIMEOUT_S):
+            if not wait_until_consuming(out_dir / f"{name}.log", process, SERVICES_READY_TIMEOUT_S):
                 print(f"warning: the {name} service has not joined its group yet", flush=True)
         wait_servers(servers, args.start_timeout_s, lambda line: print(line, flush=True))
         print(f"vLLM: all servers up {time.monotonic() - started:.0f} s after the start", flush=True)
@@ -312,9 +305,12 @@ def run_up(args: argparse.Namespace) -> int:
         for server in servers:
             stop(server.process)
         for process in services.values():
-            _stop(process)
+            stop_service(process)
         if state is not None and not args.keep:
-            print(_clean_up(settings, deployment, stop_stack=stop_stack), flush=True)
+            print(
+                clean_up_run(settings, settings.redis_url, deployment, stop_stack=stop_stack, starter="this run"),
+                flush=True,
+            )
         for signum, handler in previous.items():
             signal.signal(signum, handler)
     print(comparison_table(governed, ungoverned))

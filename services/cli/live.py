@@ -28,7 +28,7 @@ from services.settings import Settings
 from services.sim import ProgressSample, Scenario, run_live
 from services.sim.compare import PolicyChange, PolicyChangeRecorder, planned_gpus
 from services.sim.metrics import RunSummary
-from services.stack.launcher import StackState, stack_up
+from services.stack.launcher import StackState, stack_down, stack_up
 from services.store.redis_store import RedisStore
 
 SERVICES_READY_TIMEOUT_S = 60.0
@@ -62,7 +62,7 @@ class LiveRun:
     elapsed_s: float
 
 
-def _start_service(
+def start_service(
     service: str,
     state: StackState,
     deployment: str,
@@ -98,7 +98,7 @@ def _start_service(
         return subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT)
 
 
-def _stop(process: subprocess.Popen[bytes]) -> int:
+def stop_service(process: subprocess.Popen[bytes]) -> int:
     process.terminate()
     try:
         return process.wait(timeout=30)
@@ -138,7 +138,7 @@ def _wait_for_services(state: StackState, deployment: str, timeout_s: float, set
         store.close()
 
 
-def _wait_until_consuming(log_path: Path, process: subprocess.Popen[bytes], timeout_s: float) -> bool:
+def wait_until_consuming(log_path: Path, process: subprocess.Popen[bytes], timeout_s: float) -> bool:
     """Wait until the service logs ``partitions_assigned`` with partitions (its JSON log), or it exits.
 
     The fleet starts only then, so that the first policies reach the engines within seconds of
@@ -187,7 +187,7 @@ def run_governed_live(
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
     services = {
-        name: _start_service(
+        name: start_service(
             name,
             state,
             deployment,
@@ -206,7 +206,7 @@ def run_governed_live(
     )
     started = time.monotonic()
     try:
-        if not _wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
+        if not wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
             say("warning: the stream processor has not joined its group yet; starting the fleet anyway")
         publisher = TelemetryPublisher(state.kafka_bootstrap, security=settings.kafka_security())
         recorder = PolicyChangeRecorder(publisher)
@@ -233,7 +233,7 @@ def run_governed_live(
             client.close()
         caught_up = _wait_for_services(state, deployment, SERVICES_CATCH_UP_TIMEOUT_S, settings)
     finally:
-        codes = {name: _stop(process) for name, process in services.items()}
+        codes = {name: stop_service(process) for name, process in services.items()}
     stats = publisher.stats()
     return LiveRun(
         summary=summary,
@@ -246,3 +246,16 @@ def run_governed_live(
         state=state,
         elapsed_s=time.monotonic() - started,
     )
+
+
+def clean_up_run(settings: Settings, redis_url: str, deployment: str, *, stop_stack: bool, starter: str) -> str:
+    """Remove ``deployment``'s Redis keys, and stop the stack when ``starter`` started it; say what was done."""
+    store = RedisStore.from_url(redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
+    try:
+        removed = store.flush_deployment()
+    finally:
+        store.close()
+    if stop_stack:
+        stack_down(settings.state_dir)
+        return f"cleanup: removed {removed} Redis keys of {deployment}; stopped the stack {starter} started"
+    return f"cleanup: removed {removed} Redis keys of {deployment}; the stack was running before and keeps running"

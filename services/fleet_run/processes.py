@@ -1,6 +1,6 @@
 """The real processes of ``governor fleet up``: vLLM CPU servers with Governor's plugin, and gateways.
 
-The servers are the tiny random Llama with the word-level tokenizer of tests/integration/tiny_vllm.py (dummy
+The servers are the tiny random Llama with the word-level tokenizer of services/engines/vllm/tiny_servers.py (dummy
 weights, one OpenMP thread each), with the plugin's environment of docs/engines/vllm.md: each says where it
 listens (``GOVERNOR_ENDPOINT_URL``), its pool, and, for the ranks of the DP deployment, ``GOVERNOR_DP_GROUP``
 and ``GOVERNOR_DP_RANK``, so the governed gateway finds them from their registrations alone. Start-up takes
@@ -10,7 +10,6 @@ minutes on a loaded CPU machine, so the wait prints what each server is doing ev
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -19,8 +18,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from services.engines.vllm.tiny_servers import vllm_command
+from services.settings import child_environment
 from services.stack.launcher import StackState
-from tests.integration.tiny_vllm import vllm_command
 
 PROGRESS_EVERY_S = 20.0
 STOP_TIMEOUT_S = 60.0
@@ -57,7 +57,6 @@ def start_server(
     """Start one server with Governor's plugin registering it as an upstream of ``deployment``."""
     url = f"http://127.0.0.1:{port}"
     env = {
-        **os.environ,
         "OMP_NUM_THREADS": "1",
         "VLLM_CPU_KVCACHE_SPACE": "1",
         "TOKENIZERS_PARALLELISM": "false",
@@ -73,7 +72,7 @@ def start_server(
         env["GOVERNOR_DP_RANK"] = str(dp_rank)
     argv = [*vllm_command(model, port, max_num_seqs=max_num_seqs, seed=seed), "--enable-logging-iteration-details"]
     with log.open("w") as output:
-        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=env)
+        process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=child_environment(env))
     return Server(
         engine_id=engine_id,
         pool=pool,

@@ -1,6 +1,6 @@
 """``governor gateway`` in front of a real vLLM server (CPU build, the tiny random Llama, a tokenizer built here).
 
-The model directory and the server come from tests/integration/tiny_vllm.py: text prompts work and
+The model directory and the server come from services/engines/vllm/tiny_servers.py: text prompts work and
 ``/tokenize`` answers with the served model's own count. One server, started once for
 the module with one thread, is declared twice in the gateway file (pools ``short`` and ``long``), so the route
 FleetOpt chooses shows in ``x-governor-upstream`` while every count comes from vLLM.
@@ -30,7 +30,7 @@ with warnings.catch_warnings():
     pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
     pytest.importorskip("tokenizers", reason="the tokenizers package comes with vLLM")
 
-from tests.integration.tiny_vllm import (
+from services.engines.vllm.tiny_servers import (
     TEXT,
     start_vllm,
     stop_vllm,

@@ -26,6 +26,7 @@ from schemas.names import policy_key
 from schemas.scaling import ScalerConfig
 from services.cli.scale import gateway_admin
 from services.cli.status import render
+from services.engines.vllm.tiny_servers import TINY_MODEL
 from services.health import ServiceMetrics
 from services.inspection import collect_pool_status, collect_status
 from services.scaler import KafkaActionSink, MemoryConnector, ScalerMetrics, ScalerService
@@ -35,7 +36,6 @@ from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState
 from services.stack.processes import free_port, port_open
 from tests.integration.processes import wait_until
-from tests.integration.tiny_vllm import TINY_MODEL
 from tests.unit.scaler.plans import fleetopt_plan
 
 pytestmark = pytest.mark.integration

@@ -2,7 +2,7 @@
 
 The test reads the command from the block after ``<!-- vllm-cpu-serve -->`` in docs/engines/vllm.md,
 so the documented line and the tested one cannot drift. Only the model changes: the tiny random Llama
-(tests/integration/tiny_vllm.py) with dummy weights, in place of Qwen3-8B, and a free port.
+(services/engines/vllm/tiny_servers.py) with dummy weights, in place of Qwen3-8B, and a free port.
 """
 
 from __future__ import annotations
@@ -19,11 +19,11 @@ from pathlib import Path
 import pytest
 
 from schemas.names import TELEMETRY_TOPIC
+from services.engines.vllm.tiny_servers import SERVED_MODEL, stop_vllm, tiny_model_dir, wait_healthy
 from services.replay.replay import read_topic
 from services.stack.launcher import StackState
 from services.stack.processes import free_port
 from tests.integration.processes import wait_until
-from tests.integration.tiny_vllm import SERVED_MODEL, stop_vllm, tiny_model_dir, wait_healthy
 
 pytest.importorskip("vllm", reason="needs vLLM's CPU build: bash ops/install.sh --vllm")
 

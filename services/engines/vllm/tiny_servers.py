@@ -3,14 +3,13 @@
 The model directory is services/engines/vllm/tiny_model's config (dummy weights) with a word-level tokenizer
 (``tokenizers``, which comes with vLLM; vocabulary: ASCII punctuation and a few hundred English words, the rest
 ``<unk>``) and a plain chat template, so text prompts work and ``/tokenize`` answers with the served model's
-own count. tests/integration/test_gateway.py and the gateway's benchmarks on real ranks start their servers
-with ``start_vllm``.
+own count. ``governor fleet up``, tests/integration/test_gateway.py and the gateway's benchmarks on real ranks
+start their servers with these helpers (they need the ``vllm`` extra).
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 import sys
@@ -20,7 +19,9 @@ from pathlib import Path
 
 import tokenizers
 
-TINY_MODEL = Path(__file__).resolve().parents[2] / "services" / "engines" / "vllm" / "tiny_model"
+from services.settings import child_environment
+
+TINY_MODEL = Path(__file__).resolve().parent / "tiny_model"
 SERVED_MODEL = "tiny"
 WORDS = (
     "the a of to in is it that for on with as was be by at this are from or have not but what all were when we "
@@ -88,7 +89,7 @@ def vllm_command(
 
 def start_vllm(command: list[str], log: Path) -> subprocess.Popen[bytes]:
     """Start one server with one OpenMP thread and 1 GiB of KV cache, its output in ``log``."""
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+    env = child_environment({"OMP_NUM_THREADS": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"})
     with log.open("w") as output:
         return subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env)
 
