@@ -52,6 +52,7 @@ from services.engines.vllm.tiny_servers import (
     vllm_command,
     wait_healthy,
 )
+from services.fleet_run.client import read_completion_stream
 from services.gateway import Gateway
 from services.sdk.protocol import StaticPolicySource
 from services.stack.processes import free_port
@@ -101,20 +102,11 @@ async def _one(session: aiohttp.ClientSession, url: str, prompt: str, max_tokens
         "stream_options": {"include_usage": True},
     }
     started = time.perf_counter()
-    first: float | None = None
-    tokens = 0
     async with session.post(f"{url}/v1/completions", json=body) as response:
         if response.status != 200:
             msg = f"gateway answered {response.status}: {await response.text()}"
             raise RuntimeError(msg)
-        async for line in response.content:
-            if not line.startswith(b"data: {"):
-                continue
-            event = json.loads(line[6:])
-            if first is None and event.get("choices"):
-                first = time.perf_counter() - started
-            if event.get("usage"):
-                tokens = int(event["usage"]["completion_tokens"])
+        first, tokens = await read_completion_stream(response, started)
     end = time.perf_counter() - started
     ttft = end if first is None else first
     return {"ttft_s": ttft, "tpot_s": (end - ttft) / max(1, tokens - 1), "e2e_s": end, "tokens": float(tokens)}

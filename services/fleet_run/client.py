@@ -49,6 +49,22 @@ class Outcome:
         return cls(**fields)
 
 
+async def read_completion_stream(response: aiohttp.ClientResponse, started: float) -> tuple[float | None, int]:
+    """Read a streamed completion to its end: the seconds from ``started`` to its first chunk with text, and the
+    completion tokens its usage chunk gives (0 without one)."""
+    first: float | None = None
+    tokens = 0
+    async for line in response.content:
+        if not line.startswith(b"data: {"):
+            continue
+        event = json.loads(line[6:])
+        if first is None and event.get("choices"):
+            first = time.perf_counter() - started
+        if event.get("usage"):
+            tokens = int(event["usage"]["completion_tokens"])
+    return first, tokens
+
+
 async def _send(
     session: aiohttp.ClientSession, url: str, model: str, request: PlannedRequest, sent_s: float
 ) -> Outcome:
@@ -62,8 +78,6 @@ async def _send(
     }
     headers = {} if request.category is None else {CATEGORY_HEADER: request.category}
     started = time.perf_counter()
-    first: float | None = None
-    tokens = 0
     async with session.post(f"{url}/v1/completions", json=body, headers=headers) as response:
         upstream = response.headers.get(UPSTREAM_HEADER)
         if response.status != 200:
@@ -79,14 +93,7 @@ async def _send(
                 e2e_s=None,
                 tokens=None,
             )
-        async for line in response.content:
-            if not line.startswith(b"data: {"):
-                continue
-            event = json.loads(line[6:])
-            if first is None and event.get("choices"):
-                first = time.perf_counter() - started
-            if event.get("usage"):
-                tokens = int(event["usage"]["completion_tokens"])
+        first, tokens = await read_completion_stream(response, started)
     end = time.perf_counter() - started
     return Outcome(
         index=request.index,
