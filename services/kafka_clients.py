@@ -195,6 +195,12 @@ class PartitionEnds:
     engine never reached ``gov.estimates``). A partition without a reported end is asked of the
     broker (``ListOffsets``) once per assignment: records arriving later come back in a fetch,
     whose high watermark then takes over. ``assigned`` must be called on every assignment.
+
+    An end behind the consumer's position is returned as it is, unlike ``KafkaLogView.highwater``:
+    the watermark then counts the partition as read to its end, which it is up to what any response
+    has said. Holding the partition back instead would wait for a fetch that reports a later end, and
+    an incremental fetch session leaves a partition with nothing new out of its responses for good;
+    the log view must not take such an end for a new log, the watermark only needs a bound.
     """
 
     def __init__(self, consumer: KafkaConsumer) -> None:

@@ -115,3 +115,11 @@ class TestPartitionEnds:
         assert ends.highwater(EMPTY) is None
         assert ends.highwater(EMPTY) is None
         assert len(consumer.asked) == 2
+
+    def test_an_end_behind_the_position_is_kept_so_the_partition_counts_as_read(self) -> None:
+        """The log view drops such an end; the watermark needs it, since no later fetch may report the partition."""
+        consumer = SessionConsumer({})
+        consumer._subscription.positions[FED] = 218
+        consumer._high[FED] = 179
+        assert PartitionEnds(consumer).highwater(FED) == 179
+        assert consumer.asked == []
