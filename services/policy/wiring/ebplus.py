@@ -56,14 +56,14 @@ def _cost_model(s: EngineSummary) -> CostModel | None:
 def ebplus_inputs(snapshot: EstimateSnapshot, *, online_cost_model: bool = False) -> EbplusInputs | None:
     """EB+ inputs: the censoring-aware hazard fit, mu_L, mu_O, N_obs, KV capacity and the cost model.
 
-    The cost model is the engine's registered calibration profile, else (an engine with no profile,
-    such as a real vLLM engine on hardware we have not calibrated) the online fits from its step
-    events once prefill and decode fits both exist, else None, which falls back to the params'
-    profile (with ``calibration_id=None``, the EB probe that collects the missing fits);
-    ``online_cost_model`` ignores registered profiles. Calibration is preferred because a
-    running engine under mixed batching sees few pure-prefill batches to fit alpha_p from (spec
-    seed-001 P15). The KV capacity is the registered
-    kv_blocks_total * block_size_tokens, else the last step's.
+    The cost model is the engine's registered calibration profile (``_declared_calibration_ids``),
+    else (an engine with no known profile, such as a real vLLM engine on hardware we have not
+    calibrated) the online fits from its step events once prefill and decode fits both exist, else
+    None: the EB probe that collects the missing fits, or a profile the operator named in the params,
+    which the decision marks as assumed (policies/ebplus/decide.py). Never a fixed profile.
+    ``online_cost_model`` ignores registered profiles. Calibration is preferred because a running
+    engine under mixed batching sees few pure-prefill batches to fit alpha_p from (spec seed-001
+    P15). The KV capacity is the registered kv_blocks_total * block_size_tokens, else the last step's.
 
     Returns:
         the inputs, or None while the engine has no hazard fit, no mean lengths, no N_obs or no
@@ -121,10 +121,26 @@ def _kv_capacity_tokens(s: EngineSummary) -> int | None:
     return None
 
 
+def _declared_calibration_ids(engine: EngineRegistration) -> tuple[str, ...]:
+    """The calibration ids an engine's registration declares, in the order they are tried.
+
+    First its ``hardware_profile`` (``GOVERNOR_HARDWARE_PROFILE``), then ``<model>@<gpu>`` from what it
+    registered: the model's last path part (a vLLM engine registers its served name, often a Hugging
+    Face ``org/name`` or a local directory) and the GPU with spaces as dashes and no ``nvidia-`` vendor
+    prefix (``NVIDIA H200`` as nvidia-smi prints it is ``h200``), both in lower case as the profiles'
+    ids are. Nothing is guessed beyond that: a GPU or model that names no profile this way gets none.
+    """
+    model = engine.model.rstrip("/").rsplit("/", 1)[-1].lower()
+    gpu = "-".join(engine.gpu.lower().replace("_", " ").split()).removeprefix("nvidia-")
+    ids = [engine.hardware_profile] if engine.hardware_profile is not None else []
+    ids.append(f"{model}@{gpu}")
+    return tuple(dict.fromkeys(ids))
+
+
 def _registered_calibration(engine: EngineRegistration) -> tuple[CostModel, str] | None:
-    """The calibration named by the engine's ``hardware_profile``, else by ``<model>@<gpu>``, with its id; else None."""
-    for calib_id in (engine.hardware_profile, f"{engine.model}@{engine.gpu}".lower()):
-        if calib_id is not None and calib_id in CALIBRATION_PROFILES:
+    """The first known calibration among those the registration declares, with its id; else None."""
+    for calib_id in _declared_calibration_ids(engine):
+        if calib_id in CALIBRATION_PROFILES:
             return CALIBRATION_PROFILES[calib_id].cost_model, calib_id
     return None
 

@@ -59,6 +59,42 @@ class TestEbplusInputs:
         assert inputs.cost_model == by_name.cost_model
         assert inputs.cost_model_id == by_name.calib_id
 
+    @pytest.mark.parametrize(
+        ("model", "gpu"),
+        [
+            ("Qwen/Qwen3-8B", "H200"),
+            ("/models/Qwen3-8B/", "NVIDIA H200"),
+            ("qwen3-8b", "nvidia_h200"),
+        ],
+    )
+    def test_the_registered_model_path_and_gpu_name_select_their_profile(
+        self, snapshot: EstimateSnapshot, model: str, gpu: str
+    ) -> None:
+        """A served name with its org or directory and the GPU as nvidia-smi names it find qwen3-8b@h200."""
+        summary = engine_summary(snapshot)
+        registered = _registered(summary, hardware_profile=None, model=model, gpu=gpu)
+        inputs = ebplus_inputs(_with(snapshot, engine=registered))
+        assert inputs is not None
+        assert (inputs.cost_model, inputs.cost_model_id) == (
+            calibration_profile("qwen3-8b@h200").cost_model,
+            "qwen3-8b@h200",
+        )
+
+    def test_the_declared_profile_wins_over_the_model_and_gpu(self, snapshot: EstimateSnapshot) -> None:
+        summary = engine_summary(snapshot)
+        registered = _registered(summary, hardware_profile="qwen3-8b@rtx-pro-6000", model="Qwen3-8B", gpu="H200")
+        inputs = ebplus_inputs(_with(snapshot, engine=registered))
+        assert inputs is not None
+        assert inputs.cost_model_id == "qwen3-8b@rtx-pro-6000"
+
+    def test_a_gpu_of_the_same_family_is_not_taken_for_a_calibrated_one(self, snapshot: EstimateSnapshot) -> None:
+        """H200 NVL was not calibrated: no profile is guessed for it, so the cost model is left to the fits."""
+        summary = engine_summary(snapshot)
+        registered = _registered(summary, hardware_profile=None, model="Qwen/Qwen3-8B", gpu="NVIDIA H200 NVL")
+        inputs = ebplus_inputs(_with(snapshot, engine=registered))
+        assert inputs is not None
+        assert (inputs.cost_model, inputs.declared_profile) == (None, None)
+
     def test_unknown_hardware_leaves_the_cost_model_to_the_params(self, snapshot: EstimateSnapshot) -> None:
         summary = engine_summary(snapshot)
         unknown = _registered(summary, hardware_profile=None, model="m", gpu="g")
