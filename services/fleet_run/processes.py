@@ -3,7 +3,9 @@
 The servers are the tiny random Llama with the word-level tokenizer of services/engines/vllm/tiny_servers.py (dummy
 weights, one OpenMP thread each), with the plugin's environment of docs/engines/vllm.md: each says where it
 listens (``GOVERNOR_ENDPOINT_URL``), its pool, and, for the ranks of the DP deployment, ``GOVERNOR_DP_GROUP``
-and ``GOVERNOR_DP_RANK``, so the governed gateway finds them from their registrations alone. Start-up takes
+and ``GOVERNOR_DP_RANK``, so the governed gateway finds them from their registrations alone. A server may run
+one of Governor's schedulers (``--scheduler-cls``: ``EBPLUS_SCHEDULER``, ``SLAI_SCHEDULER``), which then
+publishes its exact telemetry and obeys its EB+ or SLAI document (the plugin stays passive). Start-up takes
 minutes on a loaded CPU machine, so the wait prints what each server is doing every ``PROGRESS_EVERY_S``.
 """
 
@@ -23,6 +25,8 @@ from services.settings import child_environment
 from services.stack.launcher import StackState
 
 PROGRESS_EVERY_S = 20.0
+EBPLUS_SCHEDULER = "services.engines.vllm.scheduler.EbplusScheduler"
+SLAI_SCHEDULER = "services.engines.vllm.scheduler.SlaiScheduler"
 STOP_TIMEOUT_S = 60.0
 
 
@@ -38,6 +42,7 @@ class Server:
     max_num_seqs: int
     log: Path
     process: subprocess.Popen[bytes]
+    scheduler_cls: str | None = None
 
 
 def start_server(
@@ -53,8 +58,9 @@ def start_server(
     state: StackState,
     deployment: str,
     log: Path,
+    scheduler_cls: str | None = None,
 ) -> Server:
-    """Start one server with Governor's plugin registering it as an upstream of ``deployment``."""
+    """Start one server registering as an upstream of ``deployment``, under ``scheduler_cls`` if given."""
     url = f"http://127.0.0.1:{port}"
     env = {
         "OMP_NUM_THREADS": "1",
@@ -70,7 +76,8 @@ def start_server(
     if dp_group is not None:
         env["GOVERNOR_DP_GROUP"] = dp_group
         env["GOVERNOR_DP_RANK"] = str(dp_rank)
-    argv = [*vllm_command(model, port, max_num_seqs=max_num_seqs, seed=seed), "--enable-logging-iteration-details"]
+    command = vllm_command(model, port, max_num_seqs=max_num_seqs, seed=seed, scheduler_cls=scheduler_cls)
+    argv = [*command, "--enable-logging-iteration-details"]
     with log.open("w") as output:
         process = subprocess.Popen(argv, stdout=output, stderr=subprocess.STDOUT, env=child_environment(env))
     return Server(
@@ -82,6 +89,7 @@ def start_server(
         max_num_seqs=max_num_seqs,
         log=log,
         process=process,
+        scheduler_cls=scheduler_cls,
     )
 
 

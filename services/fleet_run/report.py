@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import numpy as np
@@ -35,7 +35,11 @@ class AppliedDocument:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ArmSummary:
-    """One run's figures. Latencies in ms over the requests served; None when none was served."""
+    """One run's figures. Latencies in ms over the requests served; None when none was served.
+
+    ``refused_by_reason`` counts the refusals the client got by the error code of their body (the gateway's
+    shed reason, ``deadline`` or ``queue_full``; ``status-<n>`` for a body without one).
+    """
 
     name: str
     requests: int
@@ -53,6 +57,7 @@ class ArmSummary:
     shed: int
     compressed: int
     applied: tuple[AppliedDocument, ...]
+    refused_by_reason: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """The figures as JSON-ready fields."""
@@ -165,6 +170,11 @@ def summarise(
         key = outcome.upstream or "unknown"
         per_upstream[key] = per_upstream.get(key, 0) + 1
     imbalance = rank_imbalance(outcomes, ranks)
+    refused_by_reason: dict[str, int] = {}
+    for outcome in outcomes:
+        if outcome.status != 200:
+            reason = outcome.shed_reason or f"status-{outcome.status}"
+            refused_by_reason[reason] = refused_by_reason.get(reason, 0) + 1
 
     def growth(counter: str) -> int:
         return counter_total(metrics_after, counter) - counter_total(metrics_before, counter)
@@ -186,6 +196,7 @@ def summarise(
         shed=growth("governor_gateway_shed_total"),
         compressed=growth("governor_gateway_compressed_total"),
         applied=applied_documents(log_lines),
+        refused_by_reason=dict(sorted(refused_by_reason.items())),
     )
 
 
@@ -218,6 +229,7 @@ def comparison_table(governed: ArmSummary, ungoverned: ArmSummary) -> str:
         ("DP rank imbalance mean", lambda a: _figure(a.rank_imbalance_mean, 2)),
         ("DP rank imbalance p90", lambda a: _figure(a.rank_imbalance_p90, 2)),
         ("shed (429)", lambda a: str(a.shed)),
+        ("refused by reason", lambda a: " ".join(f"{k}={v}" for k, v in a.refused_by_reason.items()) or "-"),
         ("compressed", lambda a: str(a.compressed)),
         ("requests per upstream", lambda a: " ".join(f"{k}={v}" for k, v in a.requests_per_upstream.items())),
     ]
@@ -227,4 +239,41 @@ def comparison_table(governed: ArmSummary, ungoverned: ArmSummary) -> str:
     for arm in (governed, ungoverned):
         documents = "; ".join(applied_by_scope(arm.applied)) or "none"
         lines.append(f"documents the {arm.name} gateway applied: {documents}")
+    return "\n".join(lines)
+
+
+SPREAD_FIGURES: tuple[tuple[str, Callable[[ArmSummary], float | None], int], ...] = (
+    ("TTFT p50 ms", lambda a: a.ttft_p50_ms, 0),
+    ("TTFT p99 ms", lambda a: a.ttft_p99_ms, 0),
+    ("TPOT p50 ms", lambda a: a.tpot_p50_ms, 1),
+    ("TPOT p99 ms", lambda a: a.tpot_p99_ms, 1),
+    ("output tokens/s", lambda a: a.output_tokens_per_s, 1),
+    ("DP rank imbalance mean", lambda a: a.rank_imbalance_mean, 2),
+    ("served", lambda a: float(a.served), 0),
+    ("refused (429)", lambda a: float(a.refused), 0),
+)
+
+
+def spread(values: Sequence[float | None]) -> tuple[float, float, float] | None:
+    """Median, min and max of the values that exist; None when none does."""
+    present = [v for v in values if v is not None]
+    if not present:
+        return None
+    return float(np.median(present)), min(present), max(present)
+
+
+def spread_table(arms: Sequence[Sequence[ArmSummary]], names: Sequence[str]) -> str:
+    """Each figure's median [min, max] over the seeds, one column per arm (``arms[i]``: arm i's summaries)."""
+
+    def cell(summaries: Sequence[ArmSummary], figure: Callable[[ArmSummary], float | None], digits: int) -> str:
+        found = spread([figure(s) for s in summaries])
+        if found is None:
+            return "-"
+        median, low, high = found
+        return f"{median:,.{digits}f} [{low:,.{digits}f}, {high:,.{digits}f}]"
+
+    width = max(len(label) for label, _, _ in SPREAD_FIGURES)
+    lines = [f"{'':{width}}  " + "  ".join(f"{name:>30}" for name in names)]
+    for label, figure, digits in SPREAD_FIGURES:
+        lines.append(f"{label:{width}}  " + "  ".join(f"{cell(a, figure, digits):>30}" for a in arms))
     return "\n".join(lines)

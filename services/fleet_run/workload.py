@@ -5,6 +5,10 @@ drawn from one short text whose words are all in the tokenizer's vocabulary, so 
 token count up to punctuation. Output lengths are fixed per request (``ignore_eos``), 70% short and 30% long,
 so the ranks' loads differ as in BF-IO's setting. Half the requests name a category the FleetOpt plan may
 compress (``rag``), the rest name none and are never altered. Both runs of a comparison send the same list.
+
+``burst`` is the overload phase: short requests (one to three sentences, 8 to 24 output tokens, no category)
+sent faster than the short pool's one server finishes them, so FleetOpt routes them all to it, its queue
+grows, and the admission policy, deciding from its telemetry, marks it busy then overloaded.
 """
 
 from __future__ import annotations
@@ -72,6 +76,39 @@ def workload(seed: int, requests: int, rate_per_s: float) -> list[PlannedRequest
                 prompt=" ".join([*body, QUESTION]),
                 max_tokens=max_tokens,
                 category=category,
+            )
+        )
+    return planned
+
+
+BURST_MAX_SENTENCES = 3
+
+
+def burst(seed: int, requests: int, rate_per_s: float) -> list[PlannedRequest]:
+    """``requests`` short requests with Poisson arrivals at ``rate_per_s``: the overload phase's list.
+
+    Each has one to ``BURST_MAX_SENTENCES`` sentences and the question (under 50 tokens) and 8 to 24 output
+    tokens, so its L_total (under 75) is below the short-pool bounds FleetOpt planned for the main workload.
+
+    Raises:
+        ValueError: ``requests`` is not positive or ``rate_per_s`` is not positive.
+    """
+    if requests <= 0 or rate_per_s <= 0:
+        msg = f"requests ({requests}) and rate ({rate_per_s}) must be positive"
+        raise ValueError(msg)
+    rng = np.random.default_rng(seed)
+    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, size=requests))
+    planned = []
+    for index, at_s in enumerate(arrivals):
+        count = int(rng.integers(1, BURST_MAX_SENTENCES + 1))
+        body = [SENTENCES[int(i)] for i in rng.integers(0, len(SENTENCES), size=count)]
+        planned.append(
+            PlannedRequest(
+                index=index,
+                at_s=float(at_s),
+                prompt=" ".join([*body, QUESTION]),
+                max_tokens=int(rng.integers(8, 25)),
+                category=None,
             )
         )
     return planned

@@ -74,9 +74,20 @@ def tiny_model_dir(folder: Path) -> Path:
 
 
 def vllm_command(
-    model: Path, port: int, *, max_num_seqs: int = 4, max_model_len: int = 512, seed: int = 0
+    model: Path,
+    port: int,
+    *,
+    max_num_seqs: int = 4,
+    max_model_len: int = 512,
+    seed: int = 0,
+    scheduler_cls: str | None = None,
 ) -> list[str]:
-    """The OpenAI server of vLLM on ``model`` with dummy weights, float32, eager, serving ``tiny``."""
+    """The OpenAI server of vLLM on ``model`` with dummy weights, float32, eager, serving ``tiny``.
+
+    ``scheduler_cls`` is passed as ``--scheduler-cls`` (one of Governor's schedulers,
+    services/engines/vllm/scheduler.py); None keeps vLLM's own scheduler.
+    """
+    scheduler = [] if scheduler_cls is None else ["--scheduler-cls", scheduler_cls]
     return [
         sys.executable,
         "-m",
@@ -84,6 +95,7 @@ def vllm_command(
         *("--model", str(model), "--served-model-name", SERVED_MODEL, "--load-format", "dummy", "--dtype", "float32"),
         *("--max-model-len", str(max_model_len), "--max-num-seqs", str(max_num_seqs), "--enforce-eager"),
         *("--seed", str(seed), "--host", "127.0.0.1", "--port", str(port)),
+        *scheduler,
     ]
 
 

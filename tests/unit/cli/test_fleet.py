@@ -11,10 +11,14 @@ import pytest
 
 from services.cli.fleet import (
     DP_GROUP,
+    GOVERNED,
     LONG_POOL,
+    ROUND_ROBIN,
     ROUND_ROBIN_GROUP,
     SHORT_POOL,
+    arm_order,
     governed_config,
+    policy_config,
     round_robin_config,
 )
 from services.cli.main import build_parser
@@ -27,9 +31,12 @@ from services.fleet_run.report import (
     comparison_table,
     counter_total,
     rank_imbalance,
+    spread,
+    spread_table,
     summarise,
 )
-from services.fleet_run.workload import SAFE_CATEGORY, workload
+from services.fleet_run.workload import SAFE_CATEGORY, burst, workload
+from services.policy.config import parse_config
 
 
 def _served(index: int, upstream: str, *, sent_s: float, ttft_s: float, e2e_s: float, tokens: int) -> Outcome:
@@ -46,7 +53,7 @@ def _served(index: int, upstream: str, *, sent_s: float, ttft_s: float, e2e_s: f
     )
 
 
-def _refused(index: int) -> Outcome:
+def _refused(index: int, reason: str | None = None) -> Outcome:
     return Outcome(
         index=index,
         sent_s=0.5,
@@ -57,15 +64,17 @@ def _refused(index: int) -> Outcome:
         ttft_s=None,
         e2e_s=None,
         tokens=None,
+        shed_reason=reason,
+        retry_after_s=None if reason is None else 10,
     )
 
 
 def test_flags_parse_with_their_defaults() -> None:
     args = build_parser("fleet").parse_args(["fleet", "up"])
-    assert (args.requests, args.rate, args.max_num_seqs, args.seed, args.keep) == (24, 1.0, 4, 0, False)
+    assert (args.requests, args.rate, args.max_num_seqs, args.seeds, args.keep) == (24, 1.0, 4, [0], False)
     assert (args.warmup_requests, args.warmup_rate, args.plan_timeout_s) == (60, 2.0, 90.0)
-    args = build_parser("fleet").parse_args(["fleet", "up", "--requests", "8", "--rate", "0.5", "--seed", "3"])
-    assert (args.requests, args.rate, args.seed) == (8, 0.5, 3)
+    args = build_parser("fleet").parse_args(["fleet", "up", "--requests", "8", "--rate", "0.5", "--seeds", "3", "4"])
+    assert (args.requests, args.rate, args.seeds) == (8, 0.5, [3, 4])
     with pytest.raises(SystemExit):
         build_parser("fleet").parse_args(["fleet", "up", "--requests", "many"])
 
@@ -84,7 +93,8 @@ def test_the_workload_is_seeded_and_fits_the_tiny_model() -> None:
 
 
 def test_gateway_files_name_the_pools_and_the_round_robin_group(tmp_path: Path) -> None:
-    governed = tomllib.loads(governed_config(30.0))
+    governed = tomllib.loads(governed_config(30.0, 8))
+    assert governed["queue"] == {"deadline_s": 30.0, "max_waiting": 8}
     assert governed["routing"] == {"short_pool": SHORT_POOL, "long_pool": LONG_POOL}
     assert governed["bfio"]["balancer"] == "bfio"
     assert "upstreams" not in governed  # they come from the servers' registrations
@@ -197,3 +207,80 @@ def test_summary_of_a_recorded_run() -> None:
 def test_outcomes_round_trip_through_json() -> None:
     outcome = _served(0, "r0", sent_s=0.0, ttft_s=0.2, e2e_s=1.2, tokens=11)
     assert Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
+
+
+def test_the_arms_alternate_which_goes_first_over_the_seeds() -> None:
+    assert [arm_order(i) for i in range(4)] == [
+        (GOVERNED, ROUND_ROBIN),
+        (ROUND_ROBIN, GOVERNED),
+        (GOVERNED, ROUND_ROBIN),
+        (ROUND_ROBIN, GOVERNED),
+    ]
+
+
+def test_the_burst_is_seeded_short_and_uncompressible() -> None:
+    first = burst(3, 50, 8.0)
+    assert first == burst(3, 50, 8.0)
+    assert first != burst(4, 50, 8.0)
+    assert all(8 <= r.max_tokens <= 24 and r.category is None for r in first)
+    # at most three sentences and the question: far below any short-pool bound planned for the main workload
+    tokens = [r.prompt_words + r.prompt.count(".") + r.prompt.count("?") for r in first]
+    assert max(tokens) < 50
+    assert max(t + r.max_tokens for t, r in zip(tokens, first, strict=True)) < 75
+    assert first[-1].at_s < 50 / 8.0 * 2
+    with pytest.raises(ValueError, match="positive"):
+        burst(0, 10, 0.0)
+
+
+def test_the_run_policy_file_is_valid_and_changes_only_eb_plus_pace_and_admission_rise() -> None:
+    config = parse_config(tomllib.loads(policy_config()), "fleet policy file")
+    assert (config.ebplus.t_upd_completions, config.ebplus.w_min_samples) == (20, 20)
+    assert config.admission.smoothing_up == 1.0
+    assert config.admission.busy_at is None  # thresholds keep their defaults
+    assert config.slai.token_budget_tokens is None
+
+
+def test_refusals_are_counted_by_the_gateway_s_reason() -> None:
+    outcomes = [
+        _served(0, "short", sent_s=0.0, ttft_s=0.1, e2e_s=0.5, tokens=8),
+        _refused(1, "deadline"),
+        _refused(2, "queue_full"),
+        _refused(3, "queue_full"),
+        _refused(4),
+    ]
+    summary = summarise("burst", outcomes, ranks=[], metrics_before="", metrics_after="", log_lines=[])
+    assert summary.refused_by_reason == {"deadline": 1, "queue_full": 2, "status-429": 1}
+    assert "refused by reason" in comparison_table(summary, summary)
+
+
+def test_spread_is_the_median_and_range_of_the_figures_that_exist() -> None:
+    assert spread([3.0, None, 1.0, 2.0]) == (2.0, 1.0, 3.0)
+    assert spread([None]) is None
+    one = summarise(
+        "a",
+        [_served(0, "r0", sent_s=0.0, ttft_s=0.1, e2e_s=1.0, tokens=10)],
+        ranks=[],
+        metrics_before="",
+        metrics_after="",
+        log_lines=[],
+    )
+    two = summarise(
+        "a",
+        [_served(0, "r0", sent_s=0.0, ttft_s=0.3, e2e_s=1.0, tokens=10)],
+        ranks=[],
+        metrics_before="",
+        metrics_after="",
+        log_lines=[],
+    )
+    table = spread_table([[one, two], [one]], ["governed", "round-robin"])
+    ttft = next(line for line in table.splitlines() if line.startswith("TTFT p50 ms"))
+    assert "200 [100, 300]" in ttft
+    assert "100 [100, 100]" in ttft
+    imbalance = next(line for line in table.splitlines() if line.startswith("DP rank imbalance mean"))
+    assert imbalance.split()[-2:] == ["-", "-"]
+
+
+def test_outcomes_written_before_refusal_reasons_existed_still_load() -> None:
+    fields = _refused(0).to_dict()
+    del fields["shed_reason"], fields["retry_after_s"]
+    assert Outcome.from_dict(fields) == _refused(0)
