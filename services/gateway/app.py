@@ -47,6 +47,7 @@ from services.gateway.inbound import ApiKind, BadRequestError, InboundRequest, R
 from services.gateway.metrics import GatewayMetrics
 from services.gateway.pool_queue import PoolQueue
 from services.gateway.ranks import RankAssignment, RankGroup
+from services.gateway.registrations import FeedEvent
 from services.gateway.telemetry import GatewayTelemetry
 from services.gateway.token_count import TokenCounter, TokenCountError
 from services.gateway.upstreams import InFlight, Upstream, UpstreamRegistry
@@ -157,12 +158,14 @@ class Gateway:
         """Take an engine's heartbeat: it stays in rotation."""
         self.registry.heartbeat(event)
 
-    def lifecycle(self, event: EngineRegistered | Heartbeat) -> None:
-        """Take a registration or a heartbeat read from the log (services/gateway/registrations.py)."""
+    def lifecycle(self, event: FeedEvent) -> None:
+        """Take a registration, heartbeat or step read from the log (services/gateway/registrations.py)."""
         if isinstance(event, EngineRegistered):
             self.registered(event)
-        else:
+        elif isinstance(event, Heartbeat):
             self.heartbeat(event)
+        else:
+            self.registry.step(event)
 
     async def _start(self, app: web.Application) -> None:
         self._session = aiohttp.ClientSession(connector=aiohttp.TCPConnector(limit=0, ttl_dns_cache=300))
@@ -407,8 +410,9 @@ class Gateway:
             upstream, balancer = assignment.upstream, assignment.balancer
         else:
             upstream = target
-            upstream.in_flight[inbound.request_id] = InFlight(
-                request_id=inbound.request_id, prompt_tokens=tokens, max_tokens=inbound.max_tokens
+            upstream.start(
+                InFlight(request_id=inbound.request_id, prompt_tokens=tokens, max_tokens=inbound.max_tokens),
+                self._clock(),
             )
         return await self._send(
             request,
@@ -488,7 +492,7 @@ class Gateway:
             outcome = result.outcome
             return result.response
         finally:
-            upstream.in_flight.pop(inbound.request_id, None)
+            upstream.finish(inbound.request_id, self._clock())
             self.metrics.answered(outcome)
             if outcome == "disconnected":
                 log.info("client_disconnected", request_id=inbound.request_id, upstream=upstream.engine_id)
@@ -517,10 +521,11 @@ class Gateway:
         best_load = (float("inf"), 0)
         for target in targets:
             if isinstance(target, RankGroup):
-                takes, load = target.takes_requests(now_s), (target.load_tokens(), target.waiting)
+                takes, load = target.takes_requests(now_s), (target.load_tokens(now_s), target.waiting)
             else:
                 takes = self._gate.admits(target.engine_id, now_s)
-                load = (float(target.load_tokens()), len(target.in_flight))
+                external = target.external(now_s)
+                load = (float(target.load_tokens() + external.tokens), len(target.in_flight) + external.requests)
             if takes and load < best_load:
                 best, best_load = target, load
         return best

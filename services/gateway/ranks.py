@@ -104,10 +104,10 @@ class RankGroup:
         """Requests in the central pool."""
         return len(self._waiting)
 
-    def load_tokens(self) -> float:
-        """Mean rank load plus the waiting prompts: the group's load when choosing between targets."""
+    def load_tokens(self, now_s: float) -> float:
+        """Mean rank load (other clients' included) plus the waiting prompts: the group's load between targets."""
         ranks = self.ranks()
-        in_flight = sum(r.load_tokens() for r in ranks)
+        in_flight = sum(r.load_tokens() + r.external(now_s).tokens for r in ranks)
         waiting = sum(p.doc.prompt_tokens for p in self._waiting.values())
         return (in_flight + waiting) / max(1, len(ranks))
 
@@ -150,7 +150,7 @@ class RankGroup:
             self._waiting.pop(request_id, None)
             if not delivered and future.done() and not future.cancelled():
                 # Assigned in the same turn the caller was cancelled: give the slot back, or it leaks.
-                future.result().upstream.in_flight.pop(request_id, None)
+                future.result().upstream.finish(request_id, self._clock())
 
     async def run(self) -> None:
         """Assignment rounds on every change and at least every ``tick_s``, until cancelled."""
@@ -174,18 +174,7 @@ class RankGroup:
         if isinstance(document, BfioPolicy):
             self._router.reload(document)
             self._telemetry.applied(document)
-        rank_docs = [
-            RankDoc(
-                free_slots=rank.free_slots() if self._open(rank, now_s) else 0,
-                active=[
-                    ActiveRequestDoc(
-                        prompt_tokens=f.prompt_tokens, generated_tokens=f.generated_tokens, max_tokens=f.max_tokens
-                    )
-                    for f in rank.in_flight.values()
-                ],
-            )
-            for rank in ranks
-        ]
+        rank_docs = [_rank_doc(rank, open_=self._open(rank, now_s), now_s=now_s) for rank in ranks]
         pending = list(self._waiting.values())
         waiting, active, free_slots = self._router.batches([p.doc for p in pending], rank_docs)
         routing = self._router.route(
@@ -196,9 +185,8 @@ class RankGroup:
         balancer = _BALANCERS[routing.mode]
         for request_id, g in routing.assignments:
             entry = self._waiting.pop(request_id)
-            rank = ranks[g]
-            rank.in_flight[request_id] = entry.flight
-            entry.future.set_result(RankAssignment(upstream=rank, balancer=balancer))
+            ranks[g].start(entry.flight, now_s)
+            entry.future.set_result(RankAssignment(upstream=ranks[g], balancer=balancer))
         if routing.fallback_reason is not None:
             log.debug("bfio_fallback", group=self.name, reason=routing.fallback_reason)
         return routing
@@ -215,7 +203,7 @@ class RankGroup:
             self._next_rank += 1
         else:
             rank = min(ranks, key=vllm_score)
-        rank.in_flight[request_id] = InFlight(request_id=request_id, prompt_tokens=prompt_tokens, max_tokens=max_tokens)
+        rank.start(InFlight(request_id=request_id, prompt_tokens=prompt_tokens, max_tokens=max_tokens), now_s)
         return RankAssignment(upstream=rank, balancer=self._balancer)
 
     def _open(self, rank: Upstream, now_s: float) -> bool:
@@ -223,6 +211,24 @@ class RankGroup:
             return False
         level, _ = self._gate.level(rank.engine_id, now_s)
         return level != "overloaded"
+
+
+def _rank_doc(rank: Upstream, *, open_: bool, now_s: float) -> RankDoc:
+    """The router's view of a rank: the gateway's requests there, and as many of the step's mean context as the
+    engine reported running for other clients, which also take slots."""
+    active = [
+        ActiveRequestDoc(prompt_tokens=f.prompt_tokens, generated_tokens=f.generated_tokens, max_tokens=f.max_tokens)
+        for f in rank.in_flight.values()
+    ]
+    external = rank.external(now_s)
+    if external.requests:
+        base, extra = divmod(external.tokens, external.requests)
+        active += [
+            ActiveRequestDoc(prompt_tokens=base + (1 if i < extra else 0), generated_tokens=0)
+            for i in range(external.requests)
+        ]
+    free_slots = max(0, rank.free_slots() - external.requests) if open_ else 0
+    return RankDoc(free_slots=free_slots, active=active)
 
 
 def vllm_score(rank: Upstream) -> int:

@@ -9,7 +9,8 @@ check or event. A draining upstream gets no new request and keeps its in-flight 
 it leaves the registry only when removed with none in flight.
 
 Each upstream also keeps the requests the gateway has in flight on it, with their prompt tokens and the
-tokens counted from their streamed chunks: that is the per-rank load BF-IO and JSQ-by-load balance on.
+tokens counted from their streamed chunks: that is the per-rank load BF-IO and JSQ-by-load balance on, plus
+what the engine's own ``step`` telemetry shows it runs for other clients (services/gateway/reported_load.py).
 """
 
 from __future__ import annotations
@@ -23,7 +24,9 @@ from yarl import URL
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.envelope import MAX_ID_CHARS
 from schemas.gateway import UpstreamEntry
+from schemas.steps import StepReport
 from services.gateway.config import DEFAULT_MAX_MODEL_LEN, DEFAULT_MAX_NUM_SEQS, StaticUpstream
+from services.gateway.reported_load import ExternalLoad, ReportedLoad
 
 UpstreamSource = Literal["static", "registered", "admin"]
 
@@ -67,6 +70,7 @@ class Upstream:
     last_seen_s: float | None = None
     draining: bool = False
     in_flight: dict[str, InFlight] = field(default_factory=dict)
+    reported: ReportedLoad = field(default_factory=ReportedLoad)
     _endpoints: dict[str, URL] = field(default_factory=dict, init=False, repr=False, compare=False)
 
     def endpoint(self, path: str) -> URL:
@@ -83,6 +87,20 @@ class Upstream:
     def free_slots(self) -> int:
         """Slots left under ``max_num_seqs`` (never negative)."""
         return max(0, self.max_num_seqs - len(self.in_flight))
+
+    def external(self, now_s: float) -> ExternalLoad:
+        """What the engine's last step showed it runs beyond the gateway's requests (none once stale)."""
+        return self.reported.external_at(now_s)
+
+    def start(self, flight: InFlight, now_s: float) -> None:
+        """Count ``flight`` in flight here from ``now_s``."""
+        self.in_flight[flight.request_id] = flight
+        self.reported.sent(flight.request_id, now_s)
+
+    def finish(self, request_id: str, now_s: float) -> None:
+        """Stop counting ``request_id`` (answered, failed, cancelled or never sent) from ``now_s``."""
+        self.in_flight.pop(request_id, None)
+        self.reported.finished_at(request_id, now_s)
 
     def entry(self) -> UpstreamEntry:
         """How the admin API lists this upstream."""
@@ -146,6 +164,7 @@ class UpstreamRegistry:
             last_seen_s=event.ts,
             draining=previous is not None and previous.draining,
             in_flight={} if previous is None else previous.in_flight,
+            reported=ReportedLoad() if previous is None else previous.reported,
         )
         self._upstreams[event.engine_id] = upstream
         self._by_id = None
@@ -194,6 +213,16 @@ class UpstreamRegistry:
         upstream = self._upstreams.get(event.engine_id)
         if upstream is not None:
             upstream.last_seen_s = event.ts
+
+    def step(self, event: StepReport) -> None:
+        """Reconcile a known upstream's load with its step telemetry (services/gateway/reported_load.py).
+
+        A step is also a sign of life, as a heartbeat is.
+        """
+        upstream = self._upstreams.get(event.engine_id)
+        if upstream is not None:
+            upstream.reported.reconcile(event)
+            upstream.last_seen_s = max(event.ts, upstream.last_seen_s or event.ts)
 
     def get(self, engine_id: str) -> Upstream | None:
         """The upstream of ``engine_id``, if known."""

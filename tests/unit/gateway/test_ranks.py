@@ -16,6 +16,7 @@ from services.gateway.telemetry import GatewayTelemetry
 from services.gateway.upstreams import InFlight, Upstream, UpstreamRegistry
 from services.sdk.protocol import ListSink, StaticPolicySource
 from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
+from tests.unit.gateway.test_reported_load import step
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
 TIMEOUT_S = 60.0  # a safety net for awaited events (the router's kernels may compile first), never a measured time
@@ -149,6 +150,72 @@ class TestRankGroup:
                 assignment = None
             # The slot is held exactly when the caller got the assignment (and will release it itself).
             assert list(rank.in_flight) == ([] if assignment is None else ["q1"])
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+def _group(slots: int) -> RankGroup:
+    registry = UpstreamRegistry()
+    registry.add_static(
+        [
+            StaticUpstream(
+                engine_id=f"r{g}", url=f"http://h:{g + 1}", model="m", dp_group="dp0", dp_rank=g, max_num_seqs=slots
+            )
+            for g in range(2)
+        ]
+    )
+    policies = StaticPolicySource()
+    telemetry = GatewayTelemetry(ListSink(), gateway_id="gw", deployment="test", clock=lambda: NOW_S)
+    return RankGroup(
+        "dp0",
+        registry=registry,
+        policies=policies,
+        gate=AdmissionGate(policies, telemetry, seed=0),
+        telemetry=telemetry,
+        router=BfioRouter(clock=time.perf_counter),
+        tick_s=60.0,
+        clock=lambda: NOW_S,
+    )
+
+
+class TestReportedLoad:
+    """A rank that also serves other clients: its step telemetry shows requests the gateway never sent."""
+
+    def test_requests_of_other_clients_take_the_ranks_slots(self) -> None:
+        async def scenario() -> None:
+            group = _group(slots=2)
+            rank0 = group.ranks()[0]
+            rank0.reported.reconcile(step(NOW_S - 0.1, running=2, kv_blocks=2))
+            tasks = [
+                asyncio.ensure_future(group.submit(request_id=f"q{n}", prompt_tokens=5, max_tokens=4, timeout_s=60.0))
+                for n in range(2)
+            ]
+            await asyncio.sleep(0)
+            routing = group.assign(NOW_S)
+            assert routing is not None
+            assert sorted(g for _, g in routing.assignments) == [1, 1]
+            for task in tasks:
+                task.cancel()
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+    def test_their_tokens_count_in_the_ranks_load(self) -> None:
+        """Without a bundle the pool goes by JSQ-by-load: the rank busy with another client's long context is not
+        the least loaded, though the gateway has nothing in flight there."""
+
+        async def scenario() -> None:
+            group = _group(slots=4)
+            rank0, rank1 = group.ranks()
+            rank1.start(InFlight(request_id="mine", prompt_tokens=50), NOW_S - 1.0)
+            assert group.load_tokens(NOW_S) == 25.0
+            rank0.reported.reconcile(step(NOW_S - 0.1, running=1, kv_blocks=40))
+            assert group.load_tokens(NOW_S) == (640 + 50) / 2
+            task = asyncio.ensure_future(group.submit(request_id="q", prompt_tokens=5, max_tokens=4, timeout_s=60.0))
+            await asyncio.sleep(0)
+            routing = group.assign(NOW_S)
+            assert routing is not None
+            assert routing.assignments == (("q", 1),)
+            task.cancel()
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 

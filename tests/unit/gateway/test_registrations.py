@@ -1,11 +1,12 @@
-"""Reading engines' lifecycle events from gov.telemetry records: the filter and the contract check."""
+"""Reading engines' lifecycle and step events from gov.telemetry records: the filter and the contract check."""
 
 from __future__ import annotations
 
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.events import encode_event
 from schemas.requests import RequestFirstToken
-from services.gateway.registrations import lifecycle_events
+from services.gateway.registrations import feed_events
+from tests.unit.gateway.test_reported_load import step
 
 ENVELOPE = {"ts": 5.0, "engine_id": "e0", "seq": 0}
 
@@ -26,7 +27,7 @@ def _registration(deployment: str) -> EngineRegistered:
     )
 
 
-class TestLifecycleEvents:
+class TestFeedEvents:
     def test_keeps_the_deployments_registrations_and_heartbeats_only(self) -> None:
         heartbeat = Heartbeat(event_id="hb", deployment="prod", num_running=1, num_waiting=0, **ENVELOPE)  # type: ignore[arg-type]
         other = RequestFirstToken(event_id="ft", deployment="prod", request_id="r", ttft_s=0.1, **ENVELOPE)  # type: ignore[arg-type]
@@ -37,7 +38,7 @@ class TestLifecycleEvents:
             encode_event(other),
             None,
         ]
-        events, invalid = lifecycle_events(values, "prod")
+        events, invalid = feed_events([(b"e0", value) for value in values], "prod")
         assert [(type(e).__name__, e.deployment) for e in events] == [
             ("EngineRegistered", "prod"),
             ("Heartbeat", "prod"),
@@ -46,5 +47,17 @@ class TestLifecycleEvents:
 
     def test_an_invalid_registration_is_counted_and_skipped(self) -> None:
         bad = b'{"event_type": "engine.registered", "engine_id": "e0"}'
-        events, invalid = lifecycle_events([bad], "prod")
+        events, invalid = feed_events([(b"e0", bad)], "prod")
         assert (events, invalid) == ([], 1)
+
+    def test_of_each_engines_steps_in_a_poll_only_the_last_is_kept(self) -> None:
+        """Steps come tens of times a second per engine; the gateway needs each engine's latest load only."""
+        steps = [step(10.0 + n, running=n + 1, kv_blocks=1, seq=n) for n in range(3)]
+        other = step(10.5, running=7, kv_blocks=1, seq=9).model_copy(update={"engine_id": "r1"})
+        records = [(b"r0", encode_event(s)) for s in steps] + [(b"r1", encode_event(other))]
+        events, invalid = feed_events(records, "prod")
+        assert [(type(e).__name__, e.engine_id, getattr(e, "num_running", None)) for e in events] == [
+            ("StepReport", "r0", 3),
+            ("StepReport", "r1", 7),
+        ]
+        assert invalid == 0
