@@ -5,8 +5,10 @@ when it holds, the inputs digest (the estimate snapshot, its version, the Kafka 
 up to and the engines it covers), the payload the engines obey, the diagnostics the policy
 returned and the clamps the guardrails applied. ``--inputs`` also fetches the estimate snapshot
 itself from ``gov.estimates`` and prints the estimates the decision read; ``--json`` prints the
-record (and snapshot) as JSON. ``governor explain scaling POOL [--seq N]`` explains one of the scaler's
-actions instead (services/cli/explain_scaling.py).
+record (and snapshot) as JSON; with ``--inputs`` also the version the decision built on
+(``previous``), so ``governor policy KIND --input`` can decide it again from the same state. A
+tier's TBT attainment without a TBT SLO reads ``no SLO``. ``governor explain scaling POOL [--seq N]``
+explains one of the scaler's actions instead (services/cli/explain_scaling.py).
 """
 
 from __future__ import annotations
@@ -18,12 +20,15 @@ from collections.abc import Mapping
 
 from pydantic import JsonValue
 
+from schemas.errors import InvalidInputError
+from schemas.policy_docs.base import DiagnosticValue
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli import explain_scaling
 from services.cli.options import add_settings_flags, settings_from_args
 from services.cli.table import MISSING, aligned
 from services.headline import parse_document
 from services.inspection.decisions import find_decision, find_snapshot
+from services.settings import Settings
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -53,6 +58,23 @@ def _flat(value: JsonValue, prefix: str = "") -> list[tuple[str, str]]:
     return [(prefix, MISSING if value is None else json.dumps(value))]
 
 
+NO_SLO = "no SLO"
+_NONE_MEANS = {"tbt_attainment_frac.": NO_SLO}  # diagnostic name prefix -> what its None says
+
+
+def diagnostic_text(name: str, value: DiagnosticValue) -> str:
+    """A diagnostic as explain prints it: JSON, except a None whose name says what it means.
+
+    SLAI's per-tier TBT attainment is None for a tier without a TBT SLO (there is nothing to attain,
+    and 1.0 would claim every gap met one); it reads ``no SLO``, not ``null``.
+    """
+    if value is None:
+        for prefix, meaning in _NONE_MEANS.items():
+            if name.startswith(prefix):
+                return meaning
+    return json.dumps(value)
+
+
 def render(record: DecisionRecord, snapshot: EstimateSnapshot | None) -> str:
     """The decision as sections of aligned name/value lines, for people."""
     document = parse_document(record.kind, record.document)
@@ -76,7 +98,7 @@ def render(record: DecisionRecord, snapshot: EstimateSnapshot | None) -> str:
         *(
             "  " + line
             for line in aligned(
-                ["NAME", "VALUE"], [(k, json.dumps(v)) for k, v in sorted(document.diagnostics.items())]
+                ["NAME", "VALUE"], [(k, diagnostic_text(k, v)) for k, v in sorted(document.diagnostics.items())]
             )
         ),
         "",
@@ -99,6 +121,23 @@ def render(record: DecisionRecord, snapshot: EstimateSnapshot | None) -> str:
     return "\n".join(lines)
 
 
+def _previous(settings: Settings, record: DecisionRecord, version: int) -> DecisionRecord | None:
+    """The version the decision built on (its prior state, which ``governor policy --input`` reads); None if gone."""
+    try:
+        return find_decision(
+            settings.kafka_bootstrap,
+            deployment=record.deployment,
+            kind=record.kind,
+            scope=record.scope,
+            version=version,
+            timeout_s=settings.kafka_timeout_s,
+            security=settings.kafka_security(),
+        )
+    except InvalidInputError:
+        print(f"governor: {record.kind} {record.scope} v{version} is no longer on the decisions topic", file=sys.stderr)
+        return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Find the decision and print it; exit 1 when ``--inputs`` asked for a snapshot the log no longer has."""
     if args.kind == "scaling":
@@ -114,8 +153,10 @@ def run(args: argparse.Namespace) -> int:
         security=settings.kafka_security(),
     )
     snapshot = None
+    previous = None
     if args.inputs:
-        snapshot_id = parse_document(record.kind, record.document).inputs.snapshot_id
+        document = parse_document(record.kind, record.document)
+        snapshot_id = document.inputs.snapshot_id
         snapshot = find_snapshot(
             settings.kafka_bootstrap,
             snapshot_id,
@@ -124,10 +165,14 @@ def run(args: argparse.Namespace) -> int:
         )
         if snapshot is None:
             print(f"governor: snapshot {snapshot_id} is no longer on the estimates topic", file=sys.stderr)
+        if args.json and document.previous_version is not None:
+            previous = _previous(settings, record, document.previous_version)
     if args.json:
         body: dict[str, object] = {"decision": record.model_dump(mode="json")}
         if snapshot is not None:
             body["snapshot"] = snapshot.model_dump(mode="json")
+        if previous is not None:
+            body["previous"] = previous.model_dump(mode="json")
         print(json.dumps(body, indent=2, sort_keys=True))
     else:
         print(render(record, snapshot))

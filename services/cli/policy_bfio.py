@@ -1,8 +1,10 @@
 """``governor policy bfio --input FILE.json``: the BF-IO bundle for an estimate snapshot (what-if).
 
 The input is a ``BfioWhatIfInput`` (schemas/policy_docs/bfio.py; docs/policies/bfio.md shows an example):
-deployment shape, survival tables per class, the fitted step model and optional parameter overrides.
-It prints the bundle an engine-side router would receive, as a table or, with ``--json``, as JSON.
+deployment shape, survival tables per class, the fitted step model and optional parameter overrides,
+decided from a cold start; or what ``governor explain bfio ENGINE --inputs --json`` prints, decided
+again as the policy service decided it (services/cli/policy_explained.py). It prints the bundle an
+engine-side router would receive, as a table or, with ``--json``, as JSON.
 """
 
 from __future__ import annotations
@@ -16,8 +18,10 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from policies.bfio import BfioInputs, BfioParams, NewRequestModel, SurvivalTable, WeightScheme, decide
+from policies.decision import Decision
 from schemas.errors import InvalidInputError
-from schemas.policy_docs.bfio import BfioParamsOverride, BfioWhatIfInput
+from schemas.policy_docs.bfio import BfioParamsOverride, BfioPayload, BfioWhatIfInput
+from services.cli.policy_explained import add_config_flag, decide_explained, is_explain_output
 
 ModelT = TypeVar("ModelT", bound=BaseModel)
 
@@ -27,6 +31,7 @@ def register(policy_subparsers: Any) -> None:
     parser = policy_subparsers.add_parser("bfio", help="BF-IO bundle (H, survival tables, step model) for a snapshot")
     parser.add_argument("--input", required=True, type=Path, help="estimate snapshot, JSON (BfioWhatIfInput)")
     parser.add_argument("--json", action="store_true", help="print the bundle payload as JSON")
+    add_config_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -64,9 +69,22 @@ def params_with(overrides: BfioParamsOverride | None) -> BfioParams:
     return dataclasses.replace(params, **changes)  # type: ignore[arg-type]
 
 
-def run(args: argparse.Namespace) -> int:
-    """Decide the bundle for the snapshot in ``args.input`` and print it; return the exit code."""
-    snapshot = read_json_input(args.input, BfioWhatIfInput)
+def _read_json(path: Path) -> object:
+    try:
+        text = path.read_text(encoding="utf-8")
+    except OSError as exc:
+        msg = f"{path}: cannot read input file ({exc.strerror})"
+        raise InvalidInputError(msg, source=str(path)) from exc
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        msg = f"{path}: not JSON ({exc.msg} at line {exc.lineno})"
+        raise InvalidInputError(msg, source=str(path)) from exc
+
+
+def _what_if(path: Path) -> Decision[BfioPayload, Any]:
+    """The bundle of a what-if input (``BfioWhatIfInput``), decided from a cold start."""
+    snapshot = read_json_input(path, BfioWhatIfInput)
     params = params_with(snapshot.params)
     inputs = BfioInputs(
         num_ranks=snapshot.num_ranks,
@@ -85,7 +103,17 @@ def run(args: argparse.Namespace) -> int:
         step_c_s=None if snapshot.step_model is None else snapshot.step_model.c_s,
         step_t_l_s_per_token=None if snapshot.step_model is None else snapshot.step_model.t_l_s_per_token,
     )
-    decision = decide(inputs, None, params, snapshot.now_s)
+    return decide(inputs, None, params, snapshot.now_s)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Decide the bundle for the snapshot in ``args.input`` and print it; return the exit code."""
+    body = _read_json(args.input)
+    decision = (
+        decide_explained(args.input, body, "bfio", config_path=args.config).decision
+        if is_explain_output(body)
+        else _what_if(args.input)
+    )
     if args.json:
         print(decision.payload.model_dump_json(indent=2))
         return 0

@@ -1,11 +1,11 @@
 """``governor policy ebplus --input FILE.json``: the EB+ what-if tool (specs/seed-001-ebplus.md sections 3-5).
 
-Reads one estimate snapshot, either the what-if form (schemas.policy_docs.ebplus.EbplusWhatIfInput)
-or what ``governor explain ebplus SCOPE --inputs --json`` prints (the decision and the engine's
-estimate snapshot it read, whose EB+ inputs are built as the policy service builds them), runs the
-pure ``policies.ebplus.decide`` from a cold start and prints the decision: a readable table by
-default, the payload as JSON with ``--json``. A bad file is reported as one line naming the file and
-the field, with the offending value shortened.
+Reads one estimate snapshot, either the what-if form (schemas.policy_docs.ebplus.EbplusWhatIfInput),
+decided by the pure ``policies.ebplus.decide`` from a cold start, or what ``governor explain ebplus
+SCOPE --inputs --json`` prints, decided again as the policy service decided it (its inputs, its
+previous version, ``--config``'s params: services/cli/policy_explained.py). It prints the decision:
+a readable table by default, the payload as JSON with ``--json``. A bad file is reported as one line
+naming the file and the field, with the offending value shortened.
 """
 
 from __future__ import annotations
@@ -18,11 +18,11 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from policies.decision import Decision
 from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams, NStarMethod, RhsThreshold, decide
 from schemas.errors import InvalidInputError
-from schemas.policy_docs.ebplus import EbplusWhatIfInput
-from schemas.records import EstimateSnapshot
-from services.policy.wiring.ebplus import ebplus_inputs
+from schemas.policy_docs.ebplus import EbplusPayload, EbplusState, EbplusWhatIfInput
+from services.cli.policy_explained import add_config_flag, decide_explained, invalid_input, is_explain_output
 
 
 def register(policy_subparsers: Any) -> None:  # argparse's _SubParsersAction is private
@@ -32,26 +32,12 @@ def register(policy_subparsers: Any) -> None:  # argparse's _SubParsersAction is
     )
     parser.add_argument("--input", required=True, type=Path, metavar="FILE.json", help="estimate snapshot (JSON)")
     parser.add_argument("--json", action="store_true", help="print the policy payload as JSON")
+    add_config_flag(parser)
     parser.set_defaults(handler=run)
 
 
-SHOWN_VALUE_CHARS = 80
-
-
-def _invalid(path: Path, exc: ValidationError, prefix: str = "") -> InvalidInputError:
-    """One line naming the file, the first bad field and its value, shortened (never the whole file)."""
-    first = exc.errors()[0]
-    field = prefix + ".".join(str(part) for part in first["loc"]) or None
-    where = f"field {field}" if field else "document"
-    shown = repr(first.get("input"))
-    if len(shown) > SHOWN_VALUE_CHARS:
-        shown = shown[: SHOWN_VALUE_CHARS - 3] + "..."
-    msg = f"{path}: {where}: {first['msg']} (got {shown})"
-    return InvalidInputError(msg, field=field, source=str(path))
-
-
-def _load(path: Path) -> tuple[EbplusInputs, EbplusParams, float]:
-    """The inputs, params and decision time the file describes, in either accepted form."""
+def _load(path: Path, config_path: Path | None) -> Decision[EbplusPayload, EbplusState]:
+    """The decision for the file, in either accepted form."""
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -62,30 +48,20 @@ def _load(path: Path) -> tuple[EbplusInputs, EbplusParams, float]:
     except json.JSONDecodeError as exc:
         msg = f"{path}: not JSON ({exc.msg} at line {exc.lineno})"
         raise InvalidInputError(msg, source=str(path)) from exc
-    if isinstance(body, dict) and "snapshot" in body and "decision" in body:
-        return _from_explain(path, body)
+    if is_explain_output(body):
+        decided: Decision[EbplusPayload, EbplusState] = decide_explained(
+            path, body, "ebplus", config_path=config_path
+        ).decision
+        return decided
     try:
         snapshot = EbplusWhatIfInput.model_validate(body)
     except ValidationError as exc:
-        raise _invalid(path, exc) from exc
-    return _inputs(snapshot), _params(snapshot), snapshot.now_s
-
-
-def _from_explain(path: Path, body: dict[str, Any]) -> tuple[EbplusInputs, EbplusParams, float]:
-    """The EB+ inputs of an explain output's snapshot, at the decision's time, with the default params."""
+        raise invalid_input(path, exc) from exc
     try:
-        snapshot = EstimateSnapshot.model_validate(body["snapshot"])
-    except ValidationError as exc:
-        raise _invalid(path, exc, prefix="snapshot.") from exc
-    inputs = ebplus_inputs(snapshot)
-    if inputs is None:
-        msg = f"{path}: snapshot {snapshot.snapshot_id} holds no EB+ inputs yet (no hazard fit, lengths or KV capacity)"
-        raise InvalidInputError(msg, field="snapshot", source=str(path))
-    decision = body["decision"]
-    document = decision.get("document") if isinstance(decision, dict) else None
-    computed_at = document.get("computed_at") if isinstance(document, dict) else None
-    now_s = float(computed_at) if isinstance(computed_at, int | float) else snapshot.ts
-    return inputs, EbplusParams(), now_s
+        return decide(_inputs(snapshot), None, _params(snapshot), snapshot.now_s)
+    except InvalidInputError as exc:
+        msg = f"{path}: {exc}"
+        raise InvalidInputError(msg, field=exc.field, value=exc.value, source=str(path)) from exc
 
 
 def _params(snapshot: EbplusWhatIfInput) -> EbplusParams:
@@ -133,13 +109,7 @@ def _inputs(snapshot: EbplusWhatIfInput) -> EbplusInputs:
 
 def run(args: argparse.Namespace) -> int:
     """Print the EB+ decision for the snapshot in ``args.input``; return 0."""
-    path: Path = args.input
-    inputs, params, now_s = _load(path)
-    try:
-        decision = decide(inputs, None, params, now_s)
-    except InvalidInputError as exc:
-        msg = f"{path}: {exc}"
-        raise InvalidInputError(msg, field=exc.field, value=exc.value, source=str(path)) from exc
+    decision = _load(args.input, args.config)
     if args.json:
         print(decision.payload.model_dump_json(indent=2))
         return 0

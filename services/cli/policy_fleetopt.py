@@ -1,9 +1,10 @@
 """``governor policy fleetopt``: what-if fleet plan from a CDF file or an estimate snapshot (issue 9 item 5).
 
 Reads a ``FleetoptWhatIfInput`` JSON file (or a bare length-CDF file plus ``--arrival-rate-per-s``),
-runs the pure planner and prints the plan with its homogeneous baseline as a table, or the plan
-document's payload as JSON with ``--json``. Bad input raises ``InvalidInputError`` naming the file
-and the field path.
+or what ``governor explain fleetopt fleet --inputs --json`` prints (decided again as the policy
+service decided it: services/cli/policy_explained.py), runs the pure planner and prints the plan
+with its homogeneous baseline as a table, or the plan document's payload as JSON with ``--json``.
+Bad input raises ``InvalidInputError`` naming the file and the field path.
 """
 
 from __future__ import annotations
@@ -16,9 +17,12 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
+from policies.decision import Decision
 from policies.fleetopt import FleetoptInputs, FleetoptParams, LengthCdf, PlannerMode, decide, homogeneous_fleet
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.fleetopt import FleetoptPayload, FleetoptWhatIfInput
+from services.cli.policy_explained import add_config_flag, decide_explained, is_explain_output
+from services.policy.config import fleetopt_params
 
 _CDF_ADAPTER: TypeAdapter[list[tuple[int, float]]] = TypeAdapter(list[tuple[int, float]])
 
@@ -37,6 +41,7 @@ def register(policy_subparsers: argparse._SubParsersAction[argparse.ArgumentPars
     parser.add_argument("--p-c", type=float, help="override the effective compressibility p_c")
     parser.add_argument("--t-slo-s", type=float, help="override the P99 TTFT target, seconds")
     parser.add_argument("--b-short", type=int, action="append", metavar="TOKENS", help="fix B_short (repeatable)")
+    add_config_flag(parser)
     parser.set_defaults(handler=run)
 
 
@@ -143,6 +148,28 @@ def _table(payload: FleetoptPayload, homo_row: tuple[int, int, int, float, float
     return "\n".join(lines)
 
 
+_WHAT_IF_FLAGS = ("mode", "arrival_rate_per_s", "p_c", "t_slo_s", "b_short")
+
+
+def _explained(
+    path: Path, body: dict[str, Any], args: argparse.Namespace
+) -> tuple[Decision[FleetoptPayload, Any], FleetoptInputs, FleetoptParams]:
+    """The plan explain's output decides again, its inputs, and the params it was decided with."""
+    given = [f"--{name.replace('_', '-')}" for name in _WHAT_IF_FLAGS if getattr(args, name) is not None]
+    if given:
+        msg = (
+            f"{path}: {', '.join(given)} change a what-if input; an explain output is decided again with "
+            "its config's params (--config FILE)"
+        )
+        raise InvalidInputError(msg, field=given[0], source=str(path))
+    explained = decide_explained(path, body, "fleetopt", config_path=args.config)
+    config = explained.config
+    params = FleetoptParams() if config is None else fleetopt_params(config.fleetopt, str(args.config))
+    inputs: FleetoptInputs = explained.inputs
+    decision: Decision[FleetoptPayload, Any] = explained.decision
+    return decision, inputs, params
+
+
 def run(args: argparse.Namespace) -> int:
     """Plan the fleet for ``args.input`` and print it; returns 0.
 
@@ -150,8 +177,12 @@ def run(args: argparse.Namespace) -> int:
         InvalidInputError: when the file is missing, not JSON, or a field is invalid (names file and field).
     """
     path: Path = args.input
-    inputs, params = _build(path, _load(path, args), args)
-    decision = decide(inputs, None, params, 0.0)
+    _, data = _read(path)
+    if is_explain_output(data):
+        decision, inputs, params = _explained(path, data, args)
+    else:
+        inputs, params = _build(path, _load(path, args), args)
+        decision = decide(inputs, None, params, 0.0)
     if args.json:
         print(decision.payload.model_dump_json(indent=2))
         return 0

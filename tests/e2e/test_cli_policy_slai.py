@@ -43,7 +43,7 @@ class TestPolicySlaiCommand:
             ('{"tiers": [{"tier": "paid", "tbt_p99_s": -1}]}', "tiers.0.tbt_p99_s"),
             ('{"kv_use_frac": 1.5}', "kv_use_frac"),
             ('{"tbar": 0.05}', "tbar"),
-            ("{not json", "Invalid JSON"),
+            ("{not json", "not JSON"),
             ('{"params": {"delta_lo": 20}}', "delta_lo"),
         ],
     )

@@ -209,6 +209,21 @@ class TestExplain:
         assert sorted(line.split()[0] for line in diagnostics) == sorted(first.diagnostics)
         assert f"estimates read (snapshot v{first.inputs.estimate_versions['eng-0']} of eng-0 " in out
 
+    def test_the_json_with_inputs_is_what_governor_policy_decides_again(
+        self, governed: Governed, capsys: pytest.CaptureFixture[str], tmp_path: Path
+    ) -> None:
+        """explain's output, its previous version included, read by ``policy --input`` gives the logged payload."""
+        assert main(["explain", "ebplus", "eng-0", "--inputs", "--json", *governed.flags()]) == 0
+        printed = capsys.readouterr().out
+        body = json.loads(printed)
+        assert ("previous" in body) == (governed.ebplus.previous_version is not None)
+        path = tmp_path / "explained.json"
+        path.write_text(printed)
+        assert main(["policy", "ebplus", "--input", str(path), "--json"]) == 0
+        out, err = capsys.readouterr()
+        assert json.loads(out) == body["decision"]["document"]["payload"]
+        assert err == ""
+
     def test_an_unknown_scope_is_one_line_naming_the_scopes_decided(
         self, governed: Governed, capsys: pytest.CaptureFixture[str]
     ) -> None:
