@@ -4,6 +4,13 @@ The engines run in-process (``VLLM_ENABLE_V1_MULTIPROCESSING=0``) so that a test
 scheduler's own bookkeeping; the stat-logger plugin is loaded through vLLM's own entry-point loader.
 Prompts are random token ids; outputs stop at a set of stop tokens (a ``stop`` finish) or at
 ``max_tokens`` (a ``length`` finish, right-censored).
+
+The scheduler tests run twice, with vLLM's async scheduling off and on (the ``scheduling`` fixture).
+The CPU build forces it off in its platform hook (``CpuPlatform.check_and_update_config`` sets
+``scheduler_config.async_scheduling = False``; vLLM calls the hook last when it builds its config),
+so for ``async`` the fixture wraps that hook, in this test process only, to set it back on: the
+engine core then keeps two batches in flight (its batch queue) and schedules batch N+1 before batch
+N's output is applied, as on a GPU, and Governor's classes build their ``AsyncScheduler`` twins.
 """
 
 from __future__ import annotations
@@ -40,10 +47,13 @@ with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     vllm = pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
     from vllm import SamplingParams
+    from vllm.platforms import current_platform
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
     from vllm.v1.engine.llm_engine import LLMEngine
     from vllm.v1.metrics.loggers import load_stat_logger_plugin_factories
 
     from services.engines.vllm.drive import STOP_TOKENS, build_engine, pinned_ebplus
+    from services.engines.vllm.scheduler import GovernorScheduler
     from services.engines.vllm.stat_logger import GovernorStatLogger
 
 pytestmark = [
@@ -166,6 +176,35 @@ def governed(stack: StackState, deployment: str, monkeypatch: pytest.MonkeyPatch
     store.close()
 
 
+@pytest.fixture(params=["sync", "async"])
+def scheduling(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """vLLM's async scheduling off (the CPU build's own choice) or on (its default on GPUs), for engines built next.
+
+    ``async`` wraps the CPU platform's config hook so that, after it turns async scheduling off, the
+    engine's config says on again; monkeypatch restores the hook after the test.
+    """
+    if request.param == "async":
+        platform = type(current_platform)
+        hook = platform.check_and_update_config
+
+        def force_async(vllm_config: Any) -> None:
+            hook(vllm_config)
+            vllm_config.scheduler_config.async_scheduling = True
+
+        monkeypatch.setattr(platform, "check_and_update_config", staticmethod(force_async))
+    return str(request.param)
+
+
+def _check_scheduling(engine: LLMEngine, scheduling: str) -> None:
+    """The engine runs the mode asked for, with Governor's matching class."""
+    core = engine.engine_core.engine_core
+    runs_async = scheduling == "async"
+    assert core.async_scheduling is runs_async
+    assert core.batch_queue_size == (2 if runs_async else 1)
+    assert isinstance(core.scheduler, GovernorScheduler)
+    assert isinstance(core.scheduler, AsyncScheduler) is runs_async
+
+
 def _await_ack(engine: LLMEngine, kind: str, version: int) -> None:
     link = _scheduler(engine).link
     deadline = time.monotonic() + 10.0
@@ -238,11 +277,61 @@ def _plugin(engine: LLMEngine) -> GovernorStatLogger:
     raise AssertionError("vLLM did not load the Governor stat logger")
 
 
+def test_step_telemetry_carries_exactly_the_batches_vllm_ran(
+    stack: StackState, deployment: str, governed: RedisStore, monkeypatch: pytest.MonkeyPatch, scheduling: str
+) -> None:
+    """One step event per batch vLLM executed, in order, with its tokens; finishes carry vLLM's generated tokens.
+
+    The batches are what the engine core handed its executor (``execute_model``); under async scheduling two
+    are in flight, and the counts of each are the ones reported for it.
+    """
+    monkeypatch.setenv("GOVERNOR_ENGINE_ID", "vllm-exact")
+    engine = _engine(f"{SCHEDULERS}.GovernorScheduler")
+    _check_scheduling(engine, scheduling)
+    core = engine.engine_core.engine_core
+    scheduler = _scheduler(engine)
+    executed: list[int] = []
+    most_in_flight = 0
+    execute_model = core.model_executor.execute_model
+
+    def counted(scheduler_output: Any, non_block: bool = False) -> Any:
+        nonlocal most_in_flight
+        if scheduler_output.total_num_scheduled_tokens > 0:
+            executed.append(scheduler_output.total_num_scheduled_tokens)
+            most_in_flight = max(most_in_flight, scheduler.batches_in_flight())
+        return execute_model(scheduler_output, non_block=non_block)
+
+    monkeypatch.setattr(core.model_executor, "execute_model", counted)
+    rng = np.random.default_rng(3)
+    requests, max_tokens = 24, 32
+    for index in range(requests):
+        prompt = rng.integers(100, 1000, size=int(rng.integers(16, 300))).tolist()
+        params = SamplingParams(max_tokens=max_tokens, ignore_eos=True, detokenize=False)
+        engine.add_request(f"x-{index}", {"prompt_token_ids": prompt}, params)
+    generated = 0
+    while engine.has_unfinished_requests():
+        generated += sum(len(output.outputs[0].token_ids) for output in engine.step() if output.finished)
+    assert scheduler.link.publisher.flush(30.0)
+
+    events = _events(stack, deployment)
+    steps = sorted((e for e in events if isinstance(e, StepReport)), key=lambda step: step.step_id)
+    finished = [e for e in events if isinstance(e, RequestFinished)]
+    assert generated == requests * max_tokens
+    assert most_in_flight == (2 if scheduling == "async" else 1)
+    assert [_step_tokens(step) for step in steps] == executed, "each batch's tokens, in the order vLLM ran them"
+    assert sum(e.output_tokens for e in finished) == generated
+    assert sum(step.num_prefill_requests for step in steps) >= requests
+    # A request's first token comes from its last prompt chunk, every later one from one decode.
+    assert sum(step.num_decode_requests for step in steps) == generated - requests
+    assert scheduler.batches_in_flight() == 0
+
+
 def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
-    stack: StackState, deployment: str, governed: RedisStore, monkeypatch: pytest.MonkeyPatch
+    stack: StackState, deployment: str, governed: RedisStore, monkeypatch: pytest.MonkeyPatch, scheduling: str
 ) -> None:
     monkeypatch.setenv("GOVERNOR_ENGINE_ID", "vllm-eb")
     engine = _engine(f"{SCHEDULERS}.EbplusScheduler")
+    _check_scheduling(engine, scheduling)
     scheduler = _scheduler(engine)
     _serve(engine, 110, prefix="warm", seed=1)
     assert scheduler.link.publisher.flush(30.0)
@@ -289,10 +378,11 @@ def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
 
 
 def test_slai_scheduler_sets_decode_deadlines_from_the_pushed_offset(
-    stack: StackState, deployment: str, governed: RedisStore, monkeypatch: pytest.MonkeyPatch
+    stack: StackState, deployment: str, governed: RedisStore, monkeypatch: pytest.MonkeyPatch, scheduling: str
 ) -> None:
     monkeypatch.setenv("GOVERNOR_ENGINE_ID", "vllm-slai")
     engine = _engine(f"{SCHEDULERS}.SlaiScheduler")
+    _check_scheduling(engine, scheduling)
     scheduler = _scheduler(engine)
     for version, delta in ((1, 0.5), (2, 4.0)):
         document = _slai(deployment, "vllm-slai", version, delta)

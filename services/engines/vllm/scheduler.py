@@ -25,18 +25,32 @@ and the KV manager see nothing new. Policies are read from the ``PolicyClient`` 
 goes to a bounded queue: no step ever waits on Redis or Kafka (DESIGN principle 5). Each new document
 version is acknowledged with ``policy.applied``.
 
+Async scheduling (vLLM's default on GPUs: the engine core schedules batch N+1 before batch N's output
+is back, two batches in flight). Each class has an async twin composed with vLLM's ``AsyncScheduler``
+by multiple inheritance (``AsyncEbplusScheduler(EbplusScheduler, AsyncScheduler)``, as vLLM composes
+its own ``DiffusionAsyncScheduler``), and naming the plain class builds the twin when the engine's
+config says ``async_scheduling``, so one ``--scheduler-cls`` serves both. Every batch in flight keeps
+its own record (``InFlightBatch``, keyed by its ``SchedulerOutput``): its counts are taken before vLLM
+advances the requests, and its step event, duration and the requests it advanced are reported when
+that same output comes back. A request whose last prompt chunk or previous decode is still in flight
+(``num_output_placeholders`` > 0) is decoding for EB's phases, and SLAI's critical test counts the
+batches in flight that do not carry it. A step's duration is the time from the later of its
+scheduling and the previous batch's completion to its own completion: with two batches in flight,
+the engine's time per batch, so the durations of a busy engine add up to its wall time.
+
 Deviations from the simulator's schedulers: the EB+ KV escape pauses in-progress prefills (they keep
 their blocks) instead of preempting them; an EB PREFILL step that could schedule nothing is followed by
-a DECODE step, so a full KV cache never idles the engine. Async scheduling is off under these classes
-(vLLM disables it for a custom ``Scheduler`` subclass), and data-parallel engines are not supported.
+a DECODE step, so a full KV cache never idles the engine. Data-parallel engines are not supported.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
+from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
 from vllm.v1.engine import EngineCoreOutputs
@@ -60,22 +74,75 @@ SLAI_MODE = "slai"
 STOCK_MODE = "stock"
 
 
+# Batches a scheduler remembers at most: vLLM keeps max_concurrent_batches (2 under async scheduling,
+# the pipeline depth with pipeline parallelism) in flight; a batch never given back is forgotten past this.
+MAX_IN_FLIGHT_BATCHES = 8
+
+
 def is_decoding(request: Request) -> bool:
-    """True when the request's prompt (and any recompute) is done and its next step decodes one token."""
-    return request.num_output_tokens > 0 and request.num_computed_tokens >= request.num_tokens - 1
+    """True when the request's prompt (and any recompute) is scheduled and its next step decodes one token.
+
+    Under async scheduling a token still in flight is a placeholder (``num_output_placeholders``):
+    it is counted in ``num_computed_tokens`` but not yet in ``num_tokens``. A request whose last prompt
+    chunk is in flight has no output token yet and decodes next.
+    """
+    placeholders = request.num_output_placeholders
+    return (
+        request.num_output_tokens + placeholders > 0
+        and request.num_computed_tokens >= request.num_tokens + placeholders - 1
+    )
+
+
+@dataclass(slots=True, kw_only=True)
+class InFlightBatch:
+    """One scheduled batch until vLLM gives its output back: what it carried and when it was scheduled.
+
+    Attributes:
+        scheduled_s: wall time its ``schedule`` call started, seconds.
+        scheduler_mode: what the scheduler ran for it (``eb``, ``mb``, ``slai``, ``stock``).
+        num_prefill_requests: requests that computed prompt tokens.
+        sum_prefill_tokens: prompt tokens computed.
+        num_decode_requests: requests that decoded one token.
+        sum_decode_kv_tokens: summed context of the decoding requests, tokens.
+        num_preempted: requests preempted while it was scheduled.
+    """
+
+    scheduled_s: float = 0.0
+    scheduler_mode: str = STOCK_MODE
+    num_prefill_requests: int = 0
+    sum_prefill_tokens: int = 0
+    num_decode_requests: int = 0
+    sum_decode_kv_tokens: int = 0
+    num_preempted: int = 0
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens the batch computes: its prompt chunks and one per decode."""
+        return self.sum_prefill_tokens + self.num_decode_requests
 
 
 class GovernorScheduler(Scheduler):
-    """Stock vLLM V1 scheduling with exact Governor telemetry; the base of the policy-obeying schedulers."""
+    """Stock vLLM V1 scheduling with exact Governor telemetry; the base of the policy-obeying schedulers.
+
+    Constructing one of Governor's classes for an engine whose config says ``async_scheduling`` builds
+    its async twin instead (and the plain class for a twin named without it), so ``--scheduler-cls``
+    names one class for both modes. A subclass of yours is built as it is.
+    """
 
     policy_kind: ClassVar[str | None] = None
     scheduler_name: ClassVar[str] = "vllm"
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> GovernorScheduler:
+        """An instance of ``cls`` or of its twin for the engine's scheduling mode (``scheduler_class_for``)."""
+        vllm_config = kwargs.get("vllm_config", args[0] if args else None)
+        runs_async = getattr(getattr(vllm_config, "scheduler_config", None), "async_scheduling", False) is True
+        return super().__new__(scheduler_class_for(cls, runs_async=runs_async))
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.scheduler_mode = STOCK_MODE
-        self._step_started_s: float | None = None
-        self._pending_counts = (0, 0, 0, 0)
+        self.in_flight: dict[int, InFlightBatch] = {}
+        self._last_done_s = 0.0
         self._link = EngineLink.open(
             self.vllm_config,
             block_size_tokens=self.block_size,
@@ -112,13 +179,21 @@ class GovernorScheduler(Scheduler):
         now_s = time.time()
         document = self._link.document(self.policy_kind, now_s)
         output = self.schedule_under(document, now_s, throttle_prefills)
-        if output.total_num_scheduled_tokens > 0:
-            self._step_started_s = now_s
-            self._link.stream.scheduled(now_s, output.num_scheduled_tokens)
-            for request_id in output.preempted_req_ids or ():
-                self._link.stream.preempted(request_id)
-            self._pending_counts = self._batch_counts(output)
+        batch = self.in_flight.get(id(output))
+        if batch is None or batch.num_tokens <= 0:
+            self.in_flight.pop(id(output), None)
+            return output
+        batch.scheduled_s = now_s
+        batch.scheduler_mode = self.scheduler_mode
+        batch.num_preempted = len(output.preempted_req_ids or ())
+        self._link.stream.scheduled(now_s, output.num_scheduled_tokens)
+        for request_id in output.preempted_req_ids or ():
+            self._link.stream.preempted(request_id)
         return output
+
+    def batches_in_flight(self) -> int:
+        """Batches scheduled whose output is not back yet (0 or 1 between steps without async scheduling)."""
+        return len(self.in_flight)
 
     def schedule_under(self, document: PolicyDocument | None, now_s: float, throttle_prefills: bool) -> SchedulerOutput:
         """The stock step; subclasses obey ``document`` (None: no valid document, stock behaviour)."""
@@ -154,10 +229,36 @@ class GovernorScheduler(Scheduler):
             last = len(position)
             self.running = sorted([*hidden, *self.running], key=lambda request: position.get(id(request), last))
 
+    def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
+        """Count the batch while its requests still hold their state from before it, then let vLLM advance them.
+
+        vLLM calls this at the end of every ``schedule``; ``AsyncScheduler`` adds its placeholders here too,
+        so the counts are taken first: a chunk is a decode when it feeds the request's last sampled
+        (or in-flight) token.
+        """
+        batch = InFlightBatch()
+        for request_id, count in scheduler_output.num_scheduled_tokens.items():
+            request = self.requests.get(request_id)
+            if request is None or count <= 0:
+                continue
+            if is_decoding(request):
+                batch.num_decode_requests += 1
+                batch.sum_decode_kv_tokens += request.num_computed_tokens + 1
+            else:
+                batch.num_prefill_requests += 1
+                batch.sum_prefill_tokens += count
+        if len(self.in_flight) >= MAX_IN_FLIGHT_BATCHES:
+            self.in_flight.pop(next(iter(self.in_flight)))
+        self.in_flight[id(scheduler_output)] = batch
+        super()._update_after_schedule(scheduler_output)
+
     def update_from_output(
         self, scheduler_output: SchedulerOutput, model_runner_output: ModelRunnerOutput
     ) -> dict[int, EngineCoreOutputs]:
-        """Apply the step's output as stock vLLM does, then report its tokens, finishes and the step itself."""
+        """Apply the batch's output as stock vLLM does, then report its tokens, finishes and the batch itself.
+
+        The batch is the one ``scheduler_output`` describes, whichever other batch was scheduled since.
+        """
         results = super().update_from_output(scheduler_output, model_runner_output)
         now_s = time.time()
         stream = self._link.stream
@@ -167,12 +268,14 @@ class GovernorScheduler(Scheduler):
         for output in produced:
             if output.finish_reason is not None:
                 stream.finished(now_s, output.request_id, finish_reason_name(str(output.finish_reason)))
-        started = self._step_started_s
-        if started is not None and scheduler_output.total_num_scheduled_tokens > 0:
-            self._step_started_s = None
-            duration_s = max(now_s - started, 1e-6)
+        batch = self.in_flight.pop(id(scheduler_output), None)
+        if batch is not None:
+            # Batches run one after another: this one started when it was scheduled or when the one
+            # before it finished, whichever came later.
+            duration_s = max(now_s - max(batch.scheduled_s, self._last_done_s), 1e-6)
+            self._last_done_s = now_s
             self.after_step(now_s, duration_s, advanced)
-            stream.step(now_s, self._step_counts(duration_s))
+            stream.step(now_s, self._step_counts(batch, duration_s))
         return results
 
     def after_step(self, now_s: float, duration_s: float, advanced: list[str]) -> None:
@@ -193,35 +296,20 @@ class GovernorScheduler(Scheduler):
         super().shutdown()
         self._link.close()
 
-    def _batch_counts(self, output: SchedulerOutput) -> tuple[int, int, int, int]:
-        prefill_requests = prefill_tokens = decode_requests = decode_context = 0
-        for request_id, count in output.num_scheduled_tokens.items():
-            request = self.requests.get(request_id)
-            if request is None:
-                continue
-            computed_before = request.num_computed_tokens - count
-            if request.num_output_tokens > 0 and computed_before >= request.num_tokens - 1:
-                decode_requests += 1
-                decode_context += computed_before + 1
-            else:
-                prefill_requests += 1
-                prefill_tokens += count
-        return prefill_requests, prefill_tokens, decode_requests, decode_context
-
-    def _step_counts(self, duration_s: float) -> StepCounts:
-        prefill_requests, prefill_tokens, decode_requests, decode_context = self._pending_counts
+    def _step_counts(self, batch: InFlightBatch, duration_s: float) -> StepCounts:
         total = self.kv_blocks_total
         return StepCounts(
             duration_s=duration_s,
-            num_prefill_requests=prefill_requests,
-            sum_prefill_tokens=prefill_tokens,
-            num_decode_requests=decode_requests,
-            sum_decode_kv_tokens=decode_context,
+            num_prefill_requests=batch.num_prefill_requests,
+            sum_prefill_tokens=batch.sum_prefill_tokens,
+            num_decode_requests=batch.num_decode_requests,
+            sum_decode_kv_tokens=batch.sum_decode_kv_tokens,
             num_running=len(self.running),
             num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
             kv_blocks_used=max(0, total - self.kv_blocks_free),
             kv_blocks_total=total,
-            scheduler_mode=self.scheduler_mode,
+            num_preempted=batch.num_preempted,
+            scheduler_mode=batch.scheduler_mode,
         )
 
 
@@ -285,6 +373,10 @@ class EbplusScheduler(GovernorScheduler):
 class SlaiScheduler(GovernorScheduler):
     """vLLM under SLAI (specs/seed-000-slai.md section 3): deadline-ordered decodes, deferred while prompts wait.
 
+    Under async scheduling a request is critical when ``now + (b - h) tbar >= C``, with b the batches in
+    flight and h the request's in-flight tokens (its placeholders): a batch built now runs only after
+    the b in flight, and each of them that carries the request also moves its last token later.
+
     Attributes:
         deadlines_s: last schedulable time C of each decoding request, frozen until its next token.
         offsets: the delta each deadline was computed with (a multiple of tbar), per request.
@@ -320,16 +412,23 @@ class SlaiScheduler(GovernorScheduler):
         slots = min(payload.max_active, self.max_num_running_reqs) - len(self.running)
         prompt_work = (bool(self.waiting) and slots > 0) or any(not is_decoding(r) for r in self.running)
         deadlines = self.deadlines_s
+        in_flight = self.batches_in_flight()
+        tbar_s = self.tbar_s
+
+        def due_s(request: Request) -> float:
+            # C assumes the step runs now. A batch scheduled now runs after the batches in flight; those
+            # that carry the request (one placeholder each) move its last token, and C with it, along.
+            deadline = deadlines.get(request.request_id, now_s)
+            return deadline - max(0, in_flight - request.num_output_placeholders) * tbar_s
 
         def critical(request: Request) -> bool:
-            deadline = deadlines.get(request.request_id)
-            return deadline is None or now_s >= deadline
+            return request.request_id not in deadlines or now_s >= due_s(request)
 
         def keep(request: Request) -> bool:
             return not prompt_work or not is_decoding(request) or critical(request)
 
         def by_deadline(kept: list[Request]) -> list[Request]:
-            decodes = sorted((r for r in kept if is_decoding(r)), key=lambda r: deadlines.get(r.request_id, now_s))
+            decodes = sorted((r for r in kept if is_decoding(r)), key=due_s)
             prompts = [r for r in kept if not is_decoding(r)]
             return decodes[: payload.max_decodes] + prompts
 
@@ -387,3 +486,39 @@ class SlaiScheduler(GovernorScheduler):
             self.waiting.remove_request(request)
         for request in queued:
             self.waiting.add_request(request)
+
+
+class AsyncGovernorScheduler(GovernorScheduler, AsyncScheduler):
+    """``GovernorScheduler`` under async scheduling: vLLM's ``AsyncScheduler`` placeholders, per-batch telemetry."""
+
+
+class AsyncEbplusScheduler(EbplusScheduler, AsyncScheduler):
+    """``EbplusScheduler`` under async scheduling (vLLM's default on GPUs)."""
+
+
+class AsyncSlaiScheduler(SlaiScheduler, AsyncScheduler):
+    """``SlaiScheduler`` under async scheduling (vLLM's default on GPUs)."""
+
+
+# Each of Governor's schedulers: (its plain class, its async twin).
+_TWINS: dict[type[GovernorScheduler], tuple[type[GovernorScheduler], type[GovernorScheduler]]] = {
+    member: (plain, twin)
+    for plain, twin in (
+        (GovernorScheduler, AsyncGovernorScheduler),
+        (EbplusScheduler, AsyncEbplusScheduler),
+        (SlaiScheduler, AsyncSlaiScheduler),
+    )
+    for member in (plain, twin)
+}
+
+
+def scheduler_class_for(cls: type[GovernorScheduler], *, runs_async: bool) -> type[GovernorScheduler]:
+    """The class to build for ``cls`` when the engine does (``runs_async``) or does not run async scheduling.
+
+    Governor's own classes map to their plain or async twin; any other subclass is returned as it is
+    (compose it with ``AsyncScheduler`` yourself, as the twins here do).
+    """
+    twins = _TWINS.get(cls)
+    if twins is None:
+        return cls
+    return twins[1] if runs_async else twins[0]

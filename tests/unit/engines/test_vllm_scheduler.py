@@ -1,0 +1,99 @@
+"""Governor's vLLM schedulers under vLLM's async scheduling: which class an engine builds, and what decodes.
+
+The engine-level checks (two batches in flight, per-batch telemetry, EB+ and SLAI) run a real engine in
+tests/integration/test_vllm_adapter.py; these are the rules they rest on, on vLLM's own ``Request``.
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+    pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
+    from vllm import SamplingParams
+    from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.request import Request
+
+    from services.engines.vllm.scheduler import (
+        AsyncEbplusScheduler,
+        AsyncGovernorScheduler,
+        AsyncSlaiScheduler,
+        EbplusScheduler,
+        GovernorScheduler,
+        SlaiScheduler,
+        is_decoding,
+        scheduler_class_for,
+    )
+
+pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
+
+TWINS = [
+    (GovernorScheduler, AsyncGovernorScheduler),
+    (EbplusScheduler, AsyncEbplusScheduler),
+    (SlaiScheduler, AsyncSlaiScheduler),
+]
+
+
+def _request(prompt_tokens: int = 5) -> Request:
+    return Request("r", list(range(prompt_tokens)), SamplingParams(max_tokens=8), None)
+
+
+class TestSchedulerClassFor:
+    @pytest.mark.parametrize(("plain", "twin"), TWINS)
+    def test_either_name_builds_the_class_of_the_engines_scheduling_mode(
+        self, plain: type[GovernorScheduler], twin: type[GovernorScheduler]
+    ) -> None:
+        assert [scheduler_class_for(named, runs_async=True) for named in (plain, twin)] == [twin, twin]
+        assert [scheduler_class_for(named, runs_async=False) for named in (plain, twin)] == [plain, plain]
+
+    @pytest.mark.parametrize(("plain", "twin"), TWINS)
+    def test_a_twin_is_the_plain_class_composed_with_vllms_async_scheduler(
+        self, plain: type[GovernorScheduler], twin: type[GovernorScheduler]
+    ) -> None:
+        """Governor's overrides come first, then ``AsyncScheduler``'s, then vLLM's ``Scheduler``."""
+        assert not issubclass(plain, AsyncScheduler)
+        assert twin.__mro__[1] is plain
+        assert twin.__mro__.index(AsyncScheduler) == twin.__mro__.index(GovernorScheduler) + 1
+
+    def test_another_subclass_is_built_as_it_is(self) -> None:
+        class Mine(EbplusScheduler):
+            pass
+
+        assert scheduler_class_for(Mine, runs_async=True) is Mine
+
+
+class TestIsDecoding:
+    def test_a_request_still_computing_its_prompt_is_not_decoding(self) -> None:
+        request = _request()
+        assert not is_decoding(request)
+        request.num_computed_tokens = 3
+        assert not is_decoding(request)
+
+    def test_a_request_with_its_first_token_back_decodes(self) -> None:
+        request = _request()
+        request.num_computed_tokens = 5
+        request.append_output_token_ids(7)
+        assert is_decoding(request)
+
+    def test_a_request_whose_last_prompt_chunk_is_in_flight_decodes(self) -> None:
+        """Async scheduling: the prompt is computed (scheduled) and the first token is a placeholder."""
+        request = _request()
+        request.num_computed_tokens = 5
+        request.num_output_placeholders = 1
+        assert is_decoding(request)
+
+    def test_a_request_with_two_tokens_in_flight_decodes(self) -> None:
+        request = _request()
+        request.append_output_token_ids(7)
+        request.num_computed_tokens = 7
+        request.num_output_placeholders = 2
+        assert is_decoding(request)
+
+    def test_a_preempted_request_recomputing_its_prompt_and_outputs_is_not_decoding(self) -> None:
+        request = _request()
+        request.append_output_token_ids([7, 8])
+        request.num_computed_tokens = 0
+        assert not is_decoding(request)
