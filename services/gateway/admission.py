@@ -3,8 +3,9 @@
 Each upstream has its own admission document (kind ``admission``, scope its engine id). At each routing
 decision an upstream whose level is ``ok`` takes the request, a ``busy`` one takes it with probability
 ``admit_fraction`` (a seeded draw, so it gets that share of the requests offered to it), an ``overloaded``
-one takes none. Without a valid document (none yet, control plane down past ``valid_until``) the safe
-default is ``ok``: the gateway keeps serving. Every document version acted on is acknowledged.
+one takes none. A DP rank under BF-IO (services/gateway/ranks.py) has each of its free slots offered to an
+assignment round with that probability instead. Without a valid document (none yet, control plane down past
+``valid_until``) the safe default is ``ok``: the gateway keeps serving. Every document version acted on is acknowledged.
 """
 
 from __future__ import annotations
@@ -40,3 +41,14 @@ class AdmissionGate:
         if level == "overloaded":
             return False
         return self._rng.random() < fraction
+
+    def offered_slots(self, engine_id: str, free_slots: int, now_s: float) -> int:
+        """How many of a DP rank's ``free_slots`` a BF-IO round may fill (ok: all; busy: each with a draw; overloaded:
+        none): the central pool assigns several requests a round, so a busy rank gets ``admit_fraction`` of its
+        slots offered instead of that share of single requests."""
+        level, fraction = self.level(engine_id, now_s)
+        if level == "ok":
+            return free_slots
+        if level == "overloaded":
+            return 0
+        return sum(self._rng.random() < fraction for _ in range(free_slots))

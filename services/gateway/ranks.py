@@ -5,8 +5,10 @@ every rank's in-flight requests (prompt tokens and the tokens counted from their
 the gateway sees) to the pure ``policies.bfio.BfioRouter``, under the bundle pushed for the deployment (kind
 ``bfio``, scope the group name). The router itself falls back to JSQ-by-load without a valid bundle, and
 never gives a rank more requests than its free slots: a rank's free slots are ``max_num_seqs`` minus its
-in-flight requests, and zero while it is out of rotation or its admission level is ``overloaded``. An
-assigned request takes its slot at once, so the next round sees it.
+in-flight requests and the requests its own step telemetry shows for other clients (services/gateway/
+reported_load.py), zero while it is out of rotation or its admission level is ``overloaded``, and each offered
+with probability ``admit_fraction`` while it is ``busy``. An assigned request takes its slot at once, so the
+next round sees it.
 
 Deviation: the paper assigns at every decode step of the ranks; the gateway cannot see their steps, so a
 round runs whenever the pool or a rank changes (a request arrives or finishes: requests arriving in the
@@ -174,7 +176,7 @@ class RankGroup:
         if isinstance(document, BfioPolicy):
             self._router.reload(document)
             self._telemetry.applied(document)
-        rank_docs = [_rank_doc(rank, open_=self._open(rank, now_s), now_s=now_s) for rank in ranks]
+        rank_docs = [_rank_doc(rank, free_slots=self._offered_slots(rank, now_s), now_s=now_s) for rank in ranks]
         pending = list(self._waiting.values())
         waiting, active, free_slots = self._router.batches([p.doc for p in pending], rank_docs)
         routing = self._router.route(
@@ -206,6 +208,13 @@ class RankGroup:
         rank.start(InFlight(request_id=request_id, prompt_tokens=prompt_tokens, max_tokens=max_tokens), now_s)
         return RankAssignment(upstream=rank, balancer=self._balancer)
 
+    def _offered_slots(self, rank: Upstream, now_s: float) -> int:
+        """Free slots of ``rank`` this round: none out of rotation, less other clients' requests, as admitted."""
+        if not self._registry.in_rotation(rank, now_s):
+            return 0
+        free = max(0, rank.free_slots() - rank.external(now_s).requests)
+        return self._gate.offered_slots(rank.engine_id, free, now_s)
+
     def _open(self, rank: Upstream, now_s: float) -> bool:
         if not self._registry.in_rotation(rank, now_s):
             return False
@@ -213,9 +222,9 @@ class RankGroup:
         return level != "overloaded"
 
 
-def _rank_doc(rank: Upstream, *, open_: bool, now_s: float) -> RankDoc:
+def _rank_doc(rank: Upstream, *, free_slots: int, now_s: float) -> RankDoc:
     """The router's view of a rank: the gateway's requests there, and as many of the step's mean context as the
-    engine reported running for other clients, which also take slots."""
+    engine reported running for other clients."""
     active = [
         ActiveRequestDoc(prompt_tokens=f.prompt_tokens, generated_tokens=f.generated_tokens, max_tokens=f.max_tokens)
         for f in rank.in_flight.values()
@@ -227,7 +236,6 @@ def _rank_doc(rank: Upstream, *, open_: bool, now_s: float) -> RankDoc:
             ActiveRequestDoc(prompt_tokens=base + (1 if i < extra else 0), generated_tokens=0)
             for i in range(external.requests)
         ]
-    free_slots = max(0, rank.free_slots() - external.requests) if open_ else 0
     return RankDoc(free_slots=free_slots, active=active)
 
 

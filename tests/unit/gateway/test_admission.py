@@ -6,10 +6,12 @@ import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
+from services.gateway.admission import AdmissionGate
 from services.gateway.pool_queue import PoolQueue
+from services.gateway.telemetry import GatewayTelemetry
 from services.sdk.policy_client import PolicyClient
-from services.sdk.protocol import StaticPolicySource
-from tests.unit.gateway.documents import admission
+from services.sdk.protocol import ListSink, StaticPolicySource
+from tests.unit.gateway.documents import NOW_S, admission
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
 TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
@@ -63,6 +65,22 @@ class TestLevels:
                 assert ("admission", "e1", 1) in acks
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
+
+class TestOfferedSlots:
+    """A BF-IO round fills several slots at once: a busy rank offers each with probability admit_fraction."""
+
+    def test_ok_offers_all_overloaded_none_busy_about_its_fraction(self) -> None:
+        policies = StaticPolicySource(
+            [admission("ok", "ok"), admission("hot", "overloaded"), admission("warm", "busy", admit_fraction=0.25)]
+        )
+        telemetry = GatewayTelemetry(ListSink(), gateway_id="gw", deployment="test", clock=lambda: NOW_S)
+        gate = AdmissionGate(policies, telemetry, seed=0)
+        assert gate.offered_slots("ok", 8, NOW_S) == 8
+        assert gate.offered_slots("hot", 8, NOW_S) == 0
+        assert gate.offered_slots("unknown", 8, NOW_S) == 8, "no document: the safe default admits"
+        offered = sum(gate.offered_slots("warm", 4, NOW_S) for _ in range(250))
+        assert 200 <= offered <= 300, "1,000 slots at 0.25: 250 expected, +-3.5 sigma"
 
 
 class TestQueue:

@@ -104,6 +104,17 @@ class TestCentralPool:
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 
+    def test_a_busy_rank_at_fraction_zero_gets_no_slot(self, tmp_path: Path) -> None:
+        async def scenario() -> None:
+            policies = StaticPolicySource([bfio_bundle("dp0"), admission("r0", "busy", admit_fraction=0.0)])
+            stubs = StubUpstream("r0"), StubUpstream("r1")
+            async with gateway_over(tmp_path, *stubs, policies=policies, entries=_ranks) as gw:
+                for _ in range(3):
+                    assert await _post(gw, 5) == (200, "r1")
+                assert stubs[0].requests == []
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
+
     def test_an_overloaded_rank_gets_no_slot(self, tmp_path: Path) -> None:
         async def scenario() -> None:
             policies = StaticPolicySource([bfio_bundle("dp0"), admission("r0", "overloaded")])
