@@ -46,7 +46,7 @@ from services.cli.live import (
     wait_until_consuming,
 )
 from services.cli.options import add_settings_flags, settings_from_args
-from services.engines.vllm.tiny_servers import SERVED_MODEL, tiny_model_dir
+from services.engines.vllm.tiny_servers import SERVED_MODEL, tiny_model_dir, word_token_ids
 from services.fleet_run.client import Outcome, drive
 from services.fleet_run.ledger import RunLedger, ledger_lines, read_ledger
 from services.fleet_run.processes import (
@@ -81,6 +81,7 @@ COOL_DOWN_POLL_S = 2.0
 # The run's policy file (policy_config): the two values that differ from the defaults, and why.
 EBPLUS_T_UPD_COMPLETIONS = 20  # EB+ decides every T_upd = 100 completions by default; a rank finishes ~50 per seed
 EBPLUS_W_MIN_SAMPLES = 20  # and wants W_min = 30 hazard samples before it moves its threshold
+NATURAL_STOP_WORDS = 20  # stop ids of the long requests: they end after ~60 tokens on average (tiny_servers)
 ADMISSION_SMOOTHING_UP = 1.0  # default 0.5: four 5 s decisions of a full queue before "overloaded"
 
 
@@ -420,11 +421,12 @@ def run_up(args: argparse.Namespace) -> int:
         wait_servers(servers, args.start_timeout_s, lambda line: print(line, flush=True))
         print(f"vLLM: all servers up {time.monotonic() - started:.0f} s after the start", flush=True)
         for position, seed in enumerate(seeds):
-            requests = workload(seed, args.requests, args.rate)
+            stops = word_token_ids(NATURAL_STOP_WORDS)
+            requests = workload(seed, args.requests, args.rate, stops)
             warmup = (
                 []
                 if args.warmup_requests <= 0
-                else workload(WARMUP_SEED_OFFSET + seed, args.warmup_requests, args.warmup_rate)
+                else workload(WARMUP_SEED_OFFSET + seed, args.warmup_requests, args.warmup_rate, stops)
             )
             overload = (
                 []

@@ -96,6 +96,8 @@ async def _send(
         "stream": True,
         "stream_options": {"include_usage": True},
     }
+    if request.stop_token_ids:
+        body["stop_token_ids"] = list(request.stop_token_ids)
     headers = {REQUEST_ID_HEADER: request_id}
     if request.category is not None:
         headers[CATEGORY_HEADER] = request.category

@@ -2,9 +2,14 @@
 
 Prompts are runs of whole sentences (so the gateway's extractive compressor has sentences to keep or drop)
 drawn from one short text whose words are all in the tokenizer's vocabulary, so a prompt's word count is its
-token count up to punctuation. Output lengths are fixed per request (``ignore_eos``), 70% short and 30% long,
-so the ranks' loads differ as in BF-IO's setting. Half the requests name a category the FleetOpt plan may
-compress (``rag``), the rest name none and are never altered. Both runs of a comparison send the same list.
+token count up to punctuation. Outputs are 70% short and 30% long (``ignore_eos``), so the ranks' loads differ
+as in BF-IO's setting. Short ones have a fixed length (``max_tokens``); long ones carry ``stop_token_ids`` (given
+by the caller: words the random model emits at random) and end at the first of them, capped at ``max_tokens``,
+so they finish with reason ``stop`` at random lengths, as a real model's answers do. Without such natural
+ends every finish is ``length``, which the estimators count as censored (the engine cut the output short):
+EB+'s output-length hazard then has no event to fit and EB+ never decides. Half the requests name a category
+the FleetOpt plan may compress (``rag``), the rest name none and are never altered. Both runs of a comparison
+send the same list.
 
 ``burst`` is the overload phase: short requests (one to three sentences, 8 to 24 output tokens, no category)
 sent faster than the short pool's one server finishes them, so FleetOpt routes them all to it, its queue
@@ -44,6 +49,7 @@ class PlannedRequest:
     prompt: str
     max_tokens: int
     category: str | None
+    stop_token_ids: tuple[int, ...] = ()
 
     @property
     def prompt_words(self) -> int:
@@ -51,8 +57,10 @@ class PlannedRequest:
         return len(self.prompt.split())
 
 
-def workload(seed: int, requests: int, rate_per_s: float) -> list[PlannedRequest]:
+def workload(seed: int, requests: int, rate_per_s: float, stop_token_ids: tuple[int, ...] = ()) -> list[PlannedRequest]:
     """``requests`` requests with Poisson arrivals at ``rate_per_s``, the same list for the same arguments.
+
+    ``stop_token_ids`` go with the long requests (none: every output has its ``max_tokens``).
 
     Raises:
         ValueError: ``requests`` is not positive or ``rate_per_s`` is not positive.
@@ -76,6 +84,7 @@ def workload(seed: int, requests: int, rate_per_s: float) -> list[PlannedRequest
                 prompt=" ".join([*body, QUESTION]),
                 max_tokens=max_tokens,
                 category=category,
+                stop_token_ids=stop_token_ids if long else (),
             )
         )
     return planned

@@ -47,12 +47,29 @@ TEXT = (
 )
 
 
+def vocabulary() -> list[str]:
+    """The word-level tokenizer's tokens in id order: the specials, ASCII punctuation, then ``WORDS``."""
+    specials = ["<unk>", "<s>", "</s>"]
+    punctuation = [chr(c) for c in range(33, 127) if not chr(c).isalnum()]
+    return list(dict.fromkeys([*specials, *punctuation, *WORDS.split()]))
+
+
+def word_token_ids(count: int) -> tuple[int, ...]:
+    """The token ids of the first ``count`` words of ``WORDS``.
+
+    The random model emits them at random, so a request with them as ``stop_token_ids`` ends with finish
+    reason ``stop`` after a random number of tokens (measured on the CPU build: 60 ids end a request after
+    about 20 tokens, 20 after about 60), as a real model's answers end; ``ignore_eos`` does not affect them.
+    """
+    tokens = vocabulary()
+    first = tokens.index(WORDS.split(maxsplit=1)[0])
+    return tuple(range(first, first + count))
+
+
 def tiny_model_dir(folder: Path) -> Path:
     """The tiny model's config plus a word-level tokenizer and a plain chat template."""
     shutil.copy(TINY_MODEL / "config.json", folder / "config.json")
-    specials = ["<unk>", "<s>", "</s>"]
-    punctuation = [chr(c) for c in range(33, 127) if not chr(c).isalnum()]
-    tokens = list(dict.fromkeys([*specials, *punctuation, *WORDS.split()]))
+    tokens = vocabulary()
     model = tokenizers.models.WordLevel(vocab={t: i for i, t in enumerate(tokens)}, unk_token="<unk>")
     tokenizer = tokenizers.Tokenizer(model)
     tokenizer.pre_tokenizer = tokenizers.pre_tokenizers.Whitespace()

@@ -22,6 +22,7 @@ from services.cli.fleet import (
     round_robin_config,
 )
 from services.cli.main import build_parser
+from services.engines.vllm.tiny_servers import WORDS, vocabulary, word_token_ids
 from services.fleet_run.client import Outcome
 from services.fleet_run.processes import Server
 from services.fleet_run.report import (
@@ -207,6 +208,17 @@ def test_summary_of_a_recorded_run() -> None:
 def test_outcomes_round_trip_through_json() -> None:
     outcome = _served(0, "r0", sent_s=0.0, ttft_s=0.2, e2e_s=1.2, tokens=11)
     assert Outcome.from_dict(json.loads(json.dumps(outcome.to_dict()))) == outcome
+
+
+def test_only_the_long_requests_end_at_natural_stop_words() -> None:
+    stops = word_token_ids(20)
+    assert len(stops) == 20
+    words = set(WORDS.split())
+    assert all(vocabulary()[i] in words for i in stops)
+    planned = workload(5, 60, 2.0, stops)
+    assert {r.stop_token_ids for r in planned if r.max_tokens >= 96} == {stops}
+    assert {r.stop_token_ids for r in planned if r.max_tokens <= 32} == {()}
+    assert [r.prompt for r in planned] == [r.prompt for r in workload(5, 60, 2.0)]
 
 
 def test_the_arms_alternate_which_goes_first_over_the_seeds() -> None:
