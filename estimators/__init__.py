@@ -27,19 +27,24 @@ from estimators.least_squares import LeastSquares, LeastSquaresFit, NotEnoughDat
 from estimators.quantiles import QuantileSketch, QuantileSummary, WindowedQuantileSketch
 from estimators.rates import EventRate, RateSnapshot
 from estimators.survival import (
+    DEFAULT_MAX_SURVIVAL_EDGES,
     InFlightAges,
     OutputLengthSample,
     OutputLengthWindow,
     SurvivalCurve,
     SurvivalTable,
+    fine_bin_edges_tokens,
+    fine_survival_table,
     kaplan_meier,
     log_bin_edges_tokens,
+    smoothed_survival_table,
     survival_table,
 )
 from estimators.window import CountWindowMean, SlotRing
 
 __all__ = [
     "BUCKET_EDGES_TOKENS",
+    "DEFAULT_MAX_SURVIVAL_EDGES",
     "FLEETOPT_BREAKPOINTS_TOKENS",
     "AsymmetricEma",
     "BatchTimeFit",
@@ -76,9 +81,12 @@ __all__ = [
     "WindowedQuantileSketch",
     "bucket_of",
     "empirical_hazard",
+    "fine_bin_edges_tokens",
+    "fine_survival_table",
     "fit_linear_hazard",
     "kaplan_meier",
     "log_bin_edges_tokens",
     "rank_load",
+    "smoothed_survival_table",
     "survival_table",
 ]

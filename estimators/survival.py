@@ -26,7 +26,7 @@ import itertools
 import math
 import operator
 from collections import deque
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -37,6 +37,7 @@ from estimators._input import check_format, require_count, require_finite, requi
 from schemas.errors import InvalidInputError, LateEventError
 
 DEFAULT_WINDOW_REQUESTS = 500  # seed-001 section 3.1: W = 500 (VLLM_PD_IFR_WINDOW_SIZE)
+DEFAULT_MAX_SURVIVAL_EDGES = 512  # ours, issue 31 item 3: a published table's bound (W = 500 event lengths fit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -188,6 +189,88 @@ def log_bin_edges_tokens(*, max_tokens: int, bins_per_octave: int = 4) -> tuple[
     grid = {0, max_tokens}
     grid.update(min(max_tokens, round(2.0 ** (i / bins_per_octave))) for i in range(n + 1))
     return tuple(sorted(grid))
+
+
+def fine_bin_edges_tokens(
+    drop_tokens: Iterable[int], *, max_tokens: int, max_edges: int = DEFAULT_MAX_SURVIVAL_EDGES
+) -> tuple[int, ...]:
+    """Edges that publish a step survival function at token resolution, at most ``max_edges`` of them.
+
+    Issue 31 item 3: sampled on the log grid alone (4 edges per octave), a table is flat between
+    edges, so the router predicts every finish inside a bin at its upper edge (lumps 3-5 tokens apart
+    from age 16 on, about 20 from age 64). A Kaplan-Meier curve drops only at its event lengths, so
+    an edge at each of them (``drop_tokens``: ``SurvivalCurve.tokens``, or the edges of tables being
+    pooled) and at 0 publishes the curve itself. Lengths above ``max_tokens`` collapse onto it, as
+    the log grid's last edge does. When there are more than ``max_edges``, the log grid up to
+    ``max_tokens`` (``log_bin_edges_tokens``, 4 per octave) is kept and the shortest drop lengths fill
+    the rest: token resolution goes to the short ages where most requests are and a horizon of a few
+    steps spans much of a request's remaining life; the tail keeps the log grid's resolution.
+
+    Bound: at most ``max_edges`` edges whatever the sample (a window of W = 500 finishes has at most
+    500 event lengths, so with the default 512 the whole curve is published).
+
+    Raises:
+        InvalidInputError: ``max_tokens`` < 1, a negative drop length, or ``max_edges`` below the log
+            grid's size plus one.
+    """
+    require_count("max_tokens", max_tokens, minimum=1)
+    grid = log_bin_edges_tokens(max_tokens=max_tokens)
+    require_count("max_edges", max_edges, minimum=len(grid) + 1)
+    drops = {min(require_count("drop_tokens", t), max_tokens) for t in drop_tokens}
+    drops.add(0)
+    if len(drops) <= max_edges:
+        return tuple(sorted(drops))
+    kept = set(grid)
+    room = max_edges - len(kept)
+    kept.update(itertools.islice((t for t in sorted(drops) if t not in kept), room))
+    return tuple(sorted(kept))
+
+
+def fine_survival_table(
+    curve: SurvivalCurve, *, max_tokens: int, max_edges: int = DEFAULT_MAX_SURVIVAL_EDGES
+) -> SurvivalTable:
+    """The Kaplan-Meier curve published on ``fine_bin_edges_tokens`` of its event lengths (at most
+    ``max_edges`` edges): the curve itself up to ``max_tokens`` whenever it drops at no more lengths."""
+    return survival_table(curve, fine_bin_edges_tokens(curve.tokens, max_tokens=max_tokens, max_edges=max_edges))
+
+
+def smoothed_survival_table(
+    curve: SurvivalCurve, *, max_tokens: int, max_edges: int = DEFAULT_MAX_SURVIVAL_EDGES
+) -> SurvivalTable:
+    """The curve with a constant hazard inside each log bin, published at every token where the bound allows.
+
+    The Kaplan-Meier curve is read on the log grid (``log_bin_edges_tokens``, 4 per octave); inside a
+    bin [e_j, e_j+1) the hazard is taken constant, S(n) = S(e_j) (S(e_j+1) / S(e_j))^((n - e_j) /
+    (e_j+1 - e_j)) (linear where S(e_j+1) = 0), which spreads the bin's finishes over its tokens
+    instead of the product limit's steps at single event lengths (noisy where few requests are at
+    risk). Every token 0..D - 1 is an edge, D as large as ``max_edges`` allows beside the grid's edges
+    from D on, which follow. Bound: at most ``max_edges`` edges.
+
+    Raises:
+        InvalidInputError: ``max_tokens`` < 1 or ``max_edges`` below the log grid's size plus one.
+    """
+    require_count("max_tokens", max_tokens, minimum=1)
+    grid = np.asarray(log_bin_edges_tokens(max_tokens=max_tokens), dtype=np.int64)
+    require_count("max_edges", max_edges, minimum=grid.size + 1)
+    dense = min(max_edges, int(grid[-1]) + 1)
+    while dense + grid.size - int(np.searchsorted(grid, dense, side="left")) > max_edges:
+        dense -= 1
+    s_grid = np.asarray([curve.at(int(e)) for e in grid], dtype=np.float64)
+    tokens = np.arange(dense, dtype=np.int64)
+    j = np.clip(np.searchsorted(grid, tokens, side="right") - 1, 0, grid.size - 2)
+    lo, hi = s_grid[j], s_grid[j + 1]
+    frac = (tokens - grid[j]) / (grid[j + 1] - grid[j])
+    with np.errstate(divide="ignore", invalid="ignore"):
+        geometric = lo * np.power(np.where(lo > 0, hi / np.where(lo > 0, lo, 1.0), 0.0), frac)
+    values = np.where(hi > 0, geometric, lo + (hi - lo) * frac)
+    edges = tuple(int(t) for t in tokens) + tuple(int(e) for e in grid if e >= tokens.size)
+    surv = tuple(float(v) for v in values) + tuple(float(v) for e, v in zip(grid, s_grid, strict=True) if e >= tokens.size)
+    return SurvivalTable(
+        bin_edges_tokens=edges,
+        survival=tuple(np.minimum.accumulate(np.asarray(surv)).tolist()),
+        n_samples=curve.n_samples,
+        n_censored=curve.n_censored,
+    )
 
 
 def survival_table(curve: SurvivalCurve, bin_edges_tokens: Sequence[int]) -> SurvivalTable:

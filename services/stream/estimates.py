@@ -44,10 +44,9 @@ from estimators import (
     OutputLengthWindow,
     StepTimeModel,
     WindowedQuantileSketch,
+    fine_survival_table,
     fit_linear_hazard,
     kaplan_meier,
-    log_bin_edges_tokens,
-    survival_table,
 )
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
@@ -75,8 +74,7 @@ FORMAT = 3  # 2: in-flight ages (``in_flight``); 3: the event guard (``guard``)
 READABLE_FORMATS = (2, 3)  # a format-2 state starts its guard empty
 OUTPUT_WINDOW_REQUESTS = 500  # seed-001 Alg. 1: W = 500
 RATE_WINDOW_S = 600.0
-SURVIVAL_MAX_TOKENS = 32_768
-SURVIVAL_EDGES_TOKENS = log_bin_edges_tokens(max_tokens=SURVIVAL_MAX_TOKENS)
+SURVIVAL_MAX_TOKENS = 32_768  # the published table's last edge; at most DEFAULT_MAX_SURVIVAL_EDGES edges
 
 
 class EngineEstimates:
@@ -347,7 +345,7 @@ class EngineEstimates:
     def _survival_summary(self, sample: OutputLengthSample) -> SurvivalSummary | None:
         if sample.n_samples == 0:
             return None
-        table = survival_table(kaplan_meier(sample), SURVIVAL_EDGES_TOKENS)
+        table = fine_survival_table(kaplan_meier(sample), max_tokens=SURVIVAL_MAX_TOKENS)
         return SurvivalSummary(
             bin_edges_tokens=list(table.bin_edges_tokens),
             survival_frac=list(table.survival),

@@ -30,6 +30,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
+
+from estimators import fine_bin_edges_tokens
 from policies.bfio import BfioInputs, BfioParams, SurvivalTable
 from policies.bfio import decide as decide_bfio
 from schemas.estimates import EngineSummary, SurvivalSummary
@@ -37,6 +40,7 @@ from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
+from services.stream.estimates import SURVIVAL_MAX_TOKENS
 from services.triggers import EverySeconds
 
 BFIO_KIND = "bfio"
@@ -93,29 +97,42 @@ def dp_group_of(snapshot: EstimateSnapshot) -> str | None:
 
 
 def pooled_survival(tables: Sequence[SurvivalSummary]) -> SurvivalSummary | None:
-    """One survival table for a group's ranks: the sample-weighted mean of the tables on the same edges.
+    """One survival table for a group's ranks: the sample-weighted mean of the tables' step functions.
 
     The gateway spreads one request stream over the ranks, so each rank's Kaplan-Meier table estimates the
     same output-length law. Where no request is censored, the weighted mean of the ranks' empirical
     survivals is exactly the survival of their pooled samples; with censoring it approximates the pooled
-    Kaplan-Meier estimate (exact when the ranks censor alike). Tables are pooled only on the edges of the
-    table with the most samples (the stream processor publishes every engine on the same log-spaced
-    edges, so in practice all of them); None when no rank has a usable table.
+    Kaplan-Meier estimate (exact when the ranks censor alike). The stream processor publishes each rank's
+    curve at its own event lengths (``estimators.fine_bin_edges_tokens``), so each table's step function
+    S(n) = survival_frac[j] on [edges[j], edges[j + 1]) is read at every edge of every table and the mean
+    published on the same bounded edges (at most ``DEFAULT_MAX_SURVIVAL_EDGES``, the log grid kept when the
+    union is larger). Tables whose edges are not whole tokens (none the stream processor writes) are
+    pooled only on the edges of the table with the most samples. None when no rank has a usable table.
     """
     usable = [t for t in tables if t.bin_edges_tokens and len(t.bin_edges_tokens) == len(t.survival_frac)]
     if not usable:
         return None
-    edges = max(usable, key=lambda t: t.n_samples).bin_edges_tokens
-    same = [t for t in usable if t.bin_edges_tokens == edges]
-    n_samples = sum(t.n_samples for t in same)
+    n_samples = sum(t.n_samples for t in usable)
     if n_samples == 0:
-        return same[0]
-    fracs = [sum(t.n_samples * t.survival_frac[j] for t in same) / n_samples for j in range(len(edges))]
+        return usable[0]
+    n_censored = sum(t.n_censored for t in usable)
+    if all(float(e).is_integer() and 0 <= e <= SURVIVAL_MAX_TOKENS for t in usable for e in t.bin_edges_tokens):
+        union = {int(e) for t in usable for e in t.bin_edges_tokens}
+        edges = [float(e) for e in fine_bin_edges_tokens(union, max_tokens=SURVIVAL_MAX_TOKENS)]
+    else:
+        edges = list(max(usable, key=lambda t: t.n_samples).bin_edges_tokens)
+        usable = [t for t in usable if t.bin_edges_tokens == edges]
+        n_samples = sum(t.n_samples for t in usable)
+        n_censored = sum(t.n_censored for t in usable)
+    at = np.asarray(edges, dtype=np.float64)
+    pooled = np.zeros_like(at)
+    for t in usable:
+        index = np.searchsorted(np.asarray(t.bin_edges_tokens, dtype=np.float64), at, side="right") - 1
+        values = np.where(index < 0, 1.0, np.asarray(t.survival_frac, dtype=np.float64)[np.clip(index, 0, None)])
+        pooled += t.n_samples * values
+    fracs = np.minimum.accumulate(np.clip(pooled / n_samples, 0.0, 1.0))
     return SurvivalSummary(
-        bin_edges_tokens=list(edges),
-        survival_frac=fracs,
-        n_samples=n_samples,
-        n_censored=sum(t.n_censored for t in same),
+        bin_edges_tokens=edges, survival_frac=[float(v) for v in fracs], n_samples=n_samples, n_censored=n_censored
     )
 
 

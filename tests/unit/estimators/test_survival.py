@@ -11,11 +11,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from estimators.survival import (
+    DEFAULT_MAX_SURVIVAL_EDGES,
     InFlightAges,
     OutputLengthSample,
     OutputLengthWindow,
+    fine_bin_edges_tokens,
+    fine_survival_table,
     kaplan_meier,
     log_bin_edges_tokens,
+    smoothed_survival_table,
     survival_table,
 )
 from schemas.errors import InvalidInputError, LateEventError
@@ -83,6 +87,91 @@ class TestKaplanMeier:
         assert edges == (0, 1, 2, 4, 8, 16)
         table = survival_table(kaplan_meier(sample), edges)
         assert table.survival == pytest.approx((1.0, 1.0, 1.0, 5 / 6, 4 / 9, 0.0))
+
+    def test_fine_table_is_the_curve_at_every_event_length(self) -> None:
+        """Lengths 3, 5+, 5, 7, 8+, 10: edges 0 and the event lengths 3, 5, 7, 10, so S between edges is the
+        Kaplan-Meier curve itself (the log grid with 1 bin per octave had put the drop at 3 on edge 4)."""
+        sample = OutputLengthSample(
+            lengths_tokens=(3, 5, 5, 7, 8, 10), censored=(False, True, False, False, True, False)
+        )
+        curve = kaplan_meier(sample)
+        table = fine_survival_table(curve, max_tokens=32_768)
+        assert table.bin_edges_tokens == (0, 3, 5, 7, 10)
+        assert table.survival == pytest.approx((1.0, 5 / 6, 2 / 3, 4 / 9, 0.0))
+        assert (table.n_samples, table.n_censored) == (6, 2)
+
+    def test_fine_edges_collapse_lengths_above_max_tokens_onto_it(self) -> None:
+        assert fine_bin_edges_tokens([3, 40, 90], max_tokens=64) == (0, 3, 40, 64)
+
+    @given(st.lists(st.integers(0, 40_000), max_size=2_000), st.integers(80, 700))
+    @settings(max_examples=40)
+    def test_fine_edges_stay_within_the_bound_and_keep_the_shortest_lengths(
+        self, drops: list[int], max_edges: int
+    ) -> None:
+        """At most ``max_edges`` edges whatever the sample; when thinned, the log grid survives and every
+        length kept is shorter than every non-grid length dropped."""
+        edges = fine_bin_edges_tokens(drops, max_tokens=32_768, max_edges=max_edges)
+        assert len(edges) <= max_edges
+        assert edges[0] == 0
+        assert all(b > a for a, b in itertools.pairwise(edges))
+        wanted = {0} | {min(d, 32_768) for d in drops}
+        if len(wanted) <= max_edges:
+            assert set(edges) == wanted
+        else:
+            grid = set(log_bin_edges_tokens(max_tokens=32_768))
+            assert grid <= set(edges)
+            dropped = wanted - set(edges)
+            kept = set(edges) - grid
+            assert len(edges) == max_edges
+            assert max(kept, default=-1) < min(dropped)
+
+    def test_a_window_of_500_finishes_is_published_whole(self) -> None:
+        """W = 500 finishes have at most 500 event lengths, within the default bound of 512 edges."""
+        rng = random.Random(5)
+        lengths = tuple(rng.randrange(1, 30_000) for _ in range(500))
+        curve = kaplan_meier(OutputLengthSample(lengths_tokens=lengths, censored=(False,) * 500))
+        table = fine_survival_table(curve, max_tokens=32_768)
+        assert table.bin_edges_tokens == (0, *sorted(set(lengths)))
+        assert len(table.bin_edges_tokens) <= DEFAULT_MAX_SURVIVAL_EDGES
+
+    def test_fine_edges_refuse_a_bound_below_the_log_grid(self) -> None:
+        with pytest.raises(InvalidInputError, match="max_edges"):
+            fine_bin_edges_tokens([1, 2], max_tokens=32_768, max_edges=10)
+
+    def test_smoothed_table_keeps_the_curve_on_the_log_grid_and_a_constant_hazard_inside_a_bin(self) -> None:
+        """Lengths 3, 5+, 5, 7, 8+, 10 on a 1-bin-per-octave grid up to 16 would put the drops on 4, 8 and 16;
+        the 4-per-octave grid holds 0..8, 10, 11, 13, 16, so at 9 (inside [8, 10)) the hazard is constant:
+        S(9) = S(8) (S(10) / S(8))^(1/2) = (4/9) x 0 -> linear, since S(10) = 0: S(9) = 2/9."""
+        sample = OutputLengthSample(
+            lengths_tokens=(3, 5, 5, 7, 8, 10), censored=(False, True, False, False, True, False)
+        )
+        curve = kaplan_meier(sample)
+        table = smoothed_survival_table(curve, max_tokens=16, max_edges=64)
+        assert table.bin_edges_tokens == tuple(range(17))
+        at = dict(zip(table.bin_edges_tokens, table.survival, strict=True))
+        for edge in log_bin_edges_tokens(max_tokens=16):
+            assert at[edge] == pytest.approx(curve.at(edge))
+        assert at[9] == pytest.approx(2 / 9)
+        assert at[12] == 0.0
+
+    def test_smoothed_table_interpolates_geometrically_where_the_bin_end_is_positive(self) -> None:
+        """Empirical lengths 1..100 once each: S(16) = 0.84 and S(19) = 0.81 are grid edges, so
+        S(17) = 0.84 (0.81 / 0.84)^(1/3)."""
+        curve = kaplan_meier(OutputLengthSample(lengths_tokens=tuple(range(1, 101)), censored=(False,) * 100))
+        table = smoothed_survival_table(curve, max_tokens=32_768)
+        at = dict(zip(table.bin_edges_tokens, table.survival, strict=True))
+        assert at[17] == pytest.approx(0.84 * (0.81 / 0.84) ** (1 / 3))
+
+    @pytest.mark.parametrize("max_edges", [64, 100, 512, 4096])
+    def test_smoothed_table_is_dense_as_far_as_the_bound_allows(self, max_edges: int) -> None:
+        """Every token up to D, then the log grid: exactly ``max_edges`` edges when the grid is shorter."""
+        curve = kaplan_meier(OutputLengthSample(lengths_tokens=(3, 50, 900), censored=(False,) * 3))
+        table = smoothed_survival_table(curve, max_tokens=32_768, max_edges=max_edges)
+        edges = table.bin_edges_tokens
+        assert len(edges) == max_edges
+        dense = next(i for i, e in enumerate(edges) if e != i)
+        assert set(edges[dense:]) <= set(log_bin_edges_tokens(max_tokens=32_768))
+        assert all(b <= a for a, b in itertools.pairwise(table.survival))
 
     def test_table_refuses_unsorted_edges(self) -> None:
         curve = kaplan_meier(OutputLengthSample(lengths_tokens=(1,), censored=(False,)))

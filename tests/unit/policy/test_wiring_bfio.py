@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
+
 import pytest
 
+from estimators import DEFAULT_MAX_SURVIVAL_EDGES, log_bin_edges_tokens
 from schemas.engines import EngineRegistered
 from schemas.estimates import StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
@@ -113,13 +116,39 @@ class TestDpGroups:
         assert pooled.survival_frac == pytest.approx([1.0, 5 / 6, 3 / 6, 0.0])
         assert (pooled.n_samples, pooled.n_censored) == (6, 0)
 
-    def test_pooling_keeps_the_edges_of_the_largest_table_and_skips_empty_ones(self) -> None:
+    def test_pooling_reads_every_table_on_the_union_of_their_edges_and_skips_empty_ones(self) -> None:
+        """Tables on edges (0, 8) and (0, 4), each a step function: at 4 the first is still 1 and the second 0,
+        so S(4) = 10 / 13; at 8 S = 10 x 0.5 / 13 (the stream processor publishes each rank at its own
+        event lengths, so the ranks' edges differ)."""
         big = _survival([0.0, 8.0], [1.0, 0.5], 10, 2)
         other_edges = _survival([0.0, 4.0], [1.0, 0.0], 3)
         empty = _survival([], [], 0)
         pooled = pooled_survival([other_edges, big, empty])
-        assert pooled == big
+        assert pooled is not None
+        assert pooled.bin_edges_tokens == [0.0, 4.0, 8.0]
+        assert pooled.survival_frac == pytest.approx([1.0, 10 / 13, 5 / 13])
+        assert (pooled.n_samples, pooled.n_censored) == (13, 2)
         assert pooled_survival([empty]) is None
+
+    def test_pooled_edges_stay_within_the_published_bound(self) -> None:
+        """Four ranks with 400 distinct event lengths each: the pooled table keeps at most
+        DEFAULT_MAX_SURVIVAL_EDGES edges, the log grid among them, and the shortest lengths at every token."""
+        tables = []
+        for rank in range(4):
+            edges = [0.0, *(float(1 + rank + 4 * i) for i in range(400))]
+            fracs = [1.0, *(1.0 - (i + 1) / 401 for i in range(400))]
+            tables.append(_survival(edges, fracs, 500))
+        pooled = pooled_survival(tables)
+        assert pooled is not None
+        assert len(pooled.bin_edges_tokens) == DEFAULT_MAX_SURVIVAL_EDGES
+        assert pooled.bin_edges_tokens[:65] == [float(n) for n in range(65)]
+        assert set(log_bin_edges_tokens(max_tokens=32_768)) <= set(pooled.bin_edges_tokens)
+        assert all(b <= a for a, b in itertools.pairwise(pooled.survival_frac))
+
+    def test_fractional_edges_pool_on_the_largest_tables_edges(self) -> None:
+        big = _survival([0.0, 8.5], [1.0, 0.5], 10, 2)
+        other_edges = _survival([0.0, 4.0], [1.0, 0.0], 3)
+        assert pooled_survival([other_edges, big]) == big
 
     def test_a_group_of_ranks_is_decided_as_one_dp_deployment(self, snapshot: EstimateSnapshot) -> None:
         summary = engine_summary(snapshot)
