@@ -39,7 +39,7 @@ from services.engines.stream import EngineStream, FinishReasonName, RequestTrack
 from services.sdk.envelope import EnvelopeFields, EnvelopeStamper
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
-from services.sdk.publisher_metrics import PublisherCollector
+from services.sdk.publisher_metrics import PublisherCollector, PublisherCounters, multiprocess_mode
 from services.settings import EngineSettings
 
 log = structlog.get_logger(__name__)
@@ -181,6 +181,10 @@ class EngineLink:
         stream: the engine's event stream (registration first).
         publisher: the non-blocking Kafka producer behind ``stream``.
         policies: the policy client, or None for an engine that obeys no policy.
+        collector: the publisher's series on this process's default registry, or None.
+        counters: the same series in prometheus_client's multiprocess directory, where it is set
+            (services/sdk/publisher_metrics.py): the way a scheduler's publisher, in vLLM's engine-core
+            process, reaches the front end's ``/metrics``; refreshed on every heartbeat.
     """
 
     settings: VllmEngineSettings
@@ -188,6 +192,7 @@ class EngineLink:
     publisher: TelemetryPublisher
     policies: PolicyClient | None
     collector: PublisherCollector | None = None
+    counters: PublisherCounters | None = None
     _stopped: threading.Event = field(default_factory=threading.Event)
     _tiers: dict[str, str] = field(default_factory=dict)
 
@@ -236,12 +241,17 @@ class EngineLink:
             if obeys
             else None
         )
+        # A collector is served only by the process it is registered in; with prometheus_client's
+        # multiprocess directory set, the series go to the directory's files instead, which vLLM's
+        # /metrics reads whichever process (engine core or front end) wrote them.
+        shared, series = multiprocess_mode(), {"deployment": settings.deployment, "engine": engine_id}
         link = cls(
             settings=settings,
             stream=stream,
             publisher=publisher,
             policies=policies,
-            collector=_export(PublisherCollector(publisher, deployment=settings.deployment, engine=engine_id)),
+            collector=None if shared else _export(PublisherCollector(publisher, **series)),
+            counters=PublisherCounters(publisher, **series) if shared else None,
         )
         model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
         served = getattr(model_config, "served_model_name", None) or model_config.model
@@ -302,8 +312,12 @@ class EngineLink:
         if self.collector is not None:
             REGISTRY.unregister(self.collector)
         self.publisher.close(timeout_s)
+        if self.counters is not None:
+            self.counters.refresh()
 
     def _beat(self, load: Callable[[], tuple[int, int]]) -> None:
         while not self._stopped.wait(self.settings.heartbeat_s):
             running, waiting = load()
             self.stream.heartbeat(time.time(), num_running=running, num_waiting=waiting)
+            if self.counters is not None:
+                self.counters.refresh()
