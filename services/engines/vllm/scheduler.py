@@ -6,8 +6,8 @@ Three classes, each a subclass of vLLM's own ``Scheduler``, chosen with
 
 - ``GovernorScheduler`` schedules exactly as stock vLLM and publishes the engine's exact telemetry
   from inside the engine core: arrivals at ``add_request``, every step's batch (prefill and decode
-  requests and tokens, measured from the scheduler's own output) with its wall time from ``schedule``
-  to ``update_from_output``, first tokens, token gaps and finishes with their reasons.
+  requests and tokens, measured from the scheduler's own output) with its wall time up to
+  ``update_from_output``, first tokens, token gaps and finishes with their reasons.
 - ``EbplusScheduler`` runs the EB(k) phase machine of ``policies.ebplus.phase_machine`` under the
   engine's EB+ document (specs/seed-001-ebplus.md section 3.4): a DECODE step hides the running
   requests that still prefill and admits nobody; a PREFILL step hides the decoding requests and admits
@@ -91,6 +91,17 @@ def is_decoding(request: Request) -> bool:
         request.num_output_tokens + placeholders > 0
         and request.num_computed_tokens >= request.num_tokens + placeholders - 1
     )
+
+
+def schedulable_until_s(deadline_s: float, *, batches_in_flight: int, tokens_in_flight: int, tbar_s: float) -> float:
+    """The latest time a batch built now may take a decode whose last schedulable time is C = ``deadline_s``.
+
+    C (eq. 8, ``policies.slai.deadline``) assumes the batch runs at once. Under async scheduling a batch
+    built now runs after the ``batches_in_flight``; each that carries the request (``tokens_in_flight``,
+    its placeholders) also moves its last token, and C with it, one step along, so the decode is due
+    (b - h) tbar earlier. Without async scheduling b = h = 0 and this is C.
+    """
+    return deadline_s - max(0, batches_in_flight - tokens_in_flight) * tbar_s
 
 
 @dataclass(slots=True, kw_only=True)
@@ -412,14 +423,15 @@ class SlaiScheduler(GovernorScheduler):
         slots = min(payload.max_active, self.max_num_running_reqs) - len(self.running)
         prompt_work = (bool(self.waiting) and slots > 0) or any(not is_decoding(r) for r in self.running)
         deadlines = self.deadlines_s
-        in_flight = self.batches_in_flight()
-        tbar_s = self.tbar_s
+        in_flight, tbar_s = self.batches_in_flight(), self.tbar_s
 
         def due_s(request: Request) -> float:
-            # C assumes the step runs now. A batch scheduled now runs after the batches in flight; those
-            # that carry the request (one placeholder each) move its last token, and C with it, along.
-            deadline = deadlines.get(request.request_id, now_s)
-            return deadline - max(0, in_flight - request.num_output_placeholders) * tbar_s
+            return schedulable_until_s(
+                deadlines.get(request.request_id, now_s),
+                batches_in_flight=in_flight,
+                tokens_in_flight=request.num_output_placeholders,
+                tbar_s=tbar_s,
+            )
 
         def critical(request: Request) -> bool:
             return request.request_id not in deadlines or now_s >= due_s(request)

@@ -25,6 +25,7 @@ with warnings.catch_warnings():
         GovernorScheduler,
         SlaiScheduler,
         is_decoding,
+        schedulable_until_s,
         scheduler_class_for,
     )
 
@@ -97,3 +98,17 @@ class TestIsDecoding:
         request.append_output_token_ids([7, 8])
         request.num_computed_tokens = 0
         assert not is_decoding(request)
+
+
+class TestSchedulableUntil:
+    def test_without_batches_in_flight_it_is_the_deadline(self) -> None:
+        assert schedulable_until_s(10.0, batches_in_flight=0, tokens_in_flight=0, tbar_s=0.5) == 10.0
+
+    def test_a_request_in_every_batch_in_flight_keeps_its_deadline(self) -> None:
+        """Its next token comes one step after its in-flight one, as in a synchronous engine."""
+        assert schedulable_until_s(10.0, batches_in_flight=2, tokens_in_flight=2, tbar_s=0.5) == 10.0
+
+    def test_each_batch_in_flight_without_the_request_makes_it_due_one_step_earlier(self) -> None:
+        assert schedulable_until_s(10.0, batches_in_flight=1, tokens_in_flight=0, tbar_s=0.5) == 9.5
+        assert schedulable_until_s(10.0, batches_in_flight=2, tokens_in_flight=1, tbar_s=0.5) == 9.5
+        assert schedulable_until_s(10.0, batches_in_flight=2, tokens_in_flight=0, tbar_s=0.5) == 9.0
