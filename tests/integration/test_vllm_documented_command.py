@@ -57,6 +57,16 @@ def _steps(bootstrap: str, engine_id: str) -> int:
     return sum(1 for e in events if e.get("engine_id") == engine_id and e.get("event_type") == "step")
 
 
+def _published(url: str, engine_id: str) -> float:
+    """``governor_publisher_events_published_total`` of the engine on the server's ``/metrics`` (0 when absent)."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10.0) as response:
+        text = response.read().decode()
+    for line in text.splitlines():
+        if line.startswith("governor_publisher_events_published_total{") and f'engine="{engine_id}"' in line:
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 @pytest.fixture
 def served(stack: StackState, deployment: str, tmp_path: Path) -> Iterator[tuple[str, str]]:
     """The documented server on the tiny model; yields its URL and engine id."""
@@ -80,7 +90,10 @@ def served(stack: StackState, deployment: str, tmp_path: Path) -> Iterator[tuple
         "GOVERNOR_DEPLOYMENT": deployment,
         "GOVERNOR_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
         "REDIS_URL": stack.redis_url,
+        # docs/engines/vllm.md: an empty directory per run, so the engine core's publisher series reach /metrics
+        "PROMETHEUS_MULTIPROC_DIR": str(tmp_path / "prometheus"),
     }
+    (tmp_path / "prometheus").mkdir()
     log = tmp_path / "vllm.log"
     with log.open("w") as output:
         process = subprocess.Popen(argv, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, env=env)
@@ -107,3 +120,6 @@ def test_the_documented_cpu_serve_line_registers_the_ebplus_scheduler_and_publis
     registered = _registrations(stack.kafka_bootstrap, engine_id)
     assert registered, "the engine registered on the deployment's telemetry topic"
     assert registered[-1]["scheduler"] == "ebplus"
+    wait_until(lambda: _published(url, engine_id) > 0, 30.0, "the publisher's series on vLLM's /metrics")
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10.0) as response:
+        assert "vllm:" in response.read().decode(), "vLLM's own series are still served"
