@@ -310,30 +310,43 @@ def _run_arm(
     return ArmRun(seed=seed, summary=summary, outcomes=outcomes, burst=burst_summary, burst_outcomes=burst_outcomes)
 
 
+def settled(document: AdmissionPolicy | None, *, since_s: float, now_s: float) -> bool:
+    """Whether an engine's admission document shows it unloaded after ``since_s`` (the burst's end).
+
+    An expired document (past ``valid_until``: the gateway falls back to ok) settles; otherwise the level must
+    be ok in a decision computed after ``since_s``. The second condition matters: decisions reach Redis
+    seconds after the telemetry they read, so right after a burst the document may still be an ok decided
+    before the queue grew, and the overloaded one lands while the next arm has started.
+    """
+    if document is None or document.valid_until <= now_s:
+        return True
+    return document.payload.level == "ok" and document.computed_at >= since_s
+
+
 def _cool_down(settings: Settings, deployment: str, engines: list[str], timeout_s: float) -> bool:
-    """Wait until no engine's admission document says busy or overloaded (or it expired); whether that came."""
+    """Wait until every engine's admission document is ``settled`` since now; whether that came in time."""
     store = RedisStore.from_url(settings.redis_url, deployment, settings.redis_timeout_s, settings.redis_security())
+    since_s = time.time()
     deadline = time.monotonic() + timeout_s
     try:
         while True:
-            loaded = []
-            for engine in engines:
-                raw = store.get_policy("admission", engine)
-                if raw is None:
-                    continue
-                try:
-                    document = AdmissionPolicy.model_validate_json(raw)
-                except ValidationError:
-                    continue
-                if document.payload.level != "ok" and document.valid_until > time.time():
-                    loaded.append(engine)
-            if not loaded:
+            documents = [_admission_document(store.get_policy("admission", engine)) for engine in engines]
+            if all(settled(d, since_s=since_s, now_s=time.time()) for d in documents):
                 return True
             if time.monotonic() > deadline:
                 return False
             time.sleep(COOL_DOWN_POLL_S)
     finally:
         store.close()
+
+
+def _admission_document(raw: str | None) -> AdmissionPolicy | None:
+    if raw is None:
+        return None
+    try:
+        return AdmissionPolicy.model_validate_json(raw)
+    except ValidationError:
+        return None
 
 
 def _wait_for_plan(settings: Settings, deployment: str, timeout_s: float) -> bool:

@@ -20,6 +20,7 @@ from services.cli.fleet import (
     governed_config,
     policy_config,
     round_robin_config,
+    settled,
 )
 from services.cli.main import build_parser
 from services.engines.vllm.tiny_servers import WORDS, vocabulary, word_token_ids
@@ -38,6 +39,7 @@ from services.fleet_run.report import (
 )
 from services.fleet_run.workload import SAFE_CATEGORY, burst, workload
 from services.policy.config import parse_config
+from tests.unit.gateway.documents import NOW_S, admission
 
 
 def _served(index: int, upstream: str, *, sent_s: float, ttft_s: float, e2e_s: float, tokens: int) -> Outcome:
@@ -296,3 +298,13 @@ def test_outcomes_written_before_refusal_reasons_existed_still_load() -> None:
     fields = _refused(0).to_dict()
     del fields["shed_reason"], fields["retry_after_s"]
     assert Outcome.from_dict(fields) == _refused(0)
+
+
+def test_an_engine_settles_after_a_burst_only_on_an_ok_decided_since_or_an_expired_document() -> None:
+    ok = admission("short-0", "ok")  # computed at NOW_S - 1, valid until NOW_S + 60
+    overloaded = admission("short-0", "overloaded")
+    assert settled(ok, since_s=NOW_S - 2.0, now_s=NOW_S)
+    assert not settled(ok, since_s=NOW_S, now_s=NOW_S)  # an ok decided before the burst ended says nothing
+    assert not settled(overloaded, since_s=NOW_S - 2.0, now_s=NOW_S)
+    assert settled(overloaded, since_s=NOW_S, now_s=NOW_S + 61.0)  # expired: the gateway falls back to ok
+    assert settled(None, since_s=NOW_S, now_s=NOW_S)
