@@ -44,9 +44,9 @@ from estimators import (
     OutputLengthWindow,
     StepTimeModel,
     WindowedQuantileSketch,
-    fine_survival_table,
     fit_linear_hazard,
     kaplan_meier,
+    smoothed_survival_table,
 )
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
@@ -345,7 +345,7 @@ class EngineEstimates:
     def _survival_summary(self, sample: OutputLengthSample) -> SurvivalSummary | None:
         if sample.n_samples == 0:
             return None
-        table = fine_survival_table(kaplan_meier(sample), max_tokens=SURVIVAL_MAX_TOKENS)
+        table = smoothed_survival_table(kaplan_meier(sample), max_tokens=SURVIVAL_MAX_TOKENS)
         return SurvivalSummary(
             bin_edges_tokens=list(table.bin_edges_tokens),
             survival_frac=list(table.survival),

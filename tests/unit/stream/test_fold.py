@@ -9,6 +9,7 @@ import random
 
 import pytest
 
+from estimators import DEFAULT_MAX_SURVIVAL_EDGES
 from schemas.engines import EngineRegistered
 from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.events import Event
@@ -247,7 +248,8 @@ class TestInFlightCensoring:
         summary = estimates.summary()
         survival = summary.survival
         assert survival is not None
-        assert survival.bin_edges_tokens == [0, 4]  # the curve's one event length (issue 31 item 3)
+        edges = survival.bin_edges_tokens  # every token as far as the bound allows (issue 31 item 3)
+        assert (len(edges), edges[:5]) == (DEFAULT_MAX_SURVIVAL_EDGES, [0, 1, 2, 3, 4])
         assert _survival_at(survival, 3) == 1.0
         assert _survival_at(survival, 4) == pytest.approx(0.5)
         assert _survival_at(survival, 32) == pytest.approx(0.5)
