@@ -5,10 +5,12 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
 ``bfio`` policy from the run's own telemetry (censoring-aware survival; true lengths only as ``--hints``):
 
 - ``lookahead``: the Table 1 setting (G = 16, B = 72, R = 64, Poisson 3,000 req/s after a full backlog)
-  and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts), 3 s runs
+  and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts) and saturated
+  load (Poisson 8,000 req/s, the queue far beyond the visible pool), 3 s runs
   (``--seconds`` sets another length of simulated time; the guard part keeps its 4 s), for
   FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's 4 x waiting + running (each row with
-  its balance ratio and the longest wait of a top-1% prompt), BF-IO H = 0, 1, 2, 4, 8 and 20 (uniform
+  its balance ratio and the longest wait of a top-1% prompt), BF-IO with the default parameters
+  (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (uniform
   weights, the paper's J), H = 20 with the
   reference code's decay 0.86, and H = 20 with the reference code's new-request convention (a request
   admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both (``ref``). With
@@ -56,8 +58,9 @@ WORKLOADS = {
         BurstyArrivals(rate_per_s=2000.0, burst_rate_per_s=4000.0, mean_calm_s=1.0, mean_burst_s=0.5),
         backlog_requests=BACKLOG,
     ),
+    "saturated": dp_workload(PoissonArrivals(rate_per_s=8000.0), backlog_requests=BACKLOG),
 }
-SATURATED = dp_workload(PoissonArrivals(rate_per_s=8000.0), backlog_requests=BACKLOG)
+SATURATED = WORKLOADS["saturated"]
 REFERENCE_RECIPE = BfioParams(
     horizon_steps=20, weight_scheme=WeightScheme.DECAY, new_request_model=NewRequestModel.CONST_S
 )  # the reference code's conventions together: decay 0.86 and a new request's prompt at every offset
@@ -68,6 +71,7 @@ VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "jsq-count": ("jsq-count", None),
     "power-of-two": ("power-of-two", None),
     "vllm-score": ("vllm-score", None),
+    "bfio_default": ("bfio", BfioParams()),
     "bfio_h0": ("bfio", BfioParams(horizon_steps=0)),
     "bfio_h1": ("bfio", BfioParams(horizon_steps=1)),
     "bfio_h2": ("bfio", BfioParams(horizon_steps=2)),
