@@ -491,7 +491,7 @@ def run_up(args: argparse.Namespace) -> int:
         print(comparison_table(governed_run.summary, plain_run.summary).replace(strip, ""))
         if governed_run.burst is not None and plain_run.burst is not None:
             print(f"seed {governed_run.seed}, burst:")
-            print(comparison_table(governed_run.burst, plain_run.burst).replace(strip, ""))
+            print(comparison_table(governed_run.burst, plain_run.burst, documents=False).replace(strip, ""))
     names = [GOVERNED, ROUND_ROBIN]
     print(f"\nmeasured runs over seeds {' '.join(map(str, seeds))}: median [min, max]")
     print(spread_table([[r.summary for r in runs[n]] for n in names], names))

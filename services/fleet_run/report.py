@@ -216,8 +216,8 @@ def _figure(value: float | None, digits: int = 0) -> str:
     return "-" if value is None else f"{value:,.{digits}f}"
 
 
-def comparison_table(governed: ArmSummary, ungoverned: ArmSummary) -> str:
-    """The two runs side by side, one figure per line, then what the governed gateway applied."""
+def comparison_table(governed: ArmSummary, ungoverned: ArmSummary, *, documents: bool = True) -> str:
+    """The two runs side by side, one figure per line, then (with ``documents``) what each gateway applied."""
     rows: list[tuple[str, Callable[[ArmSummary], str]]] = [
         ("requests served / refused", lambda a: f"{a.served} / {a.refused}"),
         ("TTFT p50 ms", lambda a: _figure(a.ttft_p50_ms)),
@@ -236,9 +236,9 @@ def comparison_table(governed: ArmSummary, ungoverned: ArmSummary) -> str:
     width = max(len(label) for label, _ in rows)
     lines = [f"{'':{width}}  {governed.name:>24}  {ungoverned.name:>24}"]
     lines += [f"{label:{width}}  {show(governed):>24}  {show(ungoverned):>24}" for label, show in rows]
-    for arm in (governed, ungoverned):
-        documents = "; ".join(applied_by_scope(arm.applied)) or "none"
-        lines.append(f"documents the {arm.name} gateway applied: {documents}")
+    for arm in (governed, ungoverned) if documents else ():
+        applied = "; ".join(applied_by_scope(arm.applied)) or "none"
+        lines.append(f"documents the {arm.name} gateway applied: {applied}")
     return "\n".join(lines)
 
 

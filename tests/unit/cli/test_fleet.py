@@ -265,6 +265,7 @@ def test_refusals_are_counted_by_the_gateway_s_reason() -> None:
     summary = summarise("burst", outcomes, ranks=[], metrics_before="", metrics_after="", log_lines=[])
     assert summary.refused_by_reason == {"deadline": 1, "queue_full": 2, "status-429": 1}
     assert "refused by reason" in comparison_table(summary, summary)
+    assert "documents the" not in comparison_table(summary, summary, documents=False)
 
 
 def test_spread_is_the_median_and_range_of_the_figures_that_exist() -> None:
