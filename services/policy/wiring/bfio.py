@@ -102,12 +102,14 @@ def pooled_survival(tables: Sequence[SurvivalSummary]) -> SurvivalSummary | None
     The gateway spreads one request stream over the ranks, so each rank's Kaplan-Meier table estimates the
     same output-length law. Where no request is censored, the weighted mean of the ranks' empirical
     survivals is exactly the survival of their pooled samples; with censoring it approximates the pooled
-    Kaplan-Meier estimate (exact when the ranks censor alike). The stream processor publishes each rank's
-    curve at its own event lengths (``estimators.fine_bin_edges_tokens``), so each table's step function
+    Kaplan-Meier estimate (exact when the ranks censor alike). Each table's step function
     S(n) = survival_frac[j] on [edges[j], edges[j + 1]) is read at every edge of every table and the mean
-    published on the same bounded edges (at most ``DEFAULT_MAX_SURVIVAL_EDGES``, the log grid kept when the
-    union is larger). Tables whose edges are not whole tokens (none the stream processor writes) are
-    pooled only on the edges of the table with the most samples. None when no rank has a usable table.
+    published on those edges, at most ``DEFAULT_MAX_SURVIVAL_EDGES`` (``estimators.fine_bin_edges_tokens``:
+    the log grid and the shortest edges when the union is larger). The stream processor publishes every
+    rank on the same edges (``estimators.smoothed_survival_table``), so in practice the union is those;
+    tables of other publishers (the curve at its event lengths) differ per rank and pool the same way.
+    Tables whose edges are not whole tokens (none the stream processor writes) are pooled only on the
+    edges of the table with the most samples. None when no rank has a usable table.
     """
     usable = [t for t in tables if t.bin_edges_tokens and len(t.bin_edges_tokens) == len(t.survival_frac)]
     if not usable:
