@@ -404,6 +404,7 @@ class Gateway:
                 prompt_tokens=tokens,
                 max_tokens=inbound.max_tokens,
                 timeout_s=max(0.0, remaining_s),
+                output_tokens_hint=inbound.output_tokens_hint,
             )
             if assignment is None:
                 return self._shed(inbound, pool, "deadline", time.perf_counter() - waited_from, 429)

@@ -8,7 +8,10 @@ upstream's business and is forwarded unchanged: the gateway reads only the field
 The request id is the client's ``x-request-id`` when it is a valid ``Label`` of the event contract (letters,
 digits and ``_ . : / @ -``), else a fresh one; the tier and the traffic category come from ``x-governor-tier``
 and ``x-governor-category`` (headers, so the body the engine sees is the client's own) and must be labels too,
-as the request events (schemas/requests.py) and the gateway's own events carry them.
+as the request events (schemas/requests.py) and the gateway's own events carry them. A client that knows how
+long the answer will be (a predictor's estimate, or a ``max_tokens`` it knows to be tight) says so in
+``x-governor-output-tokens``: a positive integer, capped at ``max_tokens``, that BF-IO's lookahead uses for
+the request instead of the survival estimate (``output_tokens_hint``, specs/seed-003-bfio.md 6.2).
 """
 
 from __future__ import annotations
@@ -29,6 +32,8 @@ ApiKind = Literal["completions", "chat"]
 REQUEST_ID_HEADER = "x-request-id"
 TIER_HEADER = "x-governor-tier"
 CATEGORY_HEADER = "x-governor-category"
+OUTPUT_HINT_HEADER = "x-governor-output-tokens"
+MAX_OUTPUT_HINT = 10_000_000  # the contract's bound on output_tokens_hint (schemas/policy_docs/bfio.py)
 DEFAULT_TIER = "default"
 _LABEL = re.compile(LABEL_PATTERN)
 
@@ -54,6 +59,7 @@ class InboundRequest:
         request_id: the id it is known by in logs, events and the ``x-request-id`` response header.
         tier: its tier (paying tiers are served first from a queue).
         category: its traffic category, None when the client named none (never compressed).
+        output_tokens_hint: the output length the client predicts, None when it gave none.
     """
 
     kind: ApiKind
@@ -64,6 +70,7 @@ class InboundRequest:
     request_id: str
     tier: str
     category: str | None
+    output_tokens_hint: int | None = None
 
 
 class RequestIds:
@@ -130,7 +137,19 @@ def parse_inbound(raw: bytes, kind: ApiKind, headers: Mapping[str, str], request
         request_id=request_id,
         tier=tier,
         category=category,
+        output_tokens_hint=_output_hint(headers.get(OUTPUT_HINT_HEADER), max_tokens),
     )
+
+
+def _output_hint(value: str | None, max_tokens: int | None) -> int | None:
+    """The client's predicted output tokens, capped at ``max_tokens`` (no answer is longer)."""
+    if value is None:
+        return None
+    if not value.isascii() or not value.isdigit() or not 1 <= int(value) <= MAX_OUTPUT_HINT:
+        msg = f"{OUTPUT_HINT_HEADER} must be an integer from 1 to {MAX_OUTPUT_HINT}, got {value!r}"
+        _refuse(msg, OUTPUT_HINT_HEADER, "invalid_value")
+    hint = int(value)
+    return hint if max_tokens is None else min(hint, max_tokens)
 
 
 def _max_tokens(body: dict[str, Any], kind: ApiKind) -> int | None:

@@ -122,7 +122,13 @@ class RankGroup:
         self._wake.set()
 
     async def submit(
-        self, *, request_id: str, prompt_tokens: int, max_tokens: int | None, timeout_s: float
+        self,
+        *,
+        request_id: str,
+        prompt_tokens: int,
+        max_tokens: int | None,
+        timeout_s: float,
+        output_tokens_hint: int | None = None,
     ) -> RankAssignment | None:
         """Wait in the central pool until a round assigns the request a rank; None after ``timeout_s``.
 
@@ -135,9 +141,18 @@ class RankGroup:
         future: asyncio.Future[RankAssignment] = loop.create_future()
         self._waiting[request_id] = _Pending(
             doc=WaitingRequestDoc(
-                request_id=request_id, prompt_tokens=prompt_tokens, arrival_s=self._clock(), max_tokens=max_tokens
+                request_id=request_id,
+                prompt_tokens=prompt_tokens,
+                arrival_s=self._clock(),
+                max_tokens=max_tokens,
+                output_tokens_hint=output_tokens_hint,
             ),
-            flight=InFlight(request_id=request_id, prompt_tokens=prompt_tokens, max_tokens=max_tokens),
+            flight=InFlight(
+                request_id=request_id,
+                prompt_tokens=prompt_tokens,
+                max_tokens=max_tokens,
+                output_tokens_hint=output_tokens_hint,
+            ),
             future=future,
         )
         self._wake.set()
@@ -226,7 +241,12 @@ def _rank_doc(rank: Upstream, *, free_slots: int, now_s: float) -> RankDoc:
     """The router's view of a rank: the gateway's requests there, and as many of the step's mean context as the
     engine reported running for other clients."""
     active = [
-        ActiveRequestDoc(prompt_tokens=f.prompt_tokens, generated_tokens=f.generated_tokens, max_tokens=f.max_tokens)
+        ActiveRequestDoc(
+            prompt_tokens=f.prompt_tokens,
+            generated_tokens=f.generated_tokens,
+            max_tokens=f.max_tokens,
+            output_tokens_hint=f.output_tokens_hint,
+        )
         for f in rank.in_flight.values()
     ]
     external = rank.external(now_s)

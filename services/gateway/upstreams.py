@@ -40,12 +40,14 @@ class InFlight:
         prompt_tokens: prompt size counted by the upstream's tokenizer (0 when not counted).
         generated_tokens: output tokens seen so far (one per streamed SSE event).
         max_tokens: the request's output cap, None when it named none.
+        output_tokens_hint: the output length its client predicted, None when it gave none.
     """
 
     request_id: str
     prompt_tokens: int
     generated_tokens: int = 0
     max_tokens: int | None = None
+    output_tokens_hint: int | None = None
 
 
 @dataclass(slots=True, kw_only=True)

@@ -1,13 +1,16 @@
-"""The edge's request ids and label check."""
+"""The edge's request ids, label check and the client's output-length hint."""
 
 from __future__ import annotations
 
+import json
+
+import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from schemas.envelope import Label
-from services.gateway.inbound import RequestIds, _is_label
+from services.gateway.inbound import OUTPUT_HINT_HEADER, BadRequestError, RequestIds, _is_label, parse_inbound
 
 LABEL: TypeAdapter[str] = TypeAdapter(Label)
 
@@ -39,3 +42,26 @@ class TestIsLabel:
 
     def test_a_trailing_newline_is_not_a_label(self) -> None:
         assert not _is_label("abc\n")
+
+
+def _parsed(hint: str | None, max_tokens: int | None = None) -> int | None:
+    body = {"model": "m", "prompt": "a b"} | ({} if max_tokens is None else {"max_tokens": max_tokens})
+    headers = {} if hint is None else {OUTPUT_HINT_HEADER: hint}
+    return parse_inbound(json.dumps(body).encode(), "completions", headers, "r1").output_tokens_hint
+
+
+class TestOutputHint:
+    def test_the_clients_prediction_is_read_and_capped_at_max_tokens(self) -> None:
+        assert (_parsed(None), _parsed("40"), _parsed("40", max_tokens=16), _parsed("8", max_tokens=16)) == (
+            None,
+            40,
+            16,
+            8,
+        )
+
+    @pytest.mark.parametrize("value", ["0", "-3", "2.5", "many", "", "١٢", "10000001"])
+    def test_anything_but_a_positive_integer_is_refused_naming_the_header(self, value: str) -> None:
+        with pytest.raises(BadRequestError) as refused:
+            _parsed(value)
+        assert refused.value.field == OUTPUT_HINT_HEADER
+        assert refused.value.error_code == "invalid_value"

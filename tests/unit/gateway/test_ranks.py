@@ -5,10 +5,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import numpy as np
+import numpy.typing as npt
+
 from policies.bfio import BfioRouter
+from policies.bfio.router import ActiveBatch, WaitingBatch
+from schemas.policy_docs.bfio import RankDoc, WaitingRequestDoc
 from services.gateway.admission import AdmissionGate
 from services.gateway.config import StaticUpstream
 from services.gateway.ranks import RankGroup, vllm_score
@@ -19,6 +24,7 @@ from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
 from tests.unit.gateway.test_reported_load import step
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
+IntArray = npt.NDArray[np.int64]
 TIMEOUT_S = 60.0  # a safety net for awaited events (the router's kernels may compile first), never a measured time
 
 
@@ -165,7 +171,21 @@ class TestRankGroup:
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 
 
-def _group(slots: int) -> RankGroup:
+class RecordingRouter(BfioRouter):
+    """The pure router, noting the documents of each round."""
+
+    def __init__(self) -> None:
+        super().__init__(clock=time.perf_counter)
+        self.rounds: list[tuple[list[WaitingRequestDoc], list[RankDoc]]] = []
+
+    def batches(
+        self, waiting: Sequence[WaitingRequestDoc], ranks: Sequence[RankDoc]
+    ) -> tuple[WaitingBatch, ActiveBatch, IntArray]:
+        self.rounds.append((list(waiting), list(ranks)))
+        return super().batches(waiting, ranks)
+
+
+def _group(slots: int, router: BfioRouter | None = None) -> RankGroup:
     registry = UpstreamRegistry()
     registry.add_static(
         [
@@ -183,10 +203,42 @@ def _group(slots: int) -> RankGroup:
         policies=policies,
         gate=AdmissionGate(policies, telemetry, seed=0),
         telemetry=telemetry,
-        router=BfioRouter(clock=time.perf_counter),
+        router=router or BfioRouter(clock=time.perf_counter),
         tick_s=60.0,
         clock=lambda: NOW_S,
     )
+
+
+class TestOutputHint:
+    def test_the_clients_hint_reaches_the_router_waiting_and_then_in_flight(self) -> None:
+        """BF-IO's lookahead uses o^_i where a request has one (specs/seed-003-bfio.md 6.2)."""
+
+        async def scenario() -> None:
+            router = RecordingRouter()
+            group = _group(slots=2, router=router)
+            tasks = [
+                asyncio.ensure_future(
+                    group.submit(
+                        request_id=f"q{n}", prompt_tokens=5, max_tokens=64, timeout_s=60.0, output_tokens_hint=hint
+                    )
+                )
+                for n, hint in enumerate((40, None))
+            ]
+            await asyncio.sleep(0)
+            assert group.assign(NOW_S) is not None
+            waiting, _ = router.rounds[-1]
+            assert [(w.request_id, w.output_tokens_hint) for w in waiting] == [("q0", 40), ("q1", None)]
+            tasks.append(
+                asyncio.ensure_future(group.submit(request_id="q2", prompt_tokens=5, max_tokens=64, timeout_s=60.0))
+            )
+            await asyncio.sleep(0)
+            assert group.assign(NOW_S) is not None
+            _, ranks = router.rounds[-1]
+            assert sorted((a.output_tokens_hint or 0) for rank in ranks for a in rank.active) == [0, 40]
+            for task in tasks:
+                task.cancel()
+
+        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 
 
 class TestReportedLoad:
