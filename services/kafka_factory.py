@@ -5,10 +5,11 @@ and TLS files (``SecuritySettings.kafka_security``, docs/security.md) to the cli
 configuration, so no client reaches a broker without them. The service-specific clients
 (services/kafka_clients.py) are built on these.
 
-A broker that refuses the SASL credentials is a ``ConfigError`` naming the user and the mechanism:
-kafka-python itself only logs the refusal (or a lost connection) and, once its bootstrap time is
-up (30 s), raises "Unable to bootstrap", which reads like an unreachable broker and sends an
-operator after the network.
+A broker that refuses the SASL credentials is a ``ConfigError`` naming the user and the mechanism,
+and one whose TLS certificate does not verify is a ``ConfigError`` naming the CA file and the
+handshake's reason: kafka-python itself only logs the refusal (or a lost connection, or a failed
+handshake) and, once its bootstrap time is up (30 s), raises "Unable to bootstrap", which reads
+like an unreachable broker and sends an operator after the network.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ PLAINTEXT = KafkaSecurity()
 # The logger kafka-python's connection manager reports a failed bootstrap connection on, with the error.
 CONNECTION_LOGGER = "kafka.net.manager"
 MIN_LOST_LOGINS = 2  # one lost connection can be a broker going away; every one, at each retry, is the login
+_HANDSHAKE_FAILED = "Handshake failed"  # how kafka-python 3.0.12 words a TLS handshake error (net/connection.py)
 
 Client = TypeVar("Client")
 
@@ -39,34 +41,38 @@ class _BootstrapFailures(logging.Handler):
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
         self.refusals: list[SaslAuthenticationFailedError] = []
+        self.handshakes: list[KafkaConnectionError] = []
         self.lost = 0
 
     def emit(self, record: logging.LogRecord) -> None:
-        """Keep each refusal, and count connections lost after they were made."""
+        """Keep each refusal and failed TLS handshake, and count connections lost after they were made."""
         args = record.args if isinstance(record.args, tuple) else ()
         for arg in args:
             if isinstance(arg, SaslAuthenticationFailedError):
                 self.refusals.append(arg)
+            elif isinstance(arg, KafkaConnectionError) and _HANDSHAKE_FAILED in str(arg):
+                self.handshakes.append(arg)
             elif isinstance(arg, KafkaConnectionError):
                 self.lost += 1
 
 
 @contextmanager
-def _refused_credentials_named(bootstrap: str, security: KafkaSecurity) -> Iterator[None]:
-    """Turn a SASL client's failed start into ``ConfigError`` when the broker would not let it log in.
+def _login_failures_named(bootstrap: str, security: KafkaSecurity) -> Iterator[None]:
+    """Turn a SASL or TLS client's failed start into ``ConfigError`` when the broker would not let it log in.
 
-    The broker answers a wrong password with an error and closes the connection. kafka-python
-    reports the error when it reads it before the close; when both arrive together it drops the
-    answer and sees only a lost connection (kafka-python 3.0.12, ``net/transport.py``). So a refusal
-    it reports, or a broker that accepts connections and closes every one of them during the login
-    (two or more), is a credentials problem; anything else stays the client's own error. The
-    connection logger is opened to warnings for the duration (a logging setup that silences
-    kafka-python must not hide the refusal from this check).
+    A TLS handshake that failed (the broker's certificate does not verify against the CA file, or does not
+    name the host) is reported with its reason. The broker answers a wrong password with an error and
+    closes the connection. kafka-python reports the error when it reads it before the close; when both
+    arrive together it drops the answer and sees only a lost connection (kafka-python 3.0.12,
+    ``net/transport.py``). So a refusal it reports, or a broker that accepts connections and closes every
+    one of them during the login (two or more), is a credentials problem; anything else stays the
+    client's own error. The connection logger is opened to warnings for the duration (a logging setup
+    that silences kafka-python must not hide the refusal from this check).
 
     Raises:
         ConfigError: the client failed to start and the broker would not let it log in.
     """
-    if not security.protocol.startswith("SASL_"):
+    if security.protocol == "PLAINTEXT":
         yield
         return
     logger = logging.getLogger(CONNECTION_LOGGER)
@@ -80,9 +86,19 @@ def _refused_credentials_named(bootstrap: str, security: KafkaSecurity) -> Itera
     except KafkaError as exc:
         who = f"the {security.sasl_mechanism} credentials of user {security.sasl_username!r}"
         check = "check GOVERNOR_KAFKA_SASL_USERNAME, GOVERNOR_KAFKA_SASL_PASSWORD and GOVERNOR_KAFKA_SASL_MECHANISM"
-        if failures.refusals:
+        if failures.handshakes:
+            msg = (
+                f"kafka at {bootstrap}: the TLS handshake failed ({failures.handshakes[-1]}); check "
+                f"GOVERNOR_KAFKA_TLS_CA_FILE ({security.tls_ca_file or 'unset: the system CAs'}) holds the CA that "
+                "signed the broker's certificate, and that the certificate names the host in the bootstrap address"
+            )
+        elif failures.refusals:
             msg = f"kafka at {bootstrap} refused {who}: {failures.refusals[-1]} ({check})"
-        elif failures.lost >= MIN_LOST_LOGINS and _accepts_connections(bootstrap):
+        elif (
+            security.protocol.startswith("SASL_")
+            and failures.lost >= MIN_LOST_LOGINS
+            and _accepts_connections(bootstrap)
+        ):
             msg = (
                 f"kafka at {bootstrap} accepts connections but closed each of {failures.lost} logins with {who}: "
                 f"a wrong user or password, or a mechanism its listener does not offer ({check})"
@@ -111,7 +127,7 @@ def _accepts_connections(bootstrap: str, timeout_s: float = 1.0) -> bool:
 
 
 def _started(bootstrap: str, security: KafkaSecurity, start: Callable[[], Client]) -> Client:
-    with _refused_credentials_named(bootstrap, security):
+    with _login_failures_named(bootstrap, security):
         return start()
 
 

@@ -123,8 +123,8 @@ class BrokerSasl:
                 )
                 raise ConfigError(msg)
 
-    def properties(self) -> dict[str, str]:
-        """The listener's SASL properties (the listener is named SASL_PLAINTEXT)."""
+    def properties(self, listener: str) -> dict[str, str]:
+        """The SASL properties of the client listener named ``listener`` (SASL_PLAINTEXT or SASL_SSL)."""
         if self.mechanism == "PLAIN":
             module = "org.apache.kafka.common.security.plain.PlainLoginModule"
             known = "".join(f' user_{name}="{password}"' for name, password in self.users.items())
@@ -135,7 +135,7 @@ class BrokerSasl:
         return {
             "sasl.enabled.mechanisms": self.mechanism,
             "sasl.mechanism.inter.broker.protocol": self.mechanism,
-            f"listener.name.sasl_plaintext.{self.mechanism.lower()}.sasl.jaas.config": (
+            f"listener.name.{listener.lower()}.{self.mechanism.lower()}.sasl.jaas.config": (
                 f"{module} required {own}{known};"
             ),
         }
@@ -149,6 +149,41 @@ class BrokerSasl:
             for name, password in self.users.items()
             for argument in ("--add-scram", f"{self.mechanism}=[name={name},password={password}]")
         ]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerTls:
+    """TLS on the broker's client listener (SSL, or SASL_SSL with ``BrokerSasl``).
+
+    Kafka reads PEM files itself (``ssl.keystore.type=PEM``): ``keystore`` holds the node's private key
+    (PKCS#8, unencrypted) followed by its certificate chain, and ``truststore`` the CA certificates the
+    node trusts when it connects to its own listener, which it does as every other client: the
+    certificate must name 127.0.0.1 (Kafka verifies the host name). Clients do not present
+    certificates; they authenticate with SASL where it is on.
+
+    Attributes:
+        keystore: the node's key and certificate chain, one PEM file readable only by its owner.
+        truststore: the CA certificates, PEM.
+    """
+
+    keystore: Path
+    truststore: Path
+
+    def properties(self) -> dict[str, str]:
+        """The listener's TLS properties."""
+        return {
+            "ssl.keystore.type": "PEM",
+            "ssl.keystore.location": f"{self.keystore}",
+            "ssl.truststore.type": "PEM",
+            "ssl.truststore.location": f"{self.truststore}",
+        }
+
+
+def listener_protocol(*, sasl: bool, tls: bool) -> str:
+    """The client listener's security protocol (and name): PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL."""
+    return {(False, False): "PLAINTEXT", (False, True): "SSL", (True, False): "SASL_PLAINTEXT"}.get(
+        (sasl, tls), "SASL_SSL"
+    )
 
 
 def locate_kafka(lib_dir: Path = KAFKA_LIB_DIR) -> KafkaInstall:
@@ -174,6 +209,7 @@ def broker_properties(
     log_dir: Path,
     overrides: Mapping[str, str] | None = None,
     sasl: BrokerSasl | None = None,
+    tls: BrokerTls | None = None,
 ) -> str:
     """The ``server.properties`` of a one-node KRaft cluster on 127.0.0.1.
 
@@ -194,11 +230,12 @@ def broker_properties(
     but on a machine at load average 40 the node missed its own heartbeats, fenced itself, and
     clients got metadata with no broker in it.
 
-    With ``sasl`` the client listener is SASL_PLAINTEXT (``BrokerSasl``). ``overrides`` replace or
+    With ``sasl`` the client listener requires SASL (``BrokerSasl``), with ``tls`` it speaks TLS
+    (``BrokerTls``), with both it is SASL_SSL. ``overrides`` replace or
     add properties (a test that needs the retention checks to run every second instead of every 5
     minutes).
     """
-    listener = "PLAINTEXT" if sasl is None else "SASL_PLAINTEXT"
+    listener = listener_protocol(sasl=sasl is not None, tls=tls is not None)
     properties = {
         "process.roles": "broker,controller",
         "node.id": f"{NODE_ID}",
@@ -210,7 +247,8 @@ def broker_properties(
         "listener.security.protocol.map": f"CONTROLLER:PLAINTEXT,{listener}:{listener}",
         "log.dirs": f"{log_dir}",
         **BROKER_SETTINGS,
-        **(sasl.properties() if sasl is not None else {}),
+        **(sasl.properties(listener) if sasl is not None else {}),
+        **(tls.properties() if tls is not None else {}),
     }
     properties.update(overrides or {})
     return "".join(f"{key}={value}\n" for key, value in properties.items())
@@ -275,12 +313,13 @@ def start_kafka(
     *,
     overrides: Mapping[str, str] | None = None,
     sasl: BrokerSasl | None = None,
+    tls: BrokerTls | None = None,
 ) -> int:
     """Start the one-node Kafka on 127.0.0.1:``port`` with its log in ``state_dir``; return its pid.
 
-    With ``sasl`` its listener requires SASL (``BrokerSasl``). The broker's own output goes to
-    ``{state_dir}/broker.log``. It returns once the broker's
-    listener accepts connections: Kafka opens it only after the node has registered and been
+    With ``sasl`` its listener requires SASL (``BrokerSasl``), with ``tls`` it speaks TLS (``BrokerTls``).
+    The broker's own output goes to ``{state_dir}/broker.log``. It returns once the broker's listener
+    accepts connections: Kafka opens it only after the node has registered and been
     unfenced, so the admin client's next call is served.
 
     Raises:
@@ -294,7 +333,9 @@ def start_kafka(
     config.touch(mode=0o600)
     config.chmod(0o600)  # it may hold SASL passwords
     config.write_text(
-        broker_properties(port=port, controller_port=free_port(), log_dir=log_dir, overrides=overrides, sasl=sasl)
+        broker_properties(
+            port=port, controller_port=free_port(), log_dir=log_dir, overrides=overrides, sasl=sasl, tls=tls
+        )
     )
     log4j = kafka_dir / "log4j2.properties"
     log4j.write_text(LOG4J_CONFIG)

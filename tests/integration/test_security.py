@@ -3,10 +3,9 @@ and signed policy documents end to end through it: the policy service's store wr
 SDK's ``PolicyClient`` reads them, and a document anyone else writes is refused. Also: the local
 stack's embedded Valkey requires the deployment's password when one is set.
 
-Certificates are made here with the ``openssl`` command line (a throw-away CA, a server certificate for
-127.0.0.1 and a client certificate). Kafka SASL and TLS are not exercised against a broker here (the
-local Tansu broker cannot hold SASL users while requiring authentication); tests/unit/test_security.py
-checks the configuration handed to kafka-python (services/kafka_factory.py).
+Certificates are made with the ``openssl`` command line (tests/integration/certificates.py: a throw-away
+CA, a server certificate for 127.0.0.1 and a client certificate). Kafka SASL and TLS are exercised against
+Apache Kafka in tests/integration/test_kafka_sasl.py.
 """
 
 from __future__ import annotations
@@ -39,6 +38,7 @@ from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore, redis_client
 from services.stream.processor import StreamProcessor
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
+from tests.integration.certificates import make_certificates
 from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
@@ -70,59 +70,6 @@ class SecuredRedis:
         )
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True)
-
-
-def _make_certificates(folder: Path) -> tuple[Path, Path, Path, Path, Path]:
-    ca_key, ca = folder / "ca.key", folder / "ca.pem"
-    ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"]
-    _openssl(
-        "req",
-        "-x509",
-        *ec,
-        "-keyout",
-        str(ca_key),
-        "-out",
-        str(ca),
-        "-days",
-        "2",
-        "-subj",
-        "/CN=governor-test-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    )
-    made = []
-    for name, subject, extensions in (
-        ("server", "/CN=127.0.0.1", "subjectAltName=IP:127.0.0.1,DNS:localhost\nextendedKeyUsage=serverAuth\n"),
-        ("client", f"/CN={USER}", "extendedKeyUsage=clientAuth\n"),
-    ):
-        key, csr, cert, ext = (folder / f"{name}.{suffix}" for suffix in ("key", "csr", "pem", "ext"))
-        ext.write_text(extensions)
-        _openssl("req", "-new", *ec, "-keyout", str(key), "-out", str(csr), "-subj", subject)
-        _openssl(
-            "x509",
-            "-req",
-            "-in",
-            str(csr),
-            "-CA",
-            str(ca),
-            "-CAkey",
-            str(ca_key),
-            "-CAcreateserial",
-            "-out",
-            str(cert),
-            "-days",
-            "2",
-            "-extfile",
-            str(ext),
-        )
-        made.extend([cert, key])
-    return ca, made[0], made[1], made[2], made[3]
-
-
 @pytest.fixture(scope="module")
 def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredRedis]:
     """Start the secured redis-server for this module's tests and stop it after them."""
@@ -130,7 +77,9 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[SecuredRedis]:
     if server_binary is None or shutil.which("openssl") is None:
         pytest.skip("needs redis-server and openssl on the PATH")
     folder = tmp_path_factory.mktemp("secured-redis")
-    ca, server_cert, server_key, client_cert, client_key = _make_certificates(folder)
+    made = make_certificates(folder, USER)
+    ca, server_cert, server_key = made.ca, made.server_cert, made.server_key
+    client_cert, client_key = made.client_cert, made.client_key
     port, tls_port = free_port(), free_port()
     argv = [
         server_binary,
