@@ -16,7 +16,7 @@ from typing import Any
 from policies.bfio import BfioParams, build_payload, decide_assignments
 from schemas.policy_docs.base import InputsDigest
 from schemas.policy_docs.bfio import BfioPolicy, BfioState, BfioStepInput
-from services.cli.policy_bfio import read_json_input
+from services.cli.input_files import read_json_input
 
 
 def register(commands: Any) -> None:

@@ -13,17 +13,13 @@ import argparse
 import dataclasses
 import json
 from pathlib import Path
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
+from typing import Any
 
 from policies.bfio import BfioInputs, BfioParams, NewRequestModel, SurvivalTable, WeightScheme, decide
 from policies.decision import Decision
-from schemas.errors import InvalidInputError
 from schemas.policy_docs.bfio import BfioParamsOverride, BfioPayload, BfioWhatIfInput
+from services.cli.input_files import read_json, read_json_input
 from services.cli.policy_explained import add_config_flag, decide_explained, is_explain_output
-
-ModelT = TypeVar("ModelT", bound=BaseModel)
 
 
 def register(policy_subparsers: Any) -> None:
@@ -33,27 +29,6 @@ def register(policy_subparsers: Any) -> None:
     parser.add_argument("--json", action="store_true", help="print the bundle payload as JSON")
     add_config_flag(parser)
     parser.set_defaults(handler=run)
-
-
-def read_json_input(path: Path, model: type[ModelT]) -> ModelT:
-    """Read and validate a JSON file into ``model``.
-
-    Raises:
-        InvalidInputError: the file is missing or unreadable, is not JSON, or a field fails validation;
-            the message names the file, the field path and the reason.
-    """
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"{path}: cannot read input file ({exc.strerror})"
-        raise InvalidInputError(msg, source=str(path)) from exc
-    try:
-        return model.model_validate_json(text)
-    except ValidationError as exc:
-        error = exc.errors()[0]
-        field = ".".join(str(part) for part in error["loc"]) or "(document)"
-        msg = f"{path}: field {field}: {error['msg']}"
-        raise InvalidInputError(msg, field=field, value=error.get("input"), source=str(path)) from exc
 
 
 def params_with(overrides: BfioParamsOverride | None) -> BfioParams:
@@ -67,19 +42,6 @@ def params_with(overrides: BfioParamsOverride | None) -> BfioParams:
     if "new_request_model" in changes:
         changes["new_request_model"] = NewRequestModel(str(changes["new_request_model"]))
     return dataclasses.replace(params, **changes)  # type: ignore[arg-type]
-
-
-def _read_json(path: Path) -> object:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"{path}: cannot read input file ({exc.strerror})"
-        raise InvalidInputError(msg, source=str(path)) from exc
-    try:
-        return json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"{path}: not JSON ({exc.msg} at line {exc.lineno})"
-        raise InvalidInputError(msg, source=str(path)) from exc
 
 
 def _what_if(path: Path) -> Decision[BfioPayload, Any]:
@@ -108,7 +70,7 @@ def _what_if(path: Path) -> Decision[BfioPayload, Any]:
 
 def run(args: argparse.Namespace) -> int:
     """Decide the bundle for the snapshot in ``args.input`` and print it; return the exit code."""
-    body = _read_json(args.input)
+    body = read_json(args.input)
     decision = (
         decide_explained(args.input, body, "bfio", config_path=args.config).decision
         if is_explain_output(body)

@@ -22,6 +22,7 @@ from policies.decision import Decision
 from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams, NStarMethod, RhsThreshold, decide
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusPayload, EbplusState, EbplusWhatIfInput
+from services.cli.input_files import read_json
 from services.cli.policy_explained import add_config_flag, decide_explained, invalid_input, is_explain_output
 
 
@@ -38,16 +39,7 @@ def register(policy_subparsers: Any) -> None:  # argparse's _SubParsersAction is
 
 def _load(path: Path, config_path: Path | None) -> Decision[EbplusPayload, EbplusState]:
     """The decision for the file, in either accepted form."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except OSError as exc:
-        msg = f"{path}: cannot read input file ({exc.strerror})"
-        raise InvalidInputError(msg, source=str(path)) from exc
-    try:
-        body = json.loads(text)
-    except json.JSONDecodeError as exc:
-        msg = f"{path}: not JSON ({exc.msg} at line {exc.lineno})"
-        raise InvalidInputError(msg, source=str(path)) from exc
+    body = read_json(path)
     if is_explain_output(body):
         decided: Decision[EbplusPayload, EbplusState] = decide_explained(
             path, body, "ebplus", config_path=config_path
