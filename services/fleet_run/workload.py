@@ -21,6 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+import numpy.typing as npt
 
 SENTENCES: tuple[str, ...] = (
     "The river flooded the valley in spring.",
@@ -36,6 +37,7 @@ SENTENCES: tuple[str, ...] = (
     "Some said the dam costs too much for the valley.",
 )
 QUESTION = "Should the council build the dam on the river?"
+FloatArray = npt.NDArray[np.float64]
 SAFE_CATEGORY = "rag"  # in FleetOpt's safe categories (policies/fleetopt/params.py)
 LONG_FRACTION = 0.3
 
@@ -57,10 +59,8 @@ class PlannedRequest:
         return len(self.prompt.split())
 
 
-def workload(seed: int, requests: int, rate_per_s: float, stop_token_ids: tuple[int, ...] = ()) -> list[PlannedRequest]:
-    """``requests`` requests with Poisson arrivals at ``rate_per_s``, the same list for the same arguments.
-
-    ``stop_token_ids`` go with the long requests (none: every output has its ``max_tokens``).
+def _poisson_arrivals(seed: int, requests: int, rate_per_s: float) -> tuple[np.random.Generator, FloatArray]:
+    """The seeded generator and ``requests`` Poisson arrival times at ``rate_per_s`` drawn from it first.
 
     Raises:
         ValueError: ``requests`` is not positive or ``rate_per_s`` is not positive.
@@ -69,7 +69,18 @@ def workload(seed: int, requests: int, rate_per_s: float, stop_token_ids: tuple[
         msg = f"requests ({requests}) and rate ({rate_per_s}) must be positive"
         raise ValueError(msg)
     rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, size=requests))
+    return rng, np.cumsum(rng.exponential(1.0 / rate_per_s, size=requests))
+
+
+def workload(seed: int, requests: int, rate_per_s: float, stop_token_ids: tuple[int, ...] = ()) -> list[PlannedRequest]:
+    """``requests`` requests with Poisson arrivals at ``rate_per_s``, the same list for the same arguments.
+
+    ``stop_token_ids`` go with the long requests (none: every output has its ``max_tokens``).
+
+    Raises:
+        ValueError: ``requests`` is not positive or ``rate_per_s`` is not positive.
+    """
+    rng, arrivals = _poisson_arrivals(seed, requests, rate_per_s)
     planned = []
     for index, at_s in enumerate(arrivals):
         count = int(rng.integers(2, 2 * len(SENTENCES) + 1))
@@ -102,11 +113,7 @@ def burst(seed: int, requests: int, rate_per_s: float) -> list[PlannedRequest]:
     Raises:
         ValueError: ``requests`` is not positive or ``rate_per_s`` is not positive.
     """
-    if requests <= 0 or rate_per_s <= 0:
-        msg = f"requests ({requests}) and rate ({rate_per_s}) must be positive"
-        raise ValueError(msg)
-    rng = np.random.default_rng(seed)
-    arrivals = np.cumsum(rng.exponential(1.0 / rate_per_s, size=requests))
+    rng, arrivals = _poisson_arrivals(seed, requests, rate_per_s)
     planned = []
     for index, at_s in enumerate(arrivals):
         count = int(rng.integers(1, BURST_MAX_SENTENCES + 1))
