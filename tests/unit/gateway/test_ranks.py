@@ -10,9 +10,11 @@ from pathlib import Path
 
 import numpy as np
 import numpy.typing as npt
+import pytest
 
 from policies.bfio import BfioRouter
 from policies.bfio.router import ActiveBatch, WaitingBatch
+from schemas.policy_docs import AdmissionPolicy
 from schemas.policy_docs.bfio import RankDoc, WaitingRequestDoc
 from services.gateway.admission import AdmissionGate
 from services.gateway.config import StaticUpstream
@@ -110,20 +112,16 @@ class TestCentralPool:
 
         asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
 
-    def test_a_busy_rank_at_fraction_zero_gets_no_slot(self, tmp_path: Path) -> None:
+    @pytest.mark.parametrize(
+        "closed",
+        [admission("r0", "overloaded"), admission("r0", "busy", admit_fraction=0.0)],
+        ids=["overloaded", "busy_0"],
+    )
+    def test_an_overloaded_rank_or_a_busy_one_at_fraction_zero_gets_no_slot(
+        self, tmp_path: Path, closed: AdmissionPolicy
+    ) -> None:
         async def scenario() -> None:
-            policies = StaticPolicySource([bfio_bundle("dp0"), admission("r0", "busy", admit_fraction=0.0)])
-            stubs = StubUpstream("r0"), StubUpstream("r1")
-            async with gateway_over(tmp_path, *stubs, policies=policies, entries=_ranks) as gw:
-                for _ in range(3):
-                    assert await _post(gw, 5) == (200, "r1")
-                assert stubs[0].requests == []
-
-        asyncio.run(asyncio.wait_for(scenario(), TIMEOUT_S))
-
-    def test_an_overloaded_rank_gets_no_slot(self, tmp_path: Path) -> None:
-        async def scenario() -> None:
-            policies = StaticPolicySource([bfio_bundle("dp0"), admission("r0", "overloaded")])
+            policies = StaticPolicySource([bfio_bundle("dp0"), closed])
             stubs = StubUpstream("r0"), StubUpstream("r1")
             async with gateway_over(tmp_path, *stubs, policies=policies, entries=_ranks) as gw:
                 for _ in range(3):
@@ -136,22 +134,7 @@ class TestCentralPool:
 class TestRankGroup:
     def test_a_request_cancelled_in_the_turn_it_was_assigned_never_leaks_its_slot(self) -> None:
         async def scenario() -> None:
-            registry = UpstreamRegistry()
-            registry.add_static(
-                [StaticUpstream(engine_id="r0", url="http://h:1", model="m", dp_group="dp0", dp_rank=0, max_num_seqs=1)]
-            )
-            policies = StaticPolicySource()
-            telemetry = GatewayTelemetry(ListSink(), gateway_id="gw", deployment="test", clock=lambda: NOW_S)
-            group = RankGroup(
-                "dp0",
-                registry=registry,
-                policies=policies,
-                gate=AdmissionGate(policies, telemetry, seed=0),
-                telemetry=telemetry,
-                router=BfioRouter(clock=time.perf_counter),
-                tick_s=60.0,
-                clock=lambda: NOW_S,
-            )
+            group = _group(slots=1, ranks=1)
             task = asyncio.ensure_future(group.submit(request_id="q1", prompt_tokens=5, max_tokens=4, timeout_s=60.0))
             await asyncio.sleep(0)  # one turn of the loop: the request enters the pool
             assert group.waiting == 1
@@ -185,14 +168,15 @@ class RecordingRouter(BfioRouter):
         return super().batches(waiting, ranks)
 
 
-def _group(slots: int, router: BfioRouter | None = None) -> RankGroup:
+def _group(slots: int, *, ranks: int = 2, router: BfioRouter | None = None) -> RankGroup:
+    """A DP group ``dp0`` of ``ranks`` static ranks with ``slots`` each, no documents, the clock at ``NOW_S``."""
     registry = UpstreamRegistry()
     registry.add_static(
         [
             StaticUpstream(
                 engine_id=f"r{g}", url=f"http://h:{g + 1}", model="m", dp_group="dp0", dp_rank=g, max_num_seqs=slots
             )
-            for g in range(2)
+            for g in range(ranks)
         ]
     )
     policies = StaticPolicySource()
