@@ -1,0 +1,138 @@
+"""Exact-mode plans on seeded random inputs against golden plans from the planner before issue 33 item 5.
+
+Issue 33 item 5 made the per-length table cheap to rebuild when the input share changes (range sums
+at the points a sweep reads instead of a running sum over every length). The plans must not move:
+``fleetopt_exact_plans.json`` holds, for each case below, what the planner of commit 06dd389 returned:
+every point's (n_s, n_l), and the boundary (B, gamma*B), and the calibrations and costs of the chosen
+point, the baseline and a few sampled points. GPU counts, boundaries and the choice must be equal; floats
+equal within 1e-9 relative (only the order of a few float additions changed, in Cs^2's second moment).
+
+Regenerate only from a planner known to be right:
+``python -m tests.unit.policies.fleetopt.test_fleetopt_exact_golden``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from policies.fleetopt.calibration import PoolCalibration
+from policies.fleetopt.cdf import LengthCdf
+from policies.fleetopt.inputs import FleetoptInputs
+from policies.fleetopt.params import FleetoptParams
+from policies.fleetopt.sweep import FleetPlan, PlanPoint, plan_fleet
+
+GOLDEN = Path(__file__).with_name("fleetopt_exact_plans.json")
+CASES = 48
+SAMPLED_POINTS = 6
+REL_TOL = 1e-9
+#: Shares whose double lies just below a decimal (0.7, 0.85: f*L rounds up onto an integer) or above it.
+ROUND_SHARES = (0.5, 0.55, 0.7, 0.75, 0.8, 0.85, 0.9, 0.99)
+
+
+def _case(seed: int) -> tuple[FleetoptInputs, FleetoptParams]:
+    """Random CDF (breakpoints, masses, empty buckets), load, p_c, input share, chunk size and SLO of one seed."""
+    rng = np.random.default_rng(3300 + seed)
+    top = int(rng.choice([65536, 65536, 32768, int(rng.integers(2000, 65536))]))
+    count = int(rng.integers(3, 30))
+    tokens = np.unique(np.concatenate((rng.integers(16, top, size=count), [top])))
+    masses = rng.random(tokens.size) ** 3 * (rng.random(tokens.size) > 0.15)
+    masses[-1] += 1e-3
+    frac = np.cumsum(masses) / masses.sum()
+    frac[-1] = 1.0
+    share = float(rng.choice(ROUND_SHARES)) if rng.random() < 0.5 else float(rng.uniform(0.5, 0.99))
+    inputs = FleetoptInputs(
+        arrival_rate_per_s=float(10 ** rng.uniform(-1.0, 3.5)),
+        cdf=LengthCdf(tokens=tuple(int(t) for t in tokens), frac=tuple(float(f) for f in frac)),
+        p_c=float(rng.choice([0.0, rng.random(), 1.0])),
+        input_frac=share,
+    )
+    params = FleetoptParams(
+        chunk_tokens=int(rng.choice([512, 512, 256, 1000])),
+        t_slo_s=float(rng.uniform(0.05, 1.0)),
+        rho_max=float(rng.uniform(0.5, 0.95)),
+    )
+    return inputs, params
+
+
+def _calibration(calib: PoolCalibration | None) -> list[float] | None:
+    if calib is None:
+        return None
+    return [
+        calib.n_slots,
+        calib.mean_service_s,
+        calib.cv2,
+        calib.mu_gpu_per_s,
+        calib.mean_prefill_s,
+        calib.ttft_overhead_s,
+    ]
+
+
+def _detail(point: PlanPoint) -> dict[str, Any]:
+    """What a point's plan is made of: its boundary, its pools' calibrations and sizes, its cost."""
+    return {
+        "b": point.short_ctx_tokens,
+        "gamma_b": point.split.gamma_b_tokens,
+        "gpus": [point.short.n_gpus, point.long.n_gpus],
+        "cost": point.cost_usd_per_hr,
+        "slo_met": point.slo_met,
+        "short_calib": _calibration(point.short_calib),
+        "long_calib": _calibration(point.long_calib),
+        "p99_ttft_s": [point.short.p99_ttft_s, point.long.p99_ttft_s],
+    }
+
+
+def _digest(plan: FleetPlan) -> dict[str, Any]:
+    points = tuple(plan.points)
+    sampled = np.linspace(0, len(points) - 1, SAMPLED_POINTS).astype(int).tolist() if points else []
+    return {
+        "gpus": [[p.short.n_gpus, p.long.n_gpus] for p in points],
+        "best": _detail(plan.best),
+        "homogeneous": _detail(plan.homogeneous),
+        "sampled": {str(i): _detail(points[i]) for i in sampled},
+    }
+
+
+def _assert_close(got: Any, want: Any, where: str) -> None:
+    """Equal structure; ints, bools and None equal; floats within ``REL_TOL`` relative."""
+    if isinstance(want, dict):
+        assert got.keys() == want.keys(), where
+        for key in want:
+            _assert_close(got[key], want[key], f"{where}.{key}")
+    elif isinstance(want, list):
+        assert len(got) == len(want), where
+        for i, (g, w) in enumerate(zip(got, want, strict=True)):
+            _assert_close(g, w, f"{where}[{i}]")
+    elif isinstance(want, float):
+        assert math.isclose(got, want, rel_tol=REL_TOL, abs_tol=0.0), f"{where}: {got!r} != {want!r}"
+    else:
+        assert got == want, where
+
+
+@pytest.fixture(scope="module")
+def golden() -> list[dict[str, Any]]:
+    cases: list[dict[str, Any]] = json.loads(GOLDEN.read_text())
+    return cases
+
+
+def test_golden_file_covers_every_case(golden: list[dict[str, Any]]) -> None:
+    assert len(golden) == CASES
+
+
+@pytest.mark.parametrize("seed", range(CASES))
+def test_plan_equals_the_plan_before(seed: int, golden: list[dict[str, Any]]) -> None:
+    inputs, params = _case(seed)
+    _assert_close(json.loads(json.dumps(_digest(plan_fleet(inputs, params)))), golden[seed], f"case {seed}")
+
+
+def _write_golden() -> None:
+    GOLDEN.write_text(json.dumps([_digest(plan_fleet(*_case(seed))) for seed in range(CASES)], separators=(",", ":")))
+
+
+if __name__ == "__main__":
+    _write_golden()
