@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.estimates import EngineSummary
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, offsets_key
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_pattern, estimate_scope_of, offsets_key
 from services.headline import headline, parse_document
 from services.inspection.scaling import PoolStatus, collect_pool_status
 from services.kafka_clients import reader, require_topic
@@ -30,6 +30,7 @@ from services.settings import KafkaSecurity, RedisSecurity
 from services.store.redis_store import redis_client
 
 SERVICE_TOPICS = (("stream", TELEMETRY_TOPIC), ("policy", ESTIMATES_TOPIC))
+SUMMARY_NAME = "summary"  # the engines are those with a summary; their states and the services' are not listed
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -250,7 +251,7 @@ def collect_status(
     reader = _RedisReader(redis_url, redis_timeout_s, redis_security)
     try:
         prefix = f"gov:{deployment}:"
-        summaries = reader.values(reader.keys(prefix + "est:*:summary"))
+        summaries = reader.values(reader.keys(estimate_pattern(deployment, SUMMARY_NAME)))
         documents = reader.values([k for k in reader.keys(prefix + "policy:*") if not k.endswith(":history")])
         applied = {service: reader.offsets(offsets_key(deployment, service)) for service, _topic in SERVICE_TOPICS}
         if not summaries and not documents and not any(applied.values()):
@@ -261,8 +262,9 @@ def collect_status(
     finally:
         reader.close()
     clocks = {
-        key.removeprefix(prefix + "est:").removesuffix(":summary"): _EngineClock.of(raw)
+        engine: _EngineClock.of(raw)
         for key, raw in summaries.items()
+        if (engine := estimate_scope_of(deployment, SUMMARY_NAME, key)) is not None
     }
     times = [c.ts for c in clocks.values() if c.ts is not None]
     newest = max(times) if times else None

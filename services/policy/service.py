@@ -81,12 +81,12 @@ from services.policy.handler import (
     PendingBatch,
     PolicyCounters,
     PolicyHandler,
-    config_scope,
     ledger_scope,
 )
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
+from services.policy.stored_states import load_policy_states
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
@@ -191,16 +191,14 @@ class PolicyService:
         """Restore the state of the assigned ``partitions`` only.
 
         That is their configurations, shadows and ledgers, and the fleet aggregators where this member
-        owns the ``fleet`` partition.
+        owns the ``fleet`` partition; on the first start after issue 34, from the layout before it
+        (services/policy/stored_states.py).
         """
         applied = self._store.applied_offsets(CONSUMER_NAME)
         owned = sorted({tp.partition for tp in partitions})
         fleet_partition = self.fleet_partition()
-        configs = self._store.load_states(CONSUMER_NAME, [config_scope(p) for p in owned])
-        states = configs | self._store.load_states(CONSUMER_NAME, [ledger_scope(p) for p in owned])
-        scopes = self.handler.state_scopes(configs, fleet_partition if fleet_partition in owned else None)
-        states.update(self._store.load_states(CONSUMER_NAME, scopes))
-        self.handler.restore(states)
+        fleet = fleet_partition if fleet_partition in owned else None
+        self.handler.restore(load_policy_states(self._store, self.handler, owned, applied, fleet))
         self._applied = applied
         self._committed_states = self.handler.states()
         for tp in partitions:

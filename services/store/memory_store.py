@@ -75,6 +75,10 @@ class MemoryStore:
         states = self._states(consumer)
         return {scope: states[scope] for scope in scopes if scope in states}
 
+    def load_legacy_states(self, scopes: list[str]) -> dict[str, str]:
+        """Return the states of ``scopes`` among the engines' (``states``): the layout before issue 34 was theirs."""
+        return {scope: self.states[scope] for scope in scopes if scope in self.states}
+
     def commit(
         self,
         consumer: str,

@@ -30,6 +30,15 @@ class Store(Protocol):
         """
         ...
 
+    def load_legacy_states(self, scopes: list[str]) -> dict[str, str]:
+        """Return the policy service's state of each of ``scopes`` still in the layout before issue 34.
+
+        That is ``gov:{dep}:est:{scope}:state`` (``schemas.names.legacy_state_key``), the engines'
+        layout, read once after an upgrade (services/policy/stored_states.py); a value there may be
+        an engine's, named like the scope.
+        """
+        ...
+
     def commit(
         self,
         consumer: str,

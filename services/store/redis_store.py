@@ -18,6 +18,7 @@ from schemas.names import (
     ack_key,
     estimate_pattern,
     estimate_scope_of,
+    legacy_state_key,
     log_ids_key,
     offsets_key,
     policy_channel,
@@ -132,6 +133,15 @@ class RedisStore:
         if not scopes:
             return {}
         keys = [state_key(self._deployment, consumer, scope) for scope in scopes]
+        values = self._call("MGET", self._client.mget, keys)
+        assert isinstance(values, list)
+        return {scope: value.decode() for scope, value in zip(scopes, values, strict=True) if value is not None}
+
+    def load_legacy_states(self, scopes: list[str]) -> dict[str, str]:
+        """Return the state JSON of each of ``scopes`` found under its pre-issue-34 key (``legacy_state_key``)."""
+        if not scopes:
+            return {}
+        keys = [legacy_state_key(self._deployment, scope) for scope in scopes]
         values = self._call("MGET", self._client.mget, keys)
         assert isinstance(values, list)
         return {scope: value.decode() for scope, value in zip(scopes, values, strict=True) if value is not None}
