@@ -1,11 +1,13 @@
 """The estimate summaries an ``EstimateSnapshot`` carries on ``gov.estimates``: typed, versioned, with units.
 
-Three summaries travel in snapshots, told apart by ``summary_type``:
+Four summaries travel in snapshots, told apart by ``summary_type``:
 
 - ``EngineSummary``: one engine's estimates (services/stream/estimates.py), what the engine-scope
   policies decide from (services/policy/wiring/);
 - ``FleetContribution``: one engine's counts over one closed fleet slot (services/stream/fleet.py);
-- ``FleetSummary``: the fleet-wide estimates over the last closed slots, what FleetOpt decides from.
+- ``FleetSummary``: the fleet-wide estimates over the last closed slots, what FleetOpt decides from;
+- ``FleetSilence``: the policy service's declaration that an overdue engine is silent, written to the
+  fleet partition so that every reader applies it at the same point of the fleet's log.
 
 Each carries its wire ``format``; a summary of another format (the untyped summaries before format 2
 carried none) is refused with one line that says so, so that an old record on the topic fails
@@ -19,15 +21,18 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from schemas.envelope import EngineId
 from schemas.policy_docs.base import ContractModel
 
 ENGINE_SUMMARY_FORMAT: Literal[2] = 2  # 1: the untyped JSON summary (no ``format`` field)
 FLEET_CONTRIBUTION_FORMAT: Literal[2] = 2
 FLEET_SUMMARY_FORMAT: Literal[2] = 2
+FLEET_SILENCE_FORMAT: Literal[1] = 1
 SUMMARY_FORMATS = {
     "engine": ENGINE_SUMMARY_FORMAT,
     "fleet_contribution": FLEET_CONTRIBUTION_FORMAT,
     "fleet": FLEET_SUMMARY_FORMAT,
+    "fleet_silence": FLEET_SILENCE_FORMAT,
 }
 
 
@@ -225,7 +230,24 @@ class FleetSummary(ContractModel):
     quarantined_contributions: int = Field(default=0, ge=0, description="contributions of quarantined engines dropped")
 
 
-EstimateSummary = Annotated[EngineSummary | FleetContribution | FleetSummary, Field(discriminator="summary_type")]
+class FleetSilence(ContractModel):
+    """An overdue engine declared silent by the fleet's owner after waiting ``waited_s`` (services/stream/fleet.py).
+
+    Applied only while the engine's last closed slot is still ``engine_slot``: a declaration that
+    reaches the log after the engine has spoken again changes nothing.
+    """
+
+    summary_type: Literal["fleet_silence"] = "fleet_silence"
+    format: Literal[1] = FLEET_SILENCE_FORMAT
+    engine: EngineId
+    engine_slot: int = Field(description="the engine's last closed slot when it was declared silent")
+    fleet_slot: int = Field(description="the newest engine's last closed slot at the declaration")
+    waited_s: float = Field(ge=0.0, description="wall-clock seconds the fleet waited on the engine")
+
+
+EstimateSummary = Annotated[
+    EngineSummary | FleetContribution | FleetSummary | FleetSilence, Field(discriminator="summary_type")
+]
 
 
 def check_summary_format(data: object) -> None:

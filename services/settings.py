@@ -58,6 +58,9 @@ class KafkaClientTimeouts:
     idempotent_producer: bool
 
 
+FLEET_SILENCE_WAIT_S = 60.0  # above Apache Kafka's 45 s session timeout: a dead member's partitions move first
+
+
 LOCAL_BROKER_TIMEOUTS = KafkaClientTimeouts(
     max_poll_interval_ms=5000,
     session_timeout_ms=6000,
@@ -315,6 +318,12 @@ class Settings(SecuritySettings):
     )
     fleet_slot_s: float = Field(
         default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
+    )
+    fleet_silence_wait_s: float = Field(
+        default=FLEET_SILENCE_WAIT_S,
+        gt=0.0,
+        description="how long the policy service waits on an engine that trails the fleet by more than its silent "
+        "slots (a dead or slow stream processor, or a stopped engine) before declaring it silent, seconds",
     )
     kafka_max_poll_interval_ms: int = Field(
         default=LOCAL_BROKER_TIMEOUTS.max_poll_interval_ms,

@@ -196,6 +196,7 @@ def run_policy(args: argparse.Namespace) -> int:
             settings.redis_url, settings.deployment, settings.redis_timeout_s, settings.redis_security()
         ),
         fleet_slot_s=settings.fleet_slot_s,
+        fleet_silence_wait_s=settings.fleet_silence_wait_s,
         kafka_timeouts=settings.kafka_client_timeouts(),
         security=settings.kafka_security(),
         keyring=settings.policy_keyring(),

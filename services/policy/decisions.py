@@ -36,7 +36,7 @@ import structlog
 from pydantic import ValidationError
 
 from schemas.errors import UnreadableValueError
-from schemas.estimates import EngineSummary
+from schemas.estimates import EngineSummary, FleetSilence
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.signing import PolicyKeyring, sign, signature_problem
@@ -48,7 +48,7 @@ from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
 from services.policy.wiring.bfio import BFIO_KIND, DpGroups
 from services.store.memory_store import stored_version
 from services.store.protocol import Store
-from services.stream.fleet import FleetAggregator
+from services.stream.fleet import FleetAggregator, SilenceRule
 from services.triggers import EverySeconds
 
 log = structlog.get_logger(__name__)
@@ -88,8 +88,12 @@ class DecisionMaker:
         pins: PinBoard | None = None,
         keyring: PolicyKeyring | None = None,
         metrics: ServiceMetrics | None = None,
+        fleet_silence: SilenceRule = "lag",
     ) -> None:
+        """``fleet_silence`` is how the fleet aggregators find an engine silent (services/stream/fleet.py):
+        ``lag`` for the offline replay, ``declared`` for the live service."""
         self.policy_set = PolicySet(registry=registry)
+        self.fleet_silence: SilenceRule = fleet_silence
         self._metrics = metrics
         self._store = store
         self._pins = pins
@@ -210,14 +214,17 @@ class DecisionMaker:
         spec = self.policy_set.registry.get(snapshot_kind(snapshot))
         handled = Handled()
         if spec.scope == "fleet":
-            if snapshot.scope == "fleet":
+            silence = snapshot.estimates if isinstance(snapshot.estimates, FleetSilence) else None
+            if snapshot.scope == "fleet" and silence is None:
                 return handled
             aggregator = self._aggregator(spec, snapshot.deployment)
             quarantined = set(aggregator.quarantined)
+            silenced = set(aggregator.silenced)
             for fleet_snapshot in aggregator.add(snapshot):
                 handled.fleet_snapshots.append(fleet_snapshot)
                 self._decide(spec, fleet_snapshot, handled)
             _report_quarantine(spec.kind, quarantined, aggregator)
+            _report_silence(spec.kind, silenced, aggregator, silence)
             return handled
         summary = snapshot.estimates
         engine = summary.engine if isinstance(summary, EngineSummary) else None
@@ -242,7 +249,7 @@ class DecisionMaker:
     def load_aggregators(self, states: dict[str, str]) -> None:
         """Install aggregator states read back from the store."""
         for state in states.values():
-            aggregator = FleetAggregator.from_dict(json.loads(state))
+            aggregator = FleetAggregator.from_dict(json.loads(state), silence=self.fleet_silence)
             self.aggregators[aggregator.kind] = aggregator
 
     def fleet_scopes(self) -> list[str]:
@@ -253,7 +260,9 @@ class DecisionMaker:
         aggregator = self.aggregators.get(spec.kind)
         if aggregator is None:
             assert isinstance(spec.trigger, EverySeconds)
-            aggregator = FleetAggregator(deployment=deployment, kind=spec.kind, slot_s=spec.trigger.seconds)
+            aggregator = FleetAggregator(
+                deployment=deployment, kind=spec.kind, slot_s=spec.trigger.seconds, silence=self.fleet_silence
+            )
             self.aggregators[spec.kind] = aggregator
         return aggregator
 
@@ -305,3 +314,19 @@ def _report_quarantine(kind: str, before: set[str], aggregator: FleetAggregator)
         )
     for engine in sorted(before - set(aggregator.quarantined)):
         log.info("engine_trusted_again", kind=kind, engine_id=engine, fleet_slot=newest)
+
+
+def _report_silence(kind: str, before: set[str], aggregator: FleetAggregator, silence: FleetSilence | None) -> None:
+    """Log each engine a declaration made silent (or that it left unchanged), and each that spoke again."""
+    for engine in sorted(set(aggregator.silenced) - before):
+        log.warning(
+            "engine_declared_silent",
+            kind=kind,
+            engine_id=engine,
+            engine_slot=aggregator.silenced[engine],
+            waited_s=None if silence is None else silence.waited_s,
+        )
+    if silence is not None and silence.engine not in aggregator.silenced:
+        log.info("silence_declaration_stale", kind=kind, engine_id=silence.engine, engine_slot=silence.engine_slot)
+    for engine in sorted(before - set(aggregator.silenced)):
+        log.info("engine_speaks_again", kind=kind, engine_id=engine, fleet_slot=aggregator.closed_through)

@@ -39,7 +39,7 @@ from typing import Protocol, TypeVar
 import structlog
 
 from schemas.errors import BackendUnavailableError, ConfigError, InvalidInputError
-from schemas.estimates import FleetContribution
+from schemas.estimates import FleetContribution, FleetSilence
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord, SnapshotProducer
@@ -55,6 +55,8 @@ from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.store.protocol import Store
+from services.stream.fleet import SilenceRule
+from services.stream.snapshot_id import snapshot_id
 
 log = structlog.get_logger(__name__)
 
@@ -162,11 +164,14 @@ class PolicyHandler:
         pins: PinBoard | None = None,
         fleet_slot_s: float = FLEET_SLOT_S,
         keyring: PolicyKeyring | None = None,
+        fleet_silence: SilenceRule = "declared",
     ) -> None:
         self._deployment = deployment
         self._default_registry = registry
         self._fleet_slot_s = fleet_slot_s
-        self.decider = DecisionMaker(registry, store, pins=pins, keyring=keyring, metrics=metrics)
+        self.decider = DecisionMaker(
+            registry, store, pins=pins, keyring=keyring, metrics=metrics, fleet_silence=fleet_silence
+        )
         self._keyring = keyring
         self._sink = sink
         self._partitions: dict[int, _Partition] = {}
@@ -368,6 +373,39 @@ class PolicyHandler:
             if verdict.resynced:
                 log.warning("snapshot_ledger_resynced", scope=parsed.scope, version=parsed.version)
         self._snapshot(parsed, record, batch, part)
+
+    def overdue(self) -> dict[tuple[str, str], tuple[int, int]]:
+        """Each engine a fleet aggregator waits on from too far behind: (kind, engine) -> (its slot, the newest's).
+
+        Only the member that owns the ``fleet`` partition holds aggregators, so only it finds any.
+        """
+        found: dict[tuple[str, str], tuple[int, int]] = {}
+        for kind, aggregator in sorted(self.decider.aggregators.items()):
+            newest = max(aggregator.watermarks.values(), default=0)
+            for engine, slot in aggregator.overdue().items():
+                found[(kind, engine)] = (slot, newest)
+        return found
+
+    def declare_silent(self, kind: str, engine: str, slots: tuple[int, int], waited_s: float) -> None:
+        """Send a ``FleetSilence`` declaration to the ``fleet`` partition; it takes effect where it is read back.
+
+        ``slots`` is the engine's last closed slot and the newest engine's, as ``overdue`` gave them.
+        Going through the log rather than into the aggregator at once puts the declaration at one
+        place in the fleet's order, the place every later reader (a rebuild, a new owner) meets it.
+        """
+        aggregator = self.decider.aggregators[kind]
+        silence = FleetSilence(engine=engine, engine_slot=slots[0], fleet_slot=slots[1], waited_s=round(waited_s, 3))
+        version = max(aggregator.version, 1)
+        declaration = EstimateSnapshot(
+            deployment=self._deployment,
+            scope=FLEET_SCOPE,
+            snapshot_id=snapshot_id(FLEET_SCOPE, version, silence),
+            version=version,
+            ts=(slots[1] + 1) * aggregator.slot_s,
+            trigger=f"{kind}:silence",
+            estimates=silence,
+        )
+        self._sink.send(ESTIMATES_TOPIC, FLEET_SCOPE.encode(), self._signed(declaration))
 
     def _signed(self, fleet_snapshot: EstimateSnapshot) -> bytes:
         """The record value of a fleet snapshot this service closed: signed as its own where the deployment signs."""

@@ -47,6 +47,7 @@ rejoins the same way when a positioned partition has gone unfetched for longer t
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable
 from functools import partial
@@ -88,7 +89,7 @@ from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
 from services.policy.stored_states import load_policy_states
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
-from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
+from services.settings import FLEET_SILENCE_WAIT_S, LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
@@ -112,6 +113,7 @@ class PolicyService:
         metrics: ServiceMetrics | None = None,
         pins: PinBoard | None = None,
         fleet_slot_s: float = FLEET_SLOT_S,
+        fleet_silence_wait_s: float = FLEET_SILENCE_WAIT_S,
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         security: KafkaSecurity = PLAINTEXT,
         keyring: PolicyKeyring | None = None,
@@ -131,6 +133,8 @@ class PolicyService:
         self._committed_states: dict[str, str] = {}
         self._unpositioned: list[TopicPartition] = []
         self._unfinished: PendingBatch | None = None
+        self._silence_wait_s = fleet_silence_wait_s
+        self._overdue_since: dict[tuple[str, str, int], float] = {}
         self._new_consumer = partial(
             group_consumer,
             bootstrap,
@@ -248,6 +252,7 @@ class PolicyService:
                     self._rejoin()
                     continue
                 records = self._on_current_logs([record for part in batch.values() for record in part])
+                self._declare_overdue(now_s)
                 if self._metrics is not None:
                     self._metrics.lag_measured(consumer_lag(self._consumer), len(self._consumer.assignment()))
                 if not records:
@@ -273,6 +278,29 @@ class PolicyService:
                 self._pause(self.outage.failed(exc, "kafka"))
                 idle_since = self._clock()
         return self.counters
+
+    def _declare_overdue(self, now_s: float) -> None:
+        """Declare silent each engine the fleet has waited on for ``fleet_silence_wait_s`` (services/stream/fleet.py).
+
+        The wait is wall-clock time, the one thing that tells a dead engine from a late reading, so it
+        is spent here, in the shell; the declaration goes to the log and counts only where it is read
+        back. Each engine is timed from when this member first found it overdue at its current slot
+        (a restart or a new owner waits again); one declared is not declared again at the same slot.
+        """
+        overdue = self.handler.overdue()
+        waiting = {(kind, engine, slots[0]) for (kind, engine), slots in overdue.items()}
+        self._overdue_since = {key: since for key, since in self._overdue_since.items() if key in waiting}
+        declared = []
+        for (kind, engine), slots in overdue.items():
+            key = (kind, engine, slots[0])
+            waited_s = now_s - self._overdue_since.setdefault(key, now_s)
+            if waited_s >= self._silence_wait_s:
+                self.handler.declare_silent(kind, engine, slots, waited_s)
+                log.warning("engine_overdue", kind=kind, engine_id=engine, engine_slot=slots[0], fleet_slot=slots[1])
+                declared.append(key)
+        if declared:
+            self._delivery.confirm()
+            self._overdue_since.update(dict.fromkeys(declared, math.inf))
 
     def _rejoin(self) -> None:
         """Rejoin the group under a fresh member id: ``gov.estimates``' layout changed and held still, or a

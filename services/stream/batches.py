@@ -76,6 +76,7 @@ from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 
+AT_END_HOLD_S = 2.0  # four of Apache Kafka's 500 ms fetch waits: a fetch a round behind arrives within it
 CONSUMER_NAME = STREAM_CONSUMER
 SUMMARY_NAME = "summary"
 FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once each
@@ -191,6 +192,7 @@ class TelemetryBatches:
         limits: GuardLimits = DEFAULT_LIMITS,
         checkpoint: Checkpoint = no_checkpoint,
         keyring: PolicyKeyring | None = None,
+        at_end_hold_s: float = AT_END_HOLD_S,
     ) -> None:
         """Handle batches for ``deployment``; ``checkpoint`` is called at ``snapshots_folded`` and
         ``snapshots_flushed`` of each batch that took snapshots, and at each ``committed`` (the crash
@@ -220,6 +222,8 @@ class TelemetryBatches:
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
         self._partition_ts: dict[str, float] = {}
+        self._partition_folded_at: dict[str, float] = {}
+        self._at_end_hold_s = at_end_hold_s
         self._dropped: dict[str, str] = {}  # engine -> its partition's field, forgotten by ``_drop``
 
     @property
@@ -443,6 +447,7 @@ class TelemetryBatches:
                 self._admitted(event, admission)
                 last_ts[event.engine_id] = event.ts
                 self._partition_ts[tp] = max(self._partition_ts.get(tp, event.ts), event.ts)
+                self._partition_folded_at[tp] = started
                 taken = self._folder.apply(event, position)
                 if taken:
                     if not snapshots:
@@ -558,15 +563,26 @@ class TelemetryBatches:
         return False
 
     def _watermark(self) -> float | None:
-        """The least event time folded among assigned partitions not yet read to their end (None: all are).
+        """The least event time folded among the assigned partitions that may still bring older events (None: none).
 
-        A partition not fetched yet, or not folded yet, holds everything back.
+        A partition not fetched yet, or not folded yet, holds everything back. One read to its end
+        holds back at its last event time for ``at_end_hold_s`` after it last folded an event: its end
+        is the high watermark of its last fetch, and under load that fetch can be a round behind the
+        others' while its engine's next events wait on the broker. Released at once, the other
+        engines' contributions reached the fleet slots ahead of that engine's first ones, and the
+        fleet closed its first slots without it (a whole engine missing from FleetOpt's first plan,
+        which the same log read at full speed did not miss). A partition that never had an event
+        holds nothing back.
         """
         behind: list[float] = []
+        now_s = self._clock()
         for partition in self._consumer.assigned():
             tp = tp_field(*partition)
             high = self._consumer.highwater(partition)
             if high is not None and self._folded.get(tp, -1) + 1 >= high:
+                folded_at = self._partition_folded_at.get(tp)
+                if tp in self._partition_ts and folded_at is not None and now_s - folded_at < self._at_end_hold_s:
+                    behind.append(self._partition_ts[tp])
                 continue
             ts = self._partition_ts.get(tp)
             if ts is None:

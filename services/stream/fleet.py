@@ -13,9 +13,27 @@ policy-service member that owns that partition owns the fleet.
 fleet slot closes when every live engine's watermark has passed it and some engine is
 ``grace_slots`` past it; each closed fleet slot yields a fleet snapshot over the last
 ``window_slots`` closed slots. An engine whose watermark trails the newest by more than
-``silent_slots`` is silent: it stops holding the fleet back and is named in every fleet snapshot
-(``silent_engines``) until it speaks again. All of this is event time: the merge is a sum and the
-rules read only watermarks, so catch-up, rebuild and live reading give the same fleet snapshots.
+``silent_slots`` is *overdue*. What follows depends on the aggregator's silence rule:
+
+* ``lag`` (the offline replay, which reads every engine's stream complete and in event-time order):
+  an overdue engine is silent at once;
+* ``declared`` (the live policy service): an overdue engine still holds the fleet back, because on a
+  live fleet it may only be late in the reading: its stream processor died and the partition is
+  moving to another member, or that member's fetches came back late under load, while the other
+  processors' contributions went on reaching the fleet partition. Only when the fleet's owner has
+  waited ``fleet_silence_wait_s`` of wall-clock time on it does it write a ``FleetSilence``
+  declaration to the fleet partition, and the engine is silent from the point of the log where that
+  declaration stands (if the engine has not spoken since: a declaration older than the engine's
+  latest contribution is ignored).
+
+A silent engine stops holding the fleet back and is named in every fleet snapshot (``silent_engines``)
+until it speaks again (``lag``: within ``silent_slots`` of the newest; ``declared``: up to the last
+closed slot). The merge is a sum and the rules read only watermarks and the declarations' places in
+the fleet partition, so catch-up, rebuild and live reading give the same fleet snapshots. Under the
+``lag`` rule that held only where the fleet partition's order did not depend on the pace of the
+processors: a member killed mid-stream, or one slowed by a busy machine, made engines silent in the
+live run that the rebuild and the offline replay never found silent (their contributions were then
+dropped as late, and FleetOpt decided from part of the fleet).
 A second contribution for an (engine, slot) (a processor re-folding after a crash) is skipped
 (``duplicate_contributions``); one for a slot already closed is dropped (``late_contributions``).
 
@@ -59,11 +77,11 @@ from __future__ import annotations
 import math
 from collections import deque
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from estimators import BUCKET_EDGES_TOKENS, FLEETOPT_BREAKPOINTS_TOKENS, bucket_of
 from schemas.errors import InvalidInputError
-from schemas.estimates import FleetContribution, FleetSummary, LengthCdfPoint
+from schemas.estimates import FleetContribution, FleetSilence, FleetSummary, LengthCdfPoint
 from schemas.events import Event
 from schemas.records import EstimateSnapshot
 from schemas.requests import RequestArrived, RequestFinished
@@ -72,6 +90,7 @@ from services.stream.snapshot_id import snapshot_id
 FORMAT = 2
 CONTRIBUTION_TRIGGER = "contribution"
 OVERFLOW_EDGE_TOKENS = 131_072
+SilenceRule = Literal["lag", "declared"]
 _INTEGER_EDGES = [(j, int(e)) for j, e in enumerate(BUCKET_EDGES_TOKENS) if e >= 1 and e == int(e)]
 
 
@@ -182,8 +201,11 @@ class FleetAggregator:
         window_slots: int = 60,
         silent_slots: int = 3,
         grace_slots: int = 1,
+        silence: SilenceRule = "lag",
     ) -> None:
         self.deployment = deployment
+        self.silence: SilenceRule = silence
+        self.silenced: dict[str, int] = {}
         self.kind = kind
         self.slot_s = slot_s
         self.window_slots = window_slots
@@ -207,6 +229,8 @@ class FleetAggregator:
             InvalidInputError: the snapshot carries another summary than a fleet contribution.
         """
         contribution = snapshot.estimates
+        if isinstance(contribution, FleetSilence):
+            return self._declared_silent(contribution)
         if not isinstance(contribution, FleetContribution):
             msg = f"fleet {self.kind!r} expects slot contributions, got a {contribution.summary_type} summary"
             raise InvalidInputError(msg, field="estimates.summary_type", value=contribution.summary_type)
@@ -229,6 +253,32 @@ class FleetAggregator:
                 self.quarantined_contributions += 1
             else:
                 self.late_contributions += 1
+        caught_up = self.closed_through is None or self.watermarks.get(engine, -1) >= self.closed_through
+        if engine in self.silenced and caught_up:
+            del self.silenced[engine]
+        return self._close()
+
+    def overdue(self) -> dict[str, int]:
+        """Under the ``declared`` rule, each engine holding the fleet back from too far behind, and its slot.
+
+        These trail the newest engine by more than ``silent_slots`` and are not declared silent; the
+        fleet's owner declares one silent (``FleetSilence``) once it has waited long enough on it.
+        """
+        if self.silence != "declared" or not self.watermarks:
+            return {}
+        newest = max(self.watermarks.values())
+        return {
+            engine: slot
+            for engine, slot in sorted(self.watermarks.items())
+            if engine not in self.silenced and slot < newest - self.silent_slots
+        }
+
+    def _declared_silent(self, silence: FleetSilence) -> list[EstimateSnapshot]:
+        """Apply a declaration read from the fleet partition; ignored unless the engine still trails where it did."""
+        engine = silence.engine
+        if self.silence != "declared" or engine in self.silenced or self.watermarks.get(engine) != silence.engine_slot:
+            return []
+        self.silenced[engine] = silence.engine_slot
         return self._close()
 
     def _retrust(self) -> None:
@@ -256,6 +306,7 @@ class FleetAggregator:
         for engine, clock in sorted(clocks.items()):
             if ceiling is not None and engine in voters and clock > ceiling:
                 self.watermarks.pop(engine, None)
+                self.silenced.pop(engine, None)
                 self.quarantined[engine] = clock
                 self._take_out(engine)
             elif engine in self.quarantined:
@@ -281,7 +332,12 @@ class FleetAggregator:
         if not self.watermarks or (self.closed_through is None and not self.pending):
             return []
         newest = max(self.watermarks.values())
-        live_engines = sorted(e for e, w in self.watermarks.items() if w >= newest - self.silent_slots)
+        if self.silence == "lag":
+            live_engines = sorted(e for e, w in self.watermarks.items() if w >= newest - self.silent_slots)
+        else:
+            live_engines = sorted(e for e in self.watermarks if e not in self.silenced)
+        if not live_engines:
+            return []
         silent_engines = sorted(set(self.watermarks) - set(live_engines))
         closable = min(*(self.watermarks[e] for e in live_engines), newest - self.grace_slots)
         snapshots = []
@@ -362,11 +418,12 @@ class FleetAggregator:
             "grace_slots": self.grace_slots,
             "quarantined": self.quarantined,
             "quarantined_contributions": self.quarantined_contributions,
+            "silenced": self.silenced,
         }
 
     @classmethod
-    def from_dict(cls, data: dict[str, Any]) -> FleetAggregator:
-        """Rebuild what ``to_dict`` wrote, in this format or the previous one.
+    def from_dict(cls, data: dict[str, Any], *, silence: SilenceRule = "lag") -> FleetAggregator:
+        """Rebuild what ``to_dict`` wrote, in this format or the previous one, to decide silence by ``silence``.
 
         A state of format 1 kept no per-engine parts of pending slots, so the contributions pending in
         it cannot be taken back out if their engine loses trust; and no first closed slot, so the
@@ -391,7 +448,9 @@ class FleetAggregator:
             window_slots=int(data["window_slots"]),
             silent_slots=int(data["silent_slots"]),
             grace_slots=int(data.get("grace_slots", 1)),
+            silence=silence,
         )
+        aggregator.silenced = {str(k): int(v) for k, v in data.get("silenced", {}).items()}
         aggregator.quarantined = {str(k): int(v) for k, v in data.get("quarantined", {}).items()}
         aggregator.quarantined_contributions = int(data.get("quarantined_contributions", 0))
         aggregator.watermarks = {str(k): int(v) for k, v in data["watermarks"].items()}

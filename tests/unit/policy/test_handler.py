@@ -15,6 +15,7 @@ import structlog.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
+from schemas.estimates import FleetContribution
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
 from schemas.policy_docs import AdmissionPolicy
@@ -378,3 +379,56 @@ class TestSignedSnapshots:
         sent = [EstimateSnapshot.model_validate_json(v) for topic, v in producer.sent if topic == ESTIMATES_TOPIC]
         assert sent
         assert {snapshot_signature_problem(s, KEYRING, "stream") for s in sent} == {None}
+
+
+class TestFleetSilenceDeclarations:
+    """The fleet's owner declares an overdue engine silent through the fleet partition, never at once."""
+
+    @staticmethod
+    def _contributions(engine: str, slots: range) -> list[bytes]:
+        return [
+            EstimateSnapshot(
+                deployment="dep",
+                scope=engine,
+                snapshot_id=f"sha256:{engine}-{slot}",
+                version=slot + 1,
+                ts=60.0 * (slot + 1),
+                trigger="fleetopt:contribution",
+                estimates=FleetContribution(
+                    slot_index=slot, arrivals=3, finished=1, prompt_tokens=80, output_tokens=20, length_counts={"9": 1}
+                ),
+            )
+            .model_dump_json()
+            .encode()
+            for slot in slots
+        ]
+
+    def test_a_declaration_counts_where_it_is_read_back_and_is_signed_as_the_policy_services(self) -> None:
+        sink = ListSink()
+        handler = PolicyHandler(
+            deployment="dep", store=MemoryStore(), registry=default_registry(), sink=sink, keyring=KEYRING
+        )
+        unsigned = [
+            *self._contributions("eng-a", range(1)),
+            *self._contributions("eng-b", range(1)),
+            *self._contributions("eng-a", range(1, 8)),
+        ]
+        values = [
+            sign_snapshot(EstimateSnapshot.model_validate_json(v), KEYRING.signing, "stream").model_dump_json().encode()
+            for v in unsigned
+        ]
+        _handle(handler, values)
+        assert handler.overdue() == {("fleetopt", "eng-b"): (0, 7)}
+        aggregator = handler.decider.aggregators["fleetopt"]
+        assert aggregator.closed_through == 0
+        handler.declare_silent("fleetopt", "eng-b", (0, 7), 61.5)
+        declaration = sink.on(ESTIMATES_TOPIC)[-1]
+        assert aggregator.silenced == {}
+        parsed = EstimateSnapshot.model_validate_json(declaration)
+        assert snapshot_signature_problem(parsed, KEYRING, "policy") is None
+        batch = PendingBatch()
+        handler.handle(Record(ESTIMATES_TOPIC, 0, len(values), b"fleet", declaration), batch)
+        assert aggregator.silenced == {"eng-b": 0}
+        assert aggregator.closed_through == 6
+        assert handler.overdue() == {}
+        assert sink.on(DEADLETTER_TOPIC) == []

@@ -644,6 +644,46 @@ def test_an_empty_poll_releases_only_what_every_partition_still_behind_has_passe
     assert len(_contributions(producer)) >= 3
 
 
+def test_a_partition_read_to_its_end_holds_back_the_others_for_a_while_after_its_last_event() -> None:
+    """Its end is that of its last fetch, which under load trails the others': its engine's next events may
+    be on the broker. Released at once, the other engine's contributions reached the fleet first."""
+    events = synthetic_stream(engines=2, requests=1200, deployment="dep", seed=3)
+    partition = {engine: engine_partition(engine, 2) for engine in ("eng-0", "eng-1")}
+    assert sorted(partition.values()) == [0, 1]
+    records = {0: [], 1: []}
+    for event in events:
+        p = partition[event.engine_id]
+        records[p].append(Record(TELEMETRY_TOPIC, p, len(records[p]), event.engine_id.encode(), encode_event(event)))
+    lagging = partition["eng-1"]
+    cut = len(records[lagging]) // 2
+    now = [0.0]
+    producer = KeptProducer()
+    consumer = Consumer(partitions=(0, 1), ends={1 - lagging: len(records[1 - lagging]), lagging: cut})
+    batches = TelemetryBatches(
+        deployment="dep",
+        store=MemoryStore(),
+        registry=default_registry(fleet_slot_s=5.0),
+        producer=producer,  # type: ignore[arg-type]
+        consumer=consumer,
+        commit_interval_s=3600.0,
+        clock=lambda: now[0],
+        at_end_hold_s=2.0,
+    )
+    batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)], 2)
+    batches.process([*records[lagging][:cut], *records[1 - lagging]])
+    held_at = records[lagging][cut - 1]
+    held_ts = next(e.ts for e in events if encode_event(e) == held_at.value)
+    slots_released = {slot for engine, slot, _ in _contributions(producer) if engine == "eng-0"}
+    assert slots_released
+    assert max(slots_released) <= held_ts / 5.0
+    now[0] = 1.5
+    batches.idle()
+    assert {slot for engine, slot, _ in _contributions(producer) if engine == "eng-0"} == slots_released
+    now[0] = 2.0
+    batches.idle()
+    assert max(slot for engine, slot, _ in _contributions(producer) if engine == "eng-0") > held_ts / 5.0 + 2
+
+
 @pytest.mark.parametrize(
     "stored",
     [

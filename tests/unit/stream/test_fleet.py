@@ -6,13 +6,13 @@ import itertools
 from typing import ClassVar
 
 from estimators import bucket_of
-from schemas.estimates import FleetContribution, FleetSummary
+from schemas.estimates import FleetContribution, FleetSilence, FleetSummary
 from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.fleetopt import fleetopt_inputs
 from services.policy.wiring.summary import fleet_summary
 from services.replay.replay import replay_offline
-from services.stream.fleet import FleetAggregator, FleetSlot
+from services.stream.fleet import FleetAggregator, FleetSlot, SilenceRule
 from tests.unit.stream.synthetic import synthetic_stream
 
 
@@ -35,6 +35,18 @@ def _contribution(engine: str, index: int, arrivals: int, lengths: list[int]) ->
         trigger="fleetopt:contribution",
         offsets=[],
         estimates=slot.contribution(),
+    )
+
+
+def _silence(engine: str, engine_slot: int, fleet_slot: int) -> EstimateSnapshot:
+    return EstimateSnapshot(
+        deployment="d",
+        scope="fleet",
+        snapshot_id=f"sha256:silence-{engine}{engine_slot}",
+        version=1,
+        ts=float(fleet_slot),
+        trigger="fleetopt:silence",
+        estimates=FleetSilence(engine=engine, engine_slot=engine_slot, fleet_slot=fleet_slot, waited_s=60.0),
     )
 
 
@@ -270,3 +282,80 @@ class TestFarClockQuarantine:
         rest = stream[32:]
         expected = [s.estimates for c in rest for s in aggregator.add(c)]
         assert [s.estimates for c in rest for s in loaded.add(c)] == expected
+
+
+class TestDeclaredSilence:
+    """The live rule: an overdue engine holds the fleet back until a declaration read from the log silences it."""
+
+    in_step: ClassVar[list[tuple[str, int]]] = [(e, i) for i in range(10) for e in ("a", "b")]
+    skewed: ClassVar[list[tuple[str, int]]] = [  # b's reader stops after slot 0 and comes back 6 slots later
+        ("a", 0),
+        ("b", 0),
+        *[("a", i) for i in range(1, 7)],
+        *[p for i in range(7, 10) for p in (("b", i - 6), ("a", i))],
+        *[("b", i) for i in range(4, 10)],
+    ]
+
+    @staticmethod
+    def _aggregator(silence: SilenceRule = "declared") -> FleetAggregator:
+        return FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, silent_slots=2, silence=silence)
+
+    @staticmethod
+    def _fleet(order: list[tuple[str, int]], aggregator: FleetAggregator) -> list[FleetSummary]:
+        return [
+            fleet_summary(s)
+            for engine, index in order
+            for s in aggregator.add(_contribution(engine, index, arrivals=index + 1, lengths=[100 * (index + 1)]))
+        ]
+
+    def test_a_reader_far_behind_for_one_engine_changes_no_fleet_slot(self) -> None:
+        expected = self._fleet(self.in_step, self._aggregator())
+        assert self._fleet(self.skewed, self._aggregator()) == expected
+        assert len(expected) == 9
+        assert all(summary.engines == ["a", "b"] and summary.late_contributions == 0 for summary in expected)
+
+    def test_the_same_skew_under_the_lag_rule_drops_the_late_engine(self) -> None:
+        """What the live service did before: b was found silent and its slots dropped as late."""
+        lag = self._aggregator("lag")
+        assert self._fleet(self.skewed, lag) != self._fleet(self.in_step, self._aggregator("lag"))
+        assert lag.late_contributions > 0
+
+    def test_an_overdue_engine_is_named_and_holds_the_fleet_until_declared_silent(self) -> None:
+        aggregator = self._aggregator()
+        self._fleet(self.skewed[:8], aggregator)
+        assert aggregator.closed_through == 0
+        assert aggregator.overdue() == {"b": 0}
+        closed = aggregator.add(_silence("b", 0, 6))
+        assert [fleet_summary(s).silent_engines for s in closed] == [["b"]] * 5
+        assert aggregator.closed_through == 5
+        assert aggregator.overdue() == {}
+
+    def test_a_declaration_the_engine_outran_is_ignored(self) -> None:
+        aggregator = self._aggregator()
+        self._fleet(self.skewed[:9], aggregator)
+        assert aggregator.add(_silence("b", 0, 6)) == []
+        assert aggregator.silenced == {}
+        assert aggregator.overdue() == {"b": 1}
+
+    def test_a_silenced_engine_holds_the_fleet_again_once_it_catches_up(self) -> None:
+        aggregator = self._aggregator()
+        self._fleet(self.skewed[:8], aggregator)
+        aggregator.add(_silence("b", 0, 6))
+        self._fleet([("b", i) for i in range(1, 6)], aggregator)
+        assert (aggregator.late_contributions, aggregator.silenced) == (5, {})
+        self._fleet([("b", 6), ("a", 7), ("b", 7), ("a", 8)], aggregator)
+        assert aggregator.closed_through == 7
+
+    def test_the_lag_rule_ignores_declarations(self) -> None:
+        aggregator = self._aggregator("lag")
+        self._fleet(self.skewed[:8], aggregator)
+        assert aggregator.add(_silence("b", 0, 6)) == []
+        assert aggregator.overdue() == {}
+
+    def test_declared_silence_survives_the_state_round_trip(self) -> None:
+        aggregator = self._aggregator()
+        self._fleet(self.skewed[:8], aggregator)
+        aggregator.add(_silence("b", 0, 6))
+        restored = FleetAggregator.from_dict(aggregator.to_dict(), silence="declared")
+        assert restored.silenced == {"b": 0}
+        assert restored.to_dict() == aggregator.to_dict()
