@@ -32,6 +32,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
+from policies.fleetopt import kernels
 from policies.fleetopt.cdf import LengthCdf
 from policies.fleetopt.params import FleetoptParams
 
@@ -171,55 +172,46 @@ _RUN_ROWS = np.asarray((_MASS, _OUT, _OUT2), dtype=np.intp)
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class _LengthLaw:
-    """Unweighted running sums of the per-length service terms, independent of the CDF.
+    """The per-length terms of one input share, independent of the CDF.
 
     Attributes:
-        running: shape (9, top + 1); column x holds the rows summed over L = 1..x (column 0 is 0).
-        run_rows: the rows ``_RUN_ROWS`` of ``running``, contiguous (gathered on every sweep).
+        input_frac: the input share f the terms are of.
+        chunk_tokens: C_chunk.
         l_out: shape (top + 1,), l_out of each length (index 0 as for L = 1); non-decreasing.
 
-    Compared and hashed by identity: ``_length_law`` memoises one table per input share, and
-    ``_run_layout`` memoises on it.
+    Compared and hashed by identity: ``_length_law`` memoises one per input share, and
+    ``_tabulate`` memoises on it.
     """
 
-    running: npt.NDArray[np.float64]
-    run_rows: npt.NDArray[np.float64]
+    input_frac: float
+    chunk_tokens: int
     l_out: npt.NDArray[np.int64]
 
 
 @functools.lru_cache(maxsize=8)
 def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _LengthLaw:
-    """Tabulate the per-length terms for lengths 1..top_tokens (O(top_tokens), memoised).
+    """l_out of lengths 0..top_tokens for one input share (one compiled loop, memoised).
 
-    The terms depend only on the input share, C_chunk and the longest length, not on the CDF,
-    so successive estimate snapshots with the same input share reuse one table.
+    The terms depend only on the input share, C_chunk and the longest length, not on the CDF, so
+    successive estimate snapshots with the same input share reuse one law.
     """
-    lengths = np.arange(top_tokens + 1, dtype=np.int64)
-    lengths[0] = 1
-    l_in = np.maximum(1, np.floor(input_frac * lengths).astype(np.int64))
-    l_out = np.maximum(1, lengths - l_in)
-    total = (l_in + l_out).astype(np.float64)
-    chunks = np.ceil(l_in / chunk_tokens)
-    m = chunks + l_out
-    out = l_out.astype(np.float64)
-    rows = np.empty((_ROWS, top_tokens + 1), dtype=np.float64)
-    rows[_M] = m
-    np.multiply(m, total, out=rows[_LM])
-    np.multiply(m, m, out=rows[_M2])
-    np.multiply(rows[_LM], m, out=rows[_LM2])
-    np.multiply(rows[_LM2], total, out=rows[_L2M2])
-    rows[_CHUNKS] = chunks
-    rows[_OUT] = out
-    np.multiply(out, out, out=rows[_OUT2])
-    rows[:, 0] = 0.0
-    running = np.empty_like(rows)
-    # The mass row counts lengths: its running sum is x itself (exact in floats), no pass needed.
-    running[_MASS] = np.arange(top_tokens + 1, dtype=np.float64)
-    np.cumsum(rows[_MASS + 1 :], axis=1, out=running[_MASS + 1 :])
-    run_rows = np.ascontiguousarray(running[_RUN_ROWS])
-    for array in (running, run_rows, l_out):
-        array.setflags(write=False)
-    return _LengthLaw(running=running, run_rows=run_rows, l_out=l_out)
+    l_out = np.empty(top_tokens + 1, dtype=np.int64)
+    kernels.output_tokens(input_frac, l_out)
+    l_out.setflags(write=False)
+    return _LengthLaw(input_frac=input_frac, chunk_tokens=chunk_tokens, l_out=l_out)
+
+
+def _running_at(law: _LengthLaw, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    """The rows summed over L = 1..x for each x of the sorted distinct ``x_tokens`` (>= 0); shape (9, len(x)).
+
+    One compiled pass over lengths 1..max(x) that stores the running sums only at the x a sweep
+    reads (``kernels.running_sums``): the same floats as a running sum of the per-length rows over
+    every length, in O(max x) time and O(len(x)) memory. The mass row's sum is x itself.
+    """
+    running = np.zeros((_ROWS, x_tokens.size), dtype=np.float64)
+    running[_MASS] = x_tokens
+    kernels.running_sums(law.input_frac, law.chunk_tokens, np.ascontiguousarray(x_tokens), running)
+    return running
 
 
 class _WeightedSums:
@@ -227,17 +219,17 @@ class _WeightedSums:
 
     The CDF puts the same weight w_k on every integer length of bucket (t_{k-1}, t_k], so a sum
     over any range is whole buckets (accumulated once per CDF) plus w_k times a difference of the
-    unweighted running sums of ``_LengthLaw`` at the range's ends. Prefix sums answer ranges that
-    start low (the short pool, the compressed band) and suffix sums ranges that run to the top
-    (the long pool), so neither subtracts a large total from a nearly equal one.
+    unweighted running sums of ``_LengthLaw`` at the range's ends (``_Tabulation``, given with
+    each range). Prefix sums answer ranges that start low (the short pool, the compressed band) and
+    suffix sums ranges that run to the top (the long pool), so neither subtracts a large total from
+    a nearly equal one.
     """
 
-    def __init__(self, cdf: LengthCdf, law: _LengthLaw) -> None:
-        self._law = law
+    def __init__(self, cdf: LengthCdf, at_edges: npt.NDArray[np.float64]) -> None:
+        """``at_edges``: the running sums at 0 and at each breakpoint of ``cdf``, shape (9, buckets + 1)."""
         self._edges = np.asarray((0, *cdf.tokens), dtype=np.int64)
         self._fracs = np.asarray((0.0, *cdf.frac), dtype=np.float64)
         self._weights = np.diff(self._fracs) / np.diff(self._edges)
-        at_edges = law.running.take(self._edges, axis=1)
         per_bucket = (at_edges[:, 1:] - at_edges[:, :-1]) * self._weights
         buckets = self._weights.size
         self._at_edges = at_edges
@@ -248,25 +240,27 @@ class _WeightedSums:
         self._above = np.zeros((_ROWS, buckets + 1), dtype=np.float64)
         np.cumsum(per_bucket[:, ::-1], axis=1, out=self._above[:, -2::-1])
 
-    def prefix(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """Rows summed over L = 1..x for each x in 0..top; shape (9, len(x))."""
+    def prefix(self, x_tokens: npt.NDArray[np.int64], running: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """Rows summed over L = 1..x for each x in 0..top, from the running sums at x; shape (9, len(x))."""
         k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
         # take() gathers columns several times faster than fancy indexing; the values are the same.
-        part = self._law.running.take(x_tokens, axis=1) - self._at_edges.take(k, axis=1)
+        part = running - self._at_edges.take(k, axis=1)
         rows: npt.NDArray[np.float64] = self._below.take(k, axis=1) + self._weights[k] * part
         return rows
 
-    def prefix_runs(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """``prefix`` of the rows ``_RUN_ROWS`` only (the same values); shape (3, len(x))."""
+    def prefix_runs(self, x_tokens: npt.NDArray[np.int64], running: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """``prefix`` of the rows ``_RUN_ROWS`` only, from their running sums at x; shape (3, len(x))."""
         k = np.maximum(np.searchsorted(self._edges, x_tokens, side="left") - 1, 0)
-        part = self._law.run_rows.take(x_tokens, axis=1) - self._at_edges_runs.take(k, axis=1)
+        part = running - self._at_edges_runs.take(k, axis=1)
         sums: npt.NDArray[np.float64] = self._below_runs.take(k, axis=1) + self._weights[k] * part
         return sums
 
-    def suffix(self, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-        """Rows summed over L = x..top for each x in 1..top + 1; shape (9, len(x))."""
+    def suffix(
+        self, x_tokens: npt.NDArray[np.int64], running_below: npt.NDArray[np.float64]
+    ) -> npt.NDArray[np.float64]:
+        """Rows summed over L = x..top for each x in 1..top + 1, from the running sums at x - 1; shape (9, len(x))."""
         k = np.minimum(np.searchsorted(self._edges, x_tokens, side="left") - 1, self._weights.size - 1)
-        part = self._at_edges.take(k + 1, axis=1) - self._law.running.take(x_tokens - 1, axis=1)
+        part = self._at_edges.take(k + 1, axis=1) - running_below
         rows: npt.NDArray[np.float64] = self._above.take(k + 1, axis=1) + self._weights[k] * part
         return rows
 
@@ -394,8 +388,9 @@ class _RunLayout:
     alone: tuple[tuple[int, int], ...]
 
 
-@functools.lru_cache(maxsize=16)
-def _run_layout(law: _LengthLaw, chunk_tokens: int, b_bytes: bytes, tops_bytes: bytes) -> _RunLayout:
+def _run_layout(
+    law: _LengthLaw, chunk_tokens: int, b_tokens: npt.NDArray[np.int64], tops: npt.NDArray[np.int64]
+) -> _RunLayout:
     """The runs of lengths B + 1 .. top with the same chunk count after compression, for every point.
 
     A compressed request keeps l_out and gets ceil((B - l_out) / C_chunk) prompt chunks; l_out is
@@ -403,11 +398,9 @@ def _run_layout(law: _LengthLaw, chunk_tokens: int, b_bytes: bytes, tops_bytes: 
     B - j * C_chunk and ends where the run with j - 1 starts (bisection on ``law.l_out``). The runs of
     every B are padded to the longest list with empty ones, so one array pass serves all points; an
     empty run adds an exact 0 after the live ones, so each point's sums are those of its own runs.
-    Depends on the input share (through ``law``), C_chunk and the points only: memoised, so
-    successive snapshots of a sweep reuse it.
+    Depends on the input share (through ``law``), C_chunk and the points only (memoised with
+    ``_tabulate``).
     """
-    b_tokens = np.frombuffer(b_bytes, dtype=np.int64)
-    tops = np.frombuffer(tops_bytes, dtype=np.int64)
     l_out = law.l_out
     distinct = np.asarray(sorted(set(b_tokens.tolist())), dtype=np.int64)
     group = np.searchsorted(distinct, b_tokens)
@@ -450,6 +443,54 @@ def _run_layout(law: _LengthLaw, chunk_tokens: int, b_bytes: bytes, tops_bytes: 
     return layout
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Tabulation:
+    """What a sweep reads of ``_LengthLaw``: the runs, and the running sums at every range end it sums to.
+
+    Attributes:
+        layout: where the compressed requests of each point lie.
+        at_edges: running sums at 0 and at each CDF breakpoint, shape (9, buckets + 1).
+        at_b: running sums at min(B, top) of each point, shape (9, K).
+        at_tops: running sums at min(gamma*B, top) of each point, shape (9, K).
+        at_ends: the rows ``_RUN_ROWS`` at ``layout.ends``, shape (3, len(ends)).
+    """
+
+    layout: _RunLayout
+    at_edges: npt.NDArray[np.float64]
+    at_b: npt.NDArray[np.float64]
+    at_tops: npt.NDArray[np.float64]
+    at_ends: npt.NDArray[np.float64]
+
+
+@functools.lru_cache(maxsize=16)
+def _tabulate(law: _LengthLaw, chunk_tokens: int, edges_bytes: bytes, b_bytes: bytes, tops_bytes: bytes) -> _Tabulation:
+    """The run layout and the running sums of one sweep's points over one CDF's breakpoints (memoised).
+
+    Nothing here depends on the CDF's fractions or on the arrival rate: successive snapshots with the
+    same input share, breakpoints and points reuse it, and a new input share costs one tabulation
+    of the law plus one sum up to the longest length read (``_running_at``).
+    """
+    edges = np.frombuffer(edges_bytes, dtype=np.int64)
+    b_tokens = np.frombuffer(b_bytes, dtype=np.int64)
+    tops = np.frombuffer(tops_bytes, dtype=np.int64)
+    layout = _run_layout(law, chunk_tokens, b_tokens, tops)
+    b_top = np.minimum(b_tokens, law.l_out.size - 1)
+    wanted = np.concatenate((edges, b_top, tops, layout.ends))
+    x_tokens, where = np.unique(wanted, return_inverse=True)
+    running = _running_at(law, x_tokens).take(where, axis=1)
+    at_edges, at_b, at_tops, at_ends = np.split(running, np.cumsum((edges.size, b_top.size, tops.size)), axis=1)
+    tabulation = _Tabulation(
+        layout=layout,
+        at_edges=at_edges,
+        at_b=at_b,
+        at_tops=at_tops,
+        at_ends=np.ascontiguousarray(at_ends[_RUN_ROWS]),
+    )
+    for array in (tabulation.at_edges, tabulation.at_b, tabulation.at_tops, tabulation.at_ends):
+        array.setflags(write=False)
+    return tabulation
+
+
 class ExactCalibrator:
     """Closed-form pool calibrations of one CDF for every (B_short, gamma) of a sweep at once.
 
@@ -464,11 +505,12 @@ class ExactCalibrator:
         """Tabulate the length law of ``cdf``."""
         self._params = params
         self._input_frac = input_frac
+        self._cdf = cdf
         self._top = cdf.max_tokens
         law = _length_law(input_frac, params.chunk_tokens, cdf.max_tokens)
         self._law = law
         self._l_out = law.l_out
-        self._sums = _WeightedSums(cdf, law)
+        self._edges_bytes = np.asarray((0, *cdf.tokens), dtype=np.int64).tobytes()
         self._n_long = slots_per_gpu(params.long_ctx_tokens, params)
 
     def pool_columns(
@@ -488,18 +530,20 @@ class ExactCalibrator:
         top = self._top
         b_top = np.minimum(b_tokens, top)
         tops = np.minimum(gamma_b_tokens, top)
+        tab = _tabulate(self._law, self._params.chunk_tokens, self._edges_bytes, b_tokens.tobytes(), tops.tobytes())
+        sums = _WeightedSums(self._cdf, tab.at_edges)
         n_short = slots_per_gpu_columns(b_tokens, self._params)
-        native = self._native(self._sums.prefix(b_top), n_short)
-        short = native.plus(self._compressed(b_tokens, tops, n_short), p_c)
+        native = self._native(sums.prefix(b_top, tab.at_b), n_short)
+        short = native.plus(self._compressed(sums, tab, b_tokens, n_short), p_c)
         # Suffix sums at B + 1 and at gamma*B + 1: the band is their difference, the rest lies above.
-        ends = self._sums.suffix(np.concatenate((b_top + 1, tops + 1)))
+        ends = sums.suffix(np.concatenate((b_top + 1, tops + 1)), np.concatenate((tab.at_b, tab.at_tops), axis=1))
         at_b, at_top = ends[:, : b_top.size], ends[:, b_top.size :]
         band = self._native(at_b - at_top, self._n_long)
         above = self._native(at_top, self._n_long)
         long = above.plus(band, 1.0 - p_c)
 
         count = b_tokens.size
-        cum = self._sums.cum_mass_columns(np.concatenate((b_top, tops)))
+        cum = sums.cum_mass_columns(np.concatenate((b_top, tops)))
         short_target = PREFILL_QUANTILE_FRAC * short.mass
         band_mass = (1.0 - p_c) * band.mass
         long_target = PREFILL_QUANTILE_FRAC * long.mass
@@ -508,7 +552,7 @@ class ExactCalibrator:
             # Only read where in_band, which needs band mass, hence p_c < 1.
             band_level = cum[:count] + long_target / (1.0 - p_c)
         level = np.where(in_band, band_level, cum[count:] + (long_target - band_mass))
-        l99 = self._sums.quantile_columns(np.concatenate((short_target, np.where(long.mass > 0.0, level, 0.0))))
+        l99 = sums.quantile_columns(np.concatenate((short_target, np.where(long.mass > 0.0, level, 0.0))))
         short_l99 = np.minimum(np.where(short_target <= native.mass, l99[:count], b_tokens), b_tokens)
         both = _Moments(
             mass=np.concatenate((short.mass, long.mass)),
@@ -531,7 +575,7 @@ class ExactCalibrator:
         )
 
     def _compressed(
-        self, b_tokens: npt.NDArray[np.int64], tops: npt.NDArray[np.int64], n_slots: npt.NDArray[np.int64]
+        self, sums: _WeightedSums, tab: _Tabulation, b_tokens: npt.NDArray[np.int64], n_slots: npt.NDArray[np.int64]
     ) -> _Moments:
         """Requests of original length B + 1 .. top compressed to B_short (Eq. 15), per point.
 
@@ -542,13 +586,13 @@ class ExactCalibrator:
         (possible only for gamma >= 1 / (1 - input_frac)) are summed length by length.
         """
         p = self._params
-        layout = _run_layout(self._law, p.chunk_tokens, b_tokens.tobytes(), tops.tobytes())
+        layout = tab.layout
         # Range sums over the live (run, point) pairs; an empty run sums to exactly 0.
-        ends_at = self._sums.prefix_runs(layout.ends)
+        ends_at = sums.prefix_runs(layout.ends, tab.at_ends)
         live = layout.live
-        sums = np.zeros((len(_RUN_ROWS), layout.chunks.size), dtype=np.float64)
-        sums[:, live] = ends_at[:, : live.size] - ends_at[:, live.size :]
-        m0, m1, m2 = sums.reshape(len(_RUN_ROWS), *layout.chunks.shape)
+        run_sums = np.zeros((len(_RUN_ROWS), layout.chunks.size), dtype=np.float64)
+        run_sums[:, live] = ends_at[:, : live.size] - ends_at[:, live.size :]
+        m0, m1, m2 = run_sums.reshape(len(_RUN_ROWS), *layout.chunks.shape)
         j = layout.chunks
         t_iter = p.w_s + p.h_s_per_slot * (b_tokens / p.calib_ctx_tokens) * n_slots
         prefill_s_per_chunk = p.w_s + p.h_s_per_slot
@@ -567,7 +611,7 @@ class ExactCalibrator:
         l_out = self._l_out
         for i, lo_i, hi_i in layout.tails:
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).
-            w = self._sums.weights_of(np.arange(lo_i, hi_i + 1, dtype=np.int64))
+            w = sums.weights_of(np.arange(lo_i, hi_i + 1, dtype=np.int64))
             held = 1.0 + l_out[lo_i : hi_i + 1]
             service = held * (p.w_s + p.h_s_per_slot * (held / p.calib_ctx_tokens) * int(n_slots[i]))
             mass[i] += w.sum()
