@@ -172,12 +172,11 @@ _RUN_ROWS = np.asarray((_MASS, _OUT, _OUT2), dtype=np.intp)
 
 @dataclass(frozen=True, slots=True, kw_only=True, eq=False)
 class _LengthLaw:
-    """The per-length terms of one input share, independent of the CDF.
+    """The split of every length 1..top under one input share, read where a sweep needs it.
 
-    Attributes:
-        input_frac: the input share f the terms are of.
-        chunk_tokens: C_chunk.
-        l_out: shape (top + 1,), l_out of each length (index 0 as for L = 1); non-decreasing.
+    Nothing is tabulated per length: l_out is non-decreasing in L, so its values and the first
+    length reaching an output are computed where asked (``kernels.first_output_at_least``), and the
+    running sums of the per-length rows only at the lengths a sweep reads (``_running_at``).
 
     Compared and hashed by identity: ``_length_law`` memoises one per input share, and
     ``_tabulate`` memoises on it.
@@ -185,20 +184,27 @@ class _LengthLaw:
 
     input_frac: float
     chunk_tokens: int
-    l_out: npt.NDArray[np.int64]
+    top_tokens: int
+
+    def l_out_at(self, lengths: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """l_out of each length (0 as for L = 1), as ``split_tokens`` gives it."""
+        total = np.maximum(lengths, 1)
+        l_in = np.maximum(1, np.floor(self.input_frac * total).astype(np.int64))
+        l_out: npt.NDArray[np.int64] = np.maximum(1, total - l_in)
+        return l_out
+
+    def first_l_out_at_least(self, values: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
+        """Smallest L in 0..top with l_out(L) >= each value, top + 1 when none (searchsorted on l_out(0..top))."""
+        flat = np.ascontiguousarray(values, dtype=np.int64).ravel()
+        first = np.empty_like(flat)
+        kernels.first_output_at_least(self.input_frac, self.top_tokens, flat, first)
+        return first.reshape(np.shape(values))
 
 
 @functools.lru_cache(maxsize=8)
 def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _LengthLaw:
-    """l_out of lengths 0..top_tokens for one input share (one compiled loop, memoised).
-
-    The terms depend only on the input share, C_chunk and the longest length, not on the CDF, so
-    successive estimate snapshots with the same input share reuse one law.
-    """
-    l_out = np.empty(top_tokens + 1, dtype=np.int64)
-    kernels.output_tokens(input_frac, l_out)
-    l_out.setflags(write=False)
-    return _LengthLaw(input_frac=input_frac, chunk_tokens=chunk_tokens, l_out=l_out)
+    """The law of one input share, C_chunk and longest length (memoised, so ``_tabulate`` can key on it)."""
+    return _LengthLaw(input_frac=input_frac, chunk_tokens=chunk_tokens, top_tokens=top_tokens)
 
 
 def _running_at(law: _LengthLaw, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
@@ -395,20 +401,19 @@ def _run_layout(
 
     A compressed request keeps l_out and gets ceil((B - l_out) / C_chunk) prompt chunks; l_out is
     non-decreasing in L, so the run with j chunks starts at the first length whose output reaches
-    B - j * C_chunk and ends where the run with j - 1 starts (bisection on ``law.l_out``). The runs of
+    B - j * C_chunk and ends where the run with j - 1 starts (bisection on l_out). The runs of
     every B are padded to the longest list with empty ones, so one array pass serves all points; an
     empty run adds an exact 0 after the live ones, so each point's sums are those of its own runs.
     Depends on the input share (through ``law``), C_chunk and the points only (memoised with
     ``_tabulate``).
     """
-    l_out = law.l_out
     distinct = np.asarray(sorted(set(b_tokens.tolist())), dtype=np.int64)
     group = np.searchsorted(distinct, b_tokens)
     group_top = np.zeros(distinct.size, dtype=np.int64)
     np.maximum.at(group_top, group, tops)
     lo = distinct + 1
-    out_lo = l_out[np.minimum(lo, l_out.size - 1)]
-    out_hi = l_out[group_top]
+    out_lo = law.l_out_at(np.minimum(lo, law.top_tokens))
+    out_hi = law.l_out_at(group_top)
     has_runs = (lo <= group_top) & (out_lo < distinct)
     # Chunk counts run from j_hi down to j_lo - 1.
     j_hi = -(-(distinct - out_lo) // chunk_tokens)
@@ -417,7 +422,7 @@ def _run_layout(
     runs = max(1, int(n_edges.max()) - 1)
     step = np.arange(runs + 1)
     counts = j_hi[:, None] - step
-    edges = np.searchsorted(l_out, distinct[:, None] - counts * chunk_tokens, side="left")
+    edges = law.first_l_out_at_least(distinct[:, None] - counts * chunk_tokens)
     # Runs past a B's own list are padded as empty (start 1, end 0, no chunks).
     real = step[None, :runs] < (n_edges - 1)[:, None]
     starts = np.where(real, np.maximum(lo[:, None], edges[:, :-1]), 1)
@@ -426,7 +431,7 @@ def _run_layout(
     run_lo = starts[group].T  # shape (runs, K)
     run_hi = np.minimum(tops[None, :], ends[group].T)
     live = np.flatnonzero(run_lo <= run_hi)
-    tail_lo = np.maximum(lo, np.searchsorted(l_out, distinct, side="left"))[group]
+    tail_lo = np.maximum(lo, law.first_l_out_at_least(distinct))[group]
     tails = tuple((i, int(tail_lo[i]), int(tops[i])) for i in np.flatnonzero(tail_lo <= tops).tolist())
     own_runs = np.maximum(n_edges - 1, 0)[group]
     alone_points = np.flatnonzero((np.bincount(group)[group] == 1) & (own_runs >= 3))
@@ -474,7 +479,7 @@ def _tabulate(law: _LengthLaw, chunk_tokens: int, edges_bytes: bytes, b_bytes: b
     b_tokens = np.frombuffer(b_bytes, dtype=np.int64)
     tops = np.frombuffer(tops_bytes, dtype=np.int64)
     layout = _run_layout(law, chunk_tokens, b_tokens, tops)
-    b_top = np.minimum(b_tokens, law.l_out.size - 1)
+    b_top = np.minimum(b_tokens, law.top_tokens)
     wanted = np.concatenate((edges, b_top, tops, layout.ends))
     x_tokens, where = np.unique(wanted, return_inverse=True)
     running = _running_at(law, x_tokens).take(where, axis=1)
@@ -509,7 +514,6 @@ class ExactCalibrator:
         self._top = cdf.max_tokens
         law = _length_law(input_frac, params.chunk_tokens, cdf.max_tokens)
         self._law = law
-        self._l_out = law.l_out
         self._edges_bytes = np.asarray((0, *cdf.tokens), dtype=np.int64).tobytes()
         self._n_long = slots_per_gpu(params.long_ctx_tokens, params)
 
@@ -608,11 +612,10 @@ class ExactCalibrator:
             s1[i] = t_iter[i] * (ji * a0 + a1).sum()
             s2[i] = t_iter[i] * t_iter[i] * (ji * ji * a0 + 2.0 * ji * a1 + a2).sum()
             pre[i] = prefill_s_per_chunk * (ji * a0).sum()
-        l_out = self._l_out
         for i, lo_i, hi_i in layout.tails:
             # The prompt is cut to one token: S = (1 + l_out) (W + H ((1 + l_out) / C_calib) n).
             w = sums.weights_of(np.arange(lo_i, hi_i + 1, dtype=np.int64))
-            held = 1.0 + l_out[lo_i : hi_i + 1]
+            held = 1.0 + self._law.l_out_at(np.arange(lo_i, hi_i + 1, dtype=np.int64))
             service = held * (p.w_s + p.h_s_per_slot * (held / p.calib_ctx_tokens) * int(n_slots[i]))
             mass[i] += w.sum()
             s1[i] += (w * service).sum()

@@ -1,4 +1,4 @@
-"""Compiled per-length loops of the exact calibration (calibration.py): l_out by length, running sums of Eqs. 3-4.
+"""Compiled per-length loops of the exact calibration (calibration.py): where l_out reaches a value, running sums.
 
 Why compiled: a new input share (the fleet's windowed l_in / L) changes every per-length term, and
 tabulating them in numpy (some 15 array passes and a sequential running sum over 9 rows of 65,536
@@ -31,12 +31,28 @@ FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
 
 
-def _output_tokens(input_frac: float, l_out: IntArray) -> None:
-    """l_out of every length 0..top into ``l_out`` (index 0 as L = 1), as ``split_tokens`` gives it."""
-    for length in range(l_out.size):
-        total = max(length, 1)
-        l_in = max(1, int(np.floor(input_frac * total)))
-        l_out[length] = max(1, total - l_in)
+def _output_tokens(input_frac: float, length: int) -> int:
+    """l_out of one length (0 as for L = 1), as ``split_tokens`` gives it."""
+    total = max(length, 1)
+    l_in = max(1, int(np.floor(input_frac * total)))
+    return max(1, total - l_in)
+
+
+def _first_output_at_least(input_frac: float, top_tokens: int, values: IntArray, first: IntArray) -> None:
+    """For each value v, the smallest L in 0..top with l_out(L) >= v into ``first`` (top + 1 when none).
+
+    l_out is non-decreasing in L, so a bisection gives what ``np.searchsorted(l_out(0..top), v)`` gives,
+    in O(log top) per value instead of a table of every length.
+    """
+    for k in range(values.size):
+        lo, hi = 0, top_tokens + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if output_tokens(input_frac, mid) >= values[k]:
+                hi = mid
+            else:
+                lo = mid + 1
+        first[k] = lo
 
 
 def _running_sums(input_frac: float, chunk_tokens: int, x_tokens: IntArray, out: FloatArray) -> None:
@@ -93,15 +109,18 @@ def _running_sums(input_frac: float, chunk_tokens: int, x_tokens: IntArray, out:
         s_out2 += l_out * l_out
 
 
-output_tokens: Callable[[float, IntArray], None] = numba.njit(cache=True, nogil=True)(_output_tokens)
+output_tokens: Callable[[float, int], int] = numba.njit(cache=True, nogil=True)(_output_tokens)
+first_output_at_least: Callable[[float, int, IntArray, IntArray], None] = numba.njit(cache=True, nogil=True)(
+    _first_output_at_least
+)
 running_sums: Callable[[float, int, IntArray, FloatArray], None] = numba.njit(cache=True, nogil=True)(_running_sums)
 
 
 def warm_up() -> None:
-    """Compile both loops, or load them from numba's cache, now rather than inside a planner call.
+    """Compile the loops, or load them from numba's cache, now rather than inside a planner call.
 
     The first call in a process costs a few tenths of a second from the cache and about 2.5 s when it
     compiles (measured on the 2-core development machine); later calls cost their loop.
     """
-    output_tokens(0.8, np.zeros(2, dtype=np.int64))
+    first_output_at_least(0.8, 1, np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
     running_sums(0.8, 512, np.ones(1, dtype=np.int64), np.zeros((9, 1)))
