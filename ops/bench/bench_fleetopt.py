@@ -12,13 +12,19 @@ Exact mode is timed in three regimes, each run a new snapshot as a live estimate
 * ``cdf``: the CDF's fractions change (by 1e-9 per run) as well: splits and calibrations are
   recomputed; the per-length table, which depends only on the input share, is memoised.
 * ``input``: the input share changes (by 1e-9 per run) as well: everything is rebuilt, including
-  the O(max_tokens) per-length table.
+  the per-length law and the running sums at the sweep's lengths (one compiled O(max_tokens) pass,
+  ``policies/fleetopt/kernels.py``; the warm-up run loads or compiles it).
 
 ``points_ms`` is the one-off cost of building all ``PlanPoint`` objects (``FleetPlan.points`` is
 built on first read; a decision needs only the best point and the baseline).
 
+``--baseline-root=DIR`` times DIR's planner as well, in a child process of the same run started just
+before this checkout's timings (the same repeats), and prints and records each row's p50 and p99 as a
+ratio to DIR's: the before/after of a change on the same machine state.
+
 Usage: python ops/bench/bench_fleetopt.py [--repeats 200] [--paper-repeats 2] [--out out/bench/bench_fleetopt.json]
        [--planner-root=DIR]  (time DIR's planner instead, e.g. ``git archive a24b0fc | tar -x -C DIR``)
+       [--baseline-root=DIR]  (time DIR's planner too, and print the ratios to it)
 """
 
 from __future__ import annotations
@@ -27,9 +33,12 @@ import argparse
 import json
 import os
 import platform
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -70,6 +79,51 @@ def _percentiles(values: list[float]) -> dict[str, float]:
     }
 
 
+def _baseline(args: argparse.Namespace) -> dict[str, Any]:
+    """Run this benchmark on ``--baseline-root``'s planner in a child process and return its JSON."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out = Path(tmp) / "baseline.json"
+        command = [
+            sys.executable,
+            str(Path(__file__).resolve()),
+            f"--planner-root={args.baseline_root.resolve()}",
+            f"--repeats={args.repeats}",
+            f"--paper-repeats={args.paper_repeats}",
+            f"--out={out}",
+        ]
+        print(f"baseline: {args.baseline_root}")
+        subprocess.run(command, check=True)
+        result: dict[str, Any] = json.loads(out.read_text())
+    print(f"this checkout: {args.planner_root}")
+    return result
+
+
+def _print_ratios(rows: list[dict[str, Any]], baseline_rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each row's wall and CPU p50 and p99 divided by the baseline's row of the same workload and regime."""
+    before = {(r["workload"], r["regime"]): r for r in baseline_rows}
+    print(f"{'workload':<12}{'regime':<7}{'wall p50 x':>11}{'wall p99 x':>11}{'cpu p50 x':>10}{'cpu p99 x':>10}")
+    ratios = []
+    for row in rows:
+        old = before.get((row["workload"], row["regime"]))
+        if old is None:
+            continue
+        ratio = {
+            "workload": row["workload"],
+            "regime": row["regime"],
+            **{
+                f"{kind}_{q}": row[f"{kind}_ms"][q] / old[f"{kind}_ms"][q]
+                for kind in ("wall", "cpu")
+                for q in ("p50", "p99")
+            },
+        }
+        ratios.append(ratio)
+        print(
+            f"{row['workload']:<12}{row['regime']:<7}{ratio['wall_p50']:>11.3f}{ratio['wall_p99']:>11.3f}"
+            f"{ratio['cpu_p50']:>10.3f}{ratio['cpu_p99']:>10.3f}"
+        )
+    return ratios
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, default=ROOT / "out" / "bench" / "bench_fleetopt.json")
@@ -78,7 +132,9 @@ def main() -> int:
     parser.add_argument(
         "--planner-root", type=Path, default=ROOT, help="checkout whose policies/ to time (give as --planner-root=DIR)"
     )
+    parser.add_argument("--baseline-root", type=Path, help="checkout whose planner to time too, for the ratios")
     args = parser.parse_args()
+    baseline = _baseline(args) if args.baseline_root else None
     load_before = os.getloadavg()
     print(
         f"load average before: {load_before[0]:.2f} {load_before[1]:.2f} {load_before[2]:.2f} on {os.cpu_count()} CPUs"
@@ -87,7 +143,7 @@ def main() -> int:
         f"{'workload':<12}{'mode':<7}{'regime':<7}{'points':>7}{'wall p50':>10}{'wall p99':>10}"
         f"{'cpu p50':>9}{'cpu p99':>9}{'pts ms':>8}{'B*':>7}{'gamma*':>8}{'GPUs':>7}{'homo':>7}"
     )
-    rows = []
+    rows: list[dict[str, Any]] = []
     cases = [(PlannerMode.EXACT, regime, args.repeats) for regime in ("rate", "cdf", "input")]
     if args.paper_repeats > 0:
         cases.append((PlannerMode.PAPER, "paper", args.paper_repeats))
@@ -130,6 +186,7 @@ def main() -> int:
             )
     load_after = os.getloadavg()
     print(f"load average after: {load_after[0]:.2f} {load_after[1]:.2f} {load_after[2]:.2f}")
+    ratios = _print_ratios(rows, baseline["rows"]) if baseline else None
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(
         json.dumps(
@@ -147,6 +204,8 @@ def main() -> int:
                 "load_average_after": load_after,
                 "targets_ms": {"exact_p50": 1.0, "exact_p99": 3.0},
                 "rows": rows,
+                "baseline": baseline,
+                "ratio_to_baseline": ratios,
             },
             indent=2,
         )
