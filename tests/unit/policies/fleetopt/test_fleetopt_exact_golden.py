@@ -1,11 +1,12 @@
 """Exact-mode plans on seeded random inputs against golden plans from the planner before issue 33 item 5.
 
-Issue 33 item 5 made the per-length table cheap to rebuild when the input share changes (range sums
-at the points a sweep reads instead of a running sum over every length). The plans must not move:
-``fleetopt_exact_plans.json`` holds, for each case below, what the planner of commit 06dd389 returned:
-every point's (n_s, n_l), and the boundary (B, gamma*B), and the calibrations and costs of the chosen
-point, the baseline and a few sampled points. GPU counts, boundaries and the choice must be equal; floats
-equal within 1e-9 relative (only the order of a few float additions changed, in Cs^2's second moment).
+Issue 33 item 5 made a new input share cheap: the per-length terms are summed by one compiled loop
+that keeps the running sums only at the lengths a sweep reads, instead of numpy tabulating every
+length. The plans must not move: ``fleetopt_exact_plans.json`` holds, for each case below, what the
+planner of commit 06dd389 returned: every point's (n_s, n_l), and the boundary (B, gamma*B), the
+calibrations, P99 TTFTs and cost of the chosen point, the baseline and a few sampled points. GPU
+counts, boundaries and flags must be equal, floats equal within 1e-9 relative (they are equal bit for
+bit today; the tolerance leaves room for another numpy or numba to round a last bit differently).
 
 Regenerate only from a planner known to be right:
 ``python -m tests.unit.policies.fleetopt.test_fleetopt_exact_golden``.
@@ -21,7 +22,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from policies.fleetopt.calibration import PoolCalibration
+from policies.fleetopt.calibration import PoolCalibration, _length_law, _running_at
 from policies.fleetopt.cdf import LengthCdf
 from policies.fleetopt.inputs import FleetoptInputs
 from policies.fleetopt.params import FleetoptParams
@@ -128,6 +129,38 @@ def test_golden_file_covers_every_case(golden: list[dict[str, Any]]) -> None:
 def test_plan_equals_the_plan_before(seed: int, golden: list[dict[str, Any]]) -> None:
     inputs, params = _case(seed)
     _assert_close(json.loads(json.dumps(_digest(plan_fleet(inputs, params)))), golden[seed], f"case {seed}")
+
+
+def _table(input_frac: float, chunk_tokens: int, top: int) -> tuple[np.ndarray, np.ndarray]:
+    """The per-length rows and their running sums over every length, as the planner before item 5 built them."""
+    lengths = np.arange(top + 1, dtype=np.int64)
+    lengths[0] = 1
+    l_in = np.maximum(1, np.floor(input_frac * lengths).astype(np.int64))
+    l_out = np.maximum(1, lengths - l_in)
+    total = (l_in + l_out).astype(np.float64)
+    chunks = np.ceil(l_in / chunk_tokens)
+    m = chunks + l_out
+    out = l_out.astype(np.float64)
+    rows = np.stack(
+        (np.ones(top + 1), m, m * total, m * m, m * total * m, m * total * m * total, chunks, out, out * out)
+    )
+    rows[:, 0] = 0.0
+    return np.cumsum(rows, axis=1), l_out
+
+
+@pytest.mark.parametrize("input_frac", [0.5, 0.55, 0.7, 0.8, 0.85, 0.99, 0.8000000012, 0.6180339887])
+@pytest.mark.parametrize("chunk_tokens", [1, 512, 1000])
+def test_running_sums_and_output_edges_equal_a_table_of_every_length(input_frac: float, chunk_tokens: int) -> None:
+    """Bit for bit: the sums at random lengths, l_out there, and the first length reaching each output."""
+    top = 65536
+    running, l_out = _table(input_frac, chunk_tokens, top)
+    rng = np.random.default_rng(int(input_frac * 1e6) + chunk_tokens)
+    x = np.unique(np.concatenate(([0, 1, 2, chunk_tokens, top], rng.integers(0, top + 1, size=400))))
+    law = _length_law(input_frac, chunk_tokens, top)
+    assert np.array_equal(_running_at(law, x), running[:, x])
+    assert np.array_equal(law.l_out_at(x), l_out[x])
+    wanted = np.concatenate(([-1, 0, 1, 2, int(l_out[-1]), int(l_out[-1]) + 1], rng.integers(0, top, size=400)))
+    assert np.array_equal(law.first_l_out_at_least(wanted), np.searchsorted(l_out, wanted, side="left"))
 
 
 def _write_golden() -> None:
