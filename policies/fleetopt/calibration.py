@@ -208,15 +208,16 @@ def _length_law(input_frac: float, chunk_tokens: int, top_tokens: int) -> _Lengt
 
 
 def _running_at(law: _LengthLaw, x_tokens: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    """The rows summed over L = 1..x for each x of the sorted distinct ``x_tokens`` (>= 0); shape (9, len(x)).
+    """The rows summed over L = 1..x for each x of ``x_tokens`` (>= 0, any order, repeats allowed); shape (9, len(x)).
 
     One compiled pass over lengths 1..max(x) that stores the running sums only at the x a sweep
     reads (``kernels.running_sums``): the same floats as a running sum of the per-length rows over
     every length, in O(max x) time and O(len(x)) memory. The mass row's sum is x itself.
     """
+    x_tokens = np.ascontiguousarray(x_tokens, dtype=np.int64)
     running = np.zeros((_ROWS, x_tokens.size), dtype=np.float64)
     running[_MASS] = x_tokens
-    kernels.running_sums(law.input_frac, law.chunk_tokens, np.ascontiguousarray(x_tokens), running)
+    kernels.running_sums(law.input_frac, law.chunk_tokens, x_tokens, np.argsort(x_tokens), running)
     return running
 
 
@@ -480,16 +481,16 @@ def _tabulate(law: _LengthLaw, chunk_tokens: int, edges_bytes: bytes, b_bytes: b
     tops = np.frombuffer(tops_bytes, dtype=np.int64)
     layout = _run_layout(law, chunk_tokens, b_tokens, tops)
     b_top = np.minimum(b_tokens, law.top_tokens)
-    wanted = np.concatenate((edges, b_top, tops, layout.ends))
-    x_tokens, where = np.unique(wanted, return_inverse=True)
-    running = _running_at(law, x_tokens).take(where, axis=1)
-    at_edges, at_b, at_tops, at_ends = np.split(running, np.cumsum((edges.size, b_top.size, tops.size)), axis=1)
+    running = _running_at(law, np.concatenate((edges, b_top, tops, layout.ends)))
+    b_at = edges.size
+    tops_at = b_at + b_top.size
+    ends_at = tops_at + tops.size
     tabulation = _Tabulation(
         layout=layout,
-        at_edges=at_edges,
-        at_b=at_b,
-        at_tops=at_tops,
-        at_ends=np.ascontiguousarray(at_ends[_RUN_ROWS]),
+        at_edges=running[:, :b_at],
+        at_b=running[:, b_at:tops_at],
+        at_tops=running[:, tops_at:ends_at],
+        at_ends=running[_RUN_ROWS, ends_at:],
     )
     for array in (tabulation.at_edges, tabulation.at_b, tabulation.at_tops, tabulation.at_ends):
         array.setflags(write=False)

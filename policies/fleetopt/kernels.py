@@ -55,18 +55,18 @@ def _first_output_at_least(input_frac: float, top_tokens: int, values: IntArray,
         first[k] = lo
 
 
-def _running_sums(input_frac: float, chunk_tokens: int, x_tokens: IntArray, out: FloatArray) -> None:
+def _running_sums(input_frac: float, chunk_tokens: int, x_tokens: IntArray, order: IntArray, out: FloatArray) -> None:
     """The rows 1..8 summed over L = 1..x into ``out[1:, i]`` for each x = ``x_tokens[i]`` >= 1.
 
-    ``x_tokens`` is sorted and distinct; columns with x <= 0 are left as they are (0). Row 0, the mass,
-    is the caller's. The sums run from L = 1 upwards one length at a time, as ``np.cumsum`` does.
-    Since f < 1, l_in grows by at most one token a length, so ceil(l_in / C) is kept by one
-    comparison instead of a division (the same integer: a quotient of integers below 2^53 rounds to an
-    integer only when it is one).
+    ``order`` sorts ``x_tokens`` (ascending; repeats allowed); columns with x <= 0 are left as they are
+    (0). Row 0, the mass, is the caller's. The sums run from L = 1 upwards one length at a time, as
+    ``np.cumsum`` does. Since f < 1, l_in grows by at most one token a length, so ceil(l_in / C) is kept
+    by one comparison instead of a division (the same integer: a quotient of integers below 2^53 rounds
+    to an integer only when it is one).
     """
     count = x_tokens.size
     q = 0
-    while q < count and x_tokens[q] <= 0:
+    while q < count and x_tokens[order[q]] <= 0:
         q += 1
     if q == count:
         return
@@ -76,15 +76,16 @@ def _running_sums(input_frac: float, chunk_tokens: int, x_tokens: IntArray, out:
     chunk_end = float(chunk_tokens)
     length = 1
     while True:
-        if length == x_tokens[q]:
-            out[1, q] = s_m
-            out[2, q] = s_lm
-            out[3, q] = s_m2
-            out[4, q] = s_lm2
-            out[5, q] = s_l2m2
-            out[6, q] = s_chunks
-            out[7, q] = s_out
-            out[8, q] = s_out2
+        while x_tokens[order[q]] == length:
+            column = order[q]
+            out[1, column] = s_m
+            out[2, column] = s_lm
+            out[3, column] = s_m2
+            out[4, column] = s_lm2
+            out[5, column] = s_l2m2
+            out[6, column] = s_chunks
+            out[7, column] = s_out
+            out[8, column] = s_out2
             q += 1
             if q == count:
                 return
@@ -113,7 +114,9 @@ output_tokens: Callable[[float, int], int] = numba.njit(cache=True, nogil=True)(
 first_output_at_least: Callable[[float, int, IntArray, IntArray], None] = numba.njit(cache=True, nogil=True)(
     _first_output_at_least
 )
-running_sums: Callable[[float, int, IntArray, FloatArray], None] = numba.njit(cache=True, nogil=True)(_running_sums)
+running_sums: Callable[[float, int, IntArray, IntArray, FloatArray], None] = numba.njit(cache=True, nogil=True)(
+    _running_sums
+)
 
 
 def warm_up() -> None:
@@ -123,4 +126,4 @@ def warm_up() -> None:
     compiles (measured on the 2-core development machine); later calls cost their loop.
     """
     first_output_at_least(0.8, 1, np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64))
-    running_sums(0.8, 512, np.ones(1, dtype=np.int64), np.zeros((9, 1)))
+    running_sums(0.8, 512, np.ones(1, dtype=np.int64), np.zeros(1, dtype=np.int64), np.zeros((9, 1)))
