@@ -13,7 +13,8 @@ Two calibrations of the same law (L uniform on the integers of each CDF bucket):
   uses Python's ``random`` at all.
 * ``ExactCalibrator``: the expectation of the same law in closed form: range sums over the CDF's
   buckets of n-independent per-length terms, O(log max_tokens) per (B, gamma) after a set-up that
-  depends only on the input share (memoised).
+  depends only on the input share, the CDF's breakpoints and the points (memoised): one compiled
+  pass over the lengths that keeps the running sums where the sweep reads them (``kernels.py``).
 
 Deviation: in exact mode the short pool is calibrated on the post-compression mixture (native
 requests plus compressed ones at L = B_short keeping their full output), and the long pool on
@@ -177,6 +178,11 @@ class _LengthLaw:
     Nothing is tabulated per length: l_out is non-decreasing in L, so its values and the first
     length reaching an output are computed where asked (``kernels.first_output_at_least``), and the
     running sums of the per-length rows only at the lengths a sweep reads (``_running_at``).
+
+    Attributes:
+        input_frac: the input share f: l_in = max(1, floor(f L)) (spec seed-002 section 1.4).
+        chunk_tokens: C_chunk of the prefill chunks counted in m.
+        top_tokens: the longest length, the CDF's last breakpoint.
 
     Compared and hashed by identity: ``_length_law`` memoises one per input share, and
     ``_tabulate`` memoises on it.
