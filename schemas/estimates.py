@@ -1,9 +1,11 @@
 """The estimate summaries an ``EstimateSnapshot`` carries on ``gov.estimates``: typed, versioned, with units.
 
-Four summaries travel in snapshots, told apart by ``summary_type``:
+Five summaries travel in snapshots, told apart by ``summary_type``:
 
 - ``EngineSummary``: one engine's estimates (services/stream/estimates.py), what the engine-scope
   policies decide from (services/policy/wiring/);
+- ``FleetJoin``: an engine's first fleet slot, sent when its first event is folded, so the fleet
+  waits for the engine from then on rather than from its first closed slot;
 - ``FleetContribution``: one engine's counts over one closed fleet slot (services/stream/fleet.py);
 - ``FleetSummary``: the fleet-wide estimates over the last closed slots, what FleetOpt decides from;
 - ``FleetSilence``: the policy service's declaration that an overdue engine is silent, written to the
@@ -28,11 +30,13 @@ ENGINE_SUMMARY_FORMAT: Literal[2] = 2  # 1: the untyped JSON summary (no ``forma
 FLEET_CONTRIBUTION_FORMAT: Literal[2] = 2
 FLEET_SUMMARY_FORMAT: Literal[2] = 2
 FLEET_SILENCE_FORMAT: Literal[1] = 1
+FLEET_JOIN_FORMAT: Literal[1] = 1
 SUMMARY_FORMATS = {
     "engine": ENGINE_SUMMARY_FORMAT,
     "fleet_contribution": FLEET_CONTRIBUTION_FORMAT,
     "fleet": FLEET_SUMMARY_FORMAT,
     "fleet_silence": FLEET_SILENCE_FORMAT,
+    "fleet_join": FLEET_JOIN_FORMAT,
 }
 
 
@@ -230,6 +234,14 @@ class FleetSummary(ContractModel):
     quarantined_contributions: int = Field(default=0, ge=0, description="contributions of quarantined engines dropped")
 
 
+class FleetJoin(ContractModel):
+    """An engine's first fleet slot (services/stream/fleet.py): the fleet holds that slot for it from here on."""
+
+    summary_type: Literal["fleet_join"] = "fleet_join"
+    format: Literal[1] = FLEET_JOIN_FORMAT
+    slot_index: int = Field(description="the fleet slot of the engine's first event")
+
+
 class FleetSilence(ContractModel):
     """An overdue engine declared silent by the fleet's owner after waiting ``waited_s`` (services/stream/fleet.py).
 
@@ -246,7 +258,7 @@ class FleetSilence(ContractModel):
 
 
 EstimateSummary = Annotated[
-    EngineSummary | FleetContribution | FleetSummary | FleetSilence, Field(discriminator="summary_type")
+    EngineSummary | FleetJoin | FleetContribution | FleetSummary | FleetSilence, Field(discriminator="summary_type")
 ]
 
 

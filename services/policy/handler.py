@@ -39,7 +39,7 @@ from typing import Protocol, TypeVar
 import structlog
 
 from schemas.errors import BackendUnavailableError, ConfigError, InvalidInputError
-from schemas.estimates import FleetContribution, FleetSilence
+from schemas.estimates import FleetContribution, FleetJoin, FleetSilence
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord, SnapshotProducer
@@ -364,7 +364,7 @@ class PolicyHandler:
             self.counters.unsigned += 1
             self._dead_letter(record, problem, "signature")
             return
-        if parsed.scope != FLEET_SCOPE and not isinstance(parsed.estimates, FleetContribution):
+        if parsed.scope != FLEET_SCOPE and not isinstance(parsed.estimates, (FleetContribution, FleetJoin)):
             verdict = part.ledger.check(parsed)
             if verdict.refused is not None:
                 self.counters.inconsistent += 1

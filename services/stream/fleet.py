@@ -9,7 +9,11 @@ reader sees them in one order whatever the pace at which telemetry was folded, a
 policy-service member that owns that partition owns the fleet.
 
 ``FleetAggregator`` merges contributions. An engine's watermark is the last slot it has closed
-(from the slot its event time has entered, so an engine idle for a few slots still advances). A
+(from the slot its event time has entered, so an engine idle for a few slots still advances).
+The fleet knows an engine from its ``FleetJoin``, which the processor sends (through the same
+watermark) at the engine's first event: its watermark is then the slot before its first. Knowing
+engines only from their first contribution let a processor that died before releasing its
+engines' first slots (or one that started late) find the fleet's first slots closed without them. A
 fleet slot closes when every live engine's watermark has passed it and some engine is
 ``grace_slots`` past it; each closed fleet slot yields a fleet snapshot over the last
 ``window_slots`` closed slots. An engine whose watermark trails the newest by more than
@@ -81,7 +85,7 @@ from typing import Any, Literal
 
 from estimators import BUCKET_EDGES_TOKENS, FLEETOPT_BREAKPOINTS_TOKENS, bucket_of
 from schemas.errors import InvalidInputError
-from schemas.estimates import FleetContribution, FleetSilence, FleetSummary, LengthCdfPoint
+from schemas.estimates import FleetContribution, FleetJoin, FleetSilence, FleetSummary, LengthCdfPoint
 from schemas.events import Event
 from schemas.records import EstimateSnapshot
 from schemas.requests import RequestArrived, RequestFinished
@@ -89,6 +93,7 @@ from services.stream.snapshot_id import snapshot_id
 
 FORMAT = 2
 CONTRIBUTION_TRIGGER = "contribution"
+JOIN_TRIGGER = "join"
 OVERFLOW_EDGE_TOKENS = 131_072
 SilenceRule = Literal["lag", "declared"]
 _INTEGER_EDGES = [(j, int(e)) for j, e in enumerate(BUCKET_EDGES_TOKENS) if e >= 1 and e == int(e)]
@@ -231,6 +236,8 @@ class FleetAggregator:
         contribution = snapshot.estimates
         if isinstance(contribution, FleetSilence):
             return self._declared_silent(contribution)
+        if isinstance(contribution, FleetJoin):
+            return self._joined(snapshot.scope, contribution.slot_index)
         if not isinstance(contribution, FleetContribution):
             msg = f"fleet {self.kind!r} expects slot contributions, got a {contribution.summary_type} summary"
             raise InvalidInputError(msg, field="estimates.summary_type", value=contribution.summary_type)
@@ -272,6 +279,14 @@ class FleetAggregator:
             for engine, slot in sorted(self.watermarks.items())
             if engine not in self.silenced and slot < newest - self.silent_slots
         }
+
+    def _joined(self, engine: str, slot: int) -> list[EstimateSnapshot]:
+        """Wait for an engine from its first slot on: a known engine changes nothing, a new one holds ``slot``."""
+        if engine in self.watermarks or engine in self.quarantined:
+            return []
+        self.watermarks[engine] = slot - 1
+        self._retrust()
+        return self._close()
 
     def _declared_silent(self, silence: FleetSilence) -> list[EstimateSnapshot]:
         """Apply a declaration read from the fleet partition; ignored unless the engine still trails where it did."""

@@ -20,13 +20,14 @@ from collections.abc import Iterable
 
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
+from schemas.estimates import FleetContribution, FleetJoin
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.settings import REGISTRATION_GRACE_S
 from services.stream.estimates import EngineEstimates
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
-from services.stream.fleet import CONTRIBUTION_TRIGGER, FleetSlot
+from services.stream.fleet import CONTRIBUTION_TRIGGER, JOIN_TRIGGER, FleetSlot
 from services.stream.snapshot_id import snapshot_id
 from services.triggers import EveryEvents, EverySeconds, TriggerSpec
 
@@ -211,9 +212,9 @@ class Folder:
         self._first_ts.setdefault(engine_id, event.ts)
         admitted = isinstance(event, EngineRegistered) or self.admitted(engine_id)
         for fleet_spec in self._fleet_specs:
-            contribution = self._contribution(fleet_spec, estimates, event, position)
-            if contribution is not None and admitted:
-                self._held.setdefault(engine_id, []).append(contribution)
+            taken = self._contribution(fleet_spec, estimates, event, position)
+            if taken and admitted:
+                self._held.setdefault(engine_id, []).extend(taken)
         estimates.fold(event)
         if not (admitted or self.admitted(engine_id)):
             return []
@@ -238,29 +239,36 @@ class Folder:
 
     def _contribution(
         self, spec: TriggerSpec, estimates: EngineEstimates, event: Event, position: SourceOffset
-    ) -> EstimateSnapshot | None:
-        """Fold ``event`` into the engine's current fleet slot; when it starts a new slot, return the old one's."""
+    ) -> list[EstimateSnapshot]:
+        """Fold ``event`` into the engine's current fleet slot; return the old slot's contribution when it starts a
+        new one, and the engine's ``FleetJoin`` at its first event (services/stream/fleet.py)."""
         assert isinstance(spec.trigger, EverySeconds)
         index = math.floor(event.ts / spec.trigger.seconds)
         current = estimates.fleet_slots.get(spec.kind)
-        closed = None
+        summary: FleetJoin | FleetContribution | None = None
+        if current is None:
+            summary = FleetJoin(slot_index=index)
+        elif index > current.index:
+            summary = current.contribution()
         if current is None or index > current.index:
-            if current is not None:
-                contribution = current.contribution()
-                version = current.index + 1  # numbered by slot: the engine's own snapshot counter stays gap-free
-                closed = EstimateSnapshot(
-                    deployment=self._deployment,
-                    scope=estimates.engine_id,
-                    snapshot_id=snapshot_id(estimates.engine_id, version, contribution),
-                    version=version,
-                    ts=event.ts,
-                    trigger=f"{spec.kind}:{CONTRIBUTION_TRIGGER}",
-                    offsets=[position],
-                    estimates=contribution,
-                )
             current = estimates.fleet_slots[spec.kind] = FleetSlot(index=index)
         current.fold(event)
-        return closed
+        if summary is None:
+            return []
+        trigger = JOIN_TRIGGER if isinstance(summary, FleetJoin) else CONTRIBUTION_TRIGGER
+        version = summary.slot_index + 1  # numbered by slot: the engine's own snapshot counter stays gap-free
+        return [
+            EstimateSnapshot(
+                deployment=self._deployment,
+                scope=estimates.engine_id,
+                snapshot_id=snapshot_id(estimates.engine_id, version, summary),
+                version=version,
+                ts=event.ts,
+                trigger=f"{spec.kind}:{trigger}",
+                offsets=[position],
+                estimates=summary,
+            )
+        ]
 
     def _fires(self, spec: TriggerSpec, estimates: EngineEstimates, event: Event) -> bool:
         """Advance ``spec``'s trigger on this engine and say whether it fires here (``spec`` applies to the engine)."""

@@ -9,6 +9,7 @@ Redis loss). The FleetOpt decisions (version and payload) must be the same each 
 from __future__ import annotations
 
 import json
+import subprocess
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -34,18 +35,31 @@ def _run_both(stack: StackState, deployment: str, logs: Path, publish: Callable[
 
     Each service is its own process, as deployed: in one process with the publisher they shared
     one interpreter lock, and fetches that came back a second late under load let contributions
-    reach the fleet out of event-time order (docs/contracts.md, "read to its end").
+    reach the fleet out of event-time order (docs/contracts.md, "read to its end"). With the log
+    complete (no ``publish``) the policy service starts once the stream processor has read it all:
+    started beside it on a loaded machine, it found nothing to read for its idle exit while the
+    processor was still re-folding, and left with nothing decided.
     """
     slot = ["--fleet-slot-s", str(DEMO_FLEET_SLOT_S)]
-    processes = {
-        "stream": start_service(stack, "stream", deployment, logs / "stream.log", idle_exit_s=5.0, extra=slot),
-        "policy": start_service(stack, "policy", deployment, logs / "policy.log", idle_exit_s=10.0, extra=slot),
-    }
+    processes: dict[str, subprocess.Popen[bytes]] = {}
+
+    def start(name: str, idle_exit_s: float) -> None:
+        log_path = logs / f"{name}.log"
+        processes[name] = start_service(stack, name, deployment, log_path, idle_exit_s=idle_exit_s, extra=slot)
+
+    def finish(name: str) -> None:
+        assert processes[name].wait(timeout=300) == 0, (logs / f"{name}.log").read_text()[-2000:]
+
     try:
-        if publish is not None:
+        start("stream", 5.0)
+        if publish is None:
+            finish("stream")
+            start("policy", 10.0)
+        else:
+            start("policy", 10.0)
             publish()
-        for name, process in processes.items():
-            assert process.wait(timeout=300) == 0, (logs / f"{name}.log").read_text()[-2000:]
+            finish("stream")
+        finish("policy")
     finally:
         for process in processes.values():
             if process.poll() is None:

@@ -34,7 +34,7 @@ class TestEstimateSummaryWire:
 
     def test_every_kind_of_summary_round_trips_through_json(self) -> None:
         kinds = {s.estimates.summary_type for s in self.snapshots}
-        assert kinds == {"engine", "fleet_contribution"}
+        assert kinds == {"engine", "fleet_join", "fleet_contribution"}
         for snapshot in self.snapshots:
             assert EstimateSnapshot.model_validate_json(snapshot.model_dump_json()) == snapshot
 

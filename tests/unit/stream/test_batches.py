@@ -201,19 +201,23 @@ def test_snapshots_go_to_the_estimates_topic() -> None:
 
 
 def test_each_snapshot_is_sent_when_its_event_takes_it_not_after_the_rest_of_the_batch() -> None:
-    """The first snapshot must not wait for the summaries of the batch's later triggers (docs/performance.md)."""
+    """The first snapshot must not wait for the summaries of the batch's later triggers (docs/performance.md).
+
+    Fleet joins and contributions are the exception: they wait for the watermark, here the batch's end.
+    """
     folded_at_send: list[int] = []
 
     class WatchingProducer(KeptProducer):
         def send(self, topic: str, key: bytes | None, value: bytes) -> Sent:
-            folded_at_send.append(batches.counters.folded)
+            if key != b"fleet":
+                folded_at_send.append(batches.counters.folded)
             return super().send(topic, key, value)
 
     records = _records("dep", requests=400)
     batches = _batches(MemoryStore(), WatchingProducer(), Consumer())
     batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
     batches.process(records)
-    assert len(folded_at_send) == batches.counters.snapshots > 1
+    assert len(folded_at_send) > 1
     assert folded_at_send[0] < folded_at_send[-1] < len(records)
 
 

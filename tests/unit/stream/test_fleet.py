@@ -6,7 +6,7 @@ import itertools
 from typing import ClassVar
 
 from estimators import bucket_of
-from schemas.estimates import FleetContribution, FleetSilence, FleetSummary
+from schemas.estimates import FleetContribution, FleetJoin, FleetSilence, FleetSummary
 from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.fleetopt import fleetopt_inputs
@@ -359,3 +359,57 @@ class TestDeclaredSilence:
         restored = FleetAggregator.from_dict(aggregator.to_dict(), silence="declared")
         assert restored.silenced == {"b": 0}
         assert restored.to_dict() == aggregator.to_dict()
+
+
+def _join(engine: str, slot: int) -> EstimateSnapshot:
+    return EstimateSnapshot(
+        deployment="d",
+        scope=engine,
+        snapshot_id=f"sha256:join-{engine}",
+        version=slot + 1,
+        ts=60.0 * slot,
+        trigger="fleetopt:join",
+        estimates=FleetJoin(slot_index=slot),
+    )
+
+
+class TestFleetJoin:
+    """An engine is waited for from its first event, not from its first closed slot."""
+
+    def test_a_joined_engine_holds_its_first_slot_until_it_contributes(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1, silence="declared")
+        assert aggregator.add(_join("a", 0)) == []
+        assert aggregator.add(_join("b", 0)) == []
+        closed = [s for i in range(4) for s in aggregator.add(_contribution("a", i, 1, [100]))]
+        assert closed == []
+        assert aggregator.watermarks == {"a": 3, "b": -1}
+        closed = aggregator.add(_contribution("b", 0, 5, [200]))
+        assert [fleet_summary(s).engines for s in closed] == [["a", "b"]]
+        assert aggregator.late_contributions == 0
+
+    def test_without_its_join_the_first_slots_closed_without_the_engine(self) -> None:
+        """What a processor that died before releasing b's first slot did to the fleet."""
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1, silence="declared")
+        for i in range(4):
+            aggregator.add(_contribution("a", i, 1, [100]))
+        aggregator.add(_contribution("b", 0, 5, [200]))
+        assert aggregator.late_contributions == 1
+
+    def test_a_join_of_a_known_engine_changes_nothing(self) -> None:
+        aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1)
+        for i in range(3):
+            aggregator.add(_contribution("a", i, 1, [100]))
+        before = aggregator.to_dict()
+        assert aggregator.add(_join("a", 0)) == []
+        assert aggregator.to_dict() == before
+
+    def test_the_processor_sends_each_engines_join_before_its_first_contribution(self) -> None:
+        events = synthetic_stream(engines=2, requests=400, deployment="d")
+        offline = replay_offline(events, default_registry(fleet_slot_s=5.0))
+        fleet = [s for s in offline.snapshots if s.trigger.startswith("fleetopt:") and s.scope != "fleet"]
+        firsts = {}
+        for snapshot in fleet:
+            firsts.setdefault(snapshot.scope, snapshot.estimates.summary_type)
+        assert firsts == {"eng-0": "fleet_join", "eng-1": "fleet_join"}
+        joins = [s.scope for s in fleet if isinstance(s.estimates, FleetJoin)]
+        assert sorted(joins) == ["eng-0", "eng-1"]
