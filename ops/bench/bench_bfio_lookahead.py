@@ -10,11 +10,12 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   (``--seconds`` sets another length of simulated time; the guard part keeps its 4 s), for
   FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's 4 x waiting + running (each row with
   its balance ratio and the longest wait of a top-1% prompt), BF-IO with the default parameters
-  (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (uniform
-  weights, the paper's J), H = 20 with the
-  reference code's decay 0.86, and H = 20 with the reference code's new-request convention (a request
-  admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both (``ref``). With
-  ``--hints`` it adds H = 20 and H = 20 ``ref`` with every request carrying an output-length hint
+  (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (the default weights, decay 0.86 as in the reference
+  code), H = 20 with uniform weights (the paper's pure sum, ``bfio_h20_uniform``), and H = 20 with the
+  reference code's new-request convention (a request
+  admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both decay and
+  ``const_s`` (``ref``). With
+  ``--hints`` it adds H = 20, H = 20 uniform and H = 20 ``ref`` with every request carrying an output-length hint
   (``services.sim.length_hints``): its true length (the paper's setting) and hints off by up to 10%,
   20% and 50% (o_i U[1 - e, 1 + e], the reference code's o_est), so the value of a hint is measured.
   With ``--exact`` it adds H = 20 and H = 20
@@ -78,14 +79,18 @@ VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "bfio_h4": ("bfio", BfioParams(horizon_steps=4)),
     "bfio_h8": ("bfio", BfioParams(horizon_steps=8)),
     "bfio_h20": ("bfio", BfioParams(horizon_steps=20)),
-    "bfio_h20_decay": ("bfio", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.DECAY)),
+    "bfio_h20_uniform": ("bfio", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.UNIFORM)),
     "bfio_h20_const_s": ("bfio", BfioParams(horizon_steps=20, new_request_model=NewRequestModel.CONST_S)),
     "bfio_h20_ref": ("bfio", REFERENCE_RECIPE),
 }
 HINT_ERRORS = {"true": 0.0, "err10": 0.1, "err20": 0.2, "err50": 0.5}  # largest relative error of a hint
 HINT_VARIANTS = {
     f"{label}_hint_{name}": (params, LengthHints(error_frac=error))
-    for label, params in (("bfio_h20", BfioParams(horizon_steps=20)), ("bfio_h20_ref", REFERENCE_RECIPE))
+    for label, params in (
+        ("bfio_h20", BfioParams(horizon_steps=20)),
+        ("bfio_h20_uniform", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.UNIFORM)),
+        ("bfio_h20_ref", REFERENCE_RECIPE),
+    )
     for name, error in HINT_ERRORS.items()
 }
 EXACT_VARIANTS = {

@@ -46,7 +46,11 @@ class BfioParams:
             and up to 49% worse on one setting (docs/policies/bfio.md), so lookahead is the operator's
             choice (``[bfio] horizon_steps``), for deployments whose requests carry length hints.
         dyadic_grid: evaluate J on offsets {0, 1, 2, 4, ..., H} with block weights instead of every h.
-        weight_scheme: omega_h of the objective; uniform is the paper's pure sum over h.
+        weight_scheme: omega_h of the objective. Decay (the reference code's, which produced the paper's
+            Table 1 H = 20 row) rather than the paper's pure sum over h: the prediction leaves out the
+            requests that will refill freed slots, so far offsets describe loads that will not occur, and
+            with true lengths uniform weights at H = 20 lose to H = 0 (docs/policies/bfio.md, "Fidelity
+            with true lengths"). With H = 0 both schemes give the single weight 1.
         decay_gamma: per-step decay when ``weight_scheme`` is decay.
         drift_tokens_per_step: delta, the per-step workload growth of an active request.
         new_request_model: predicted trajectory of a request admitted at this step.
@@ -64,7 +68,7 @@ class BfioParams:
 
     horizon_steps: int = 0  # [PAPER] section 6, Table 1: BF-IO (H = 0); H = 20 there uses true lengths
     dyadic_grid: bool = True  # [DESIGN] spec 2.7 step 1: quadrature points {0, 1, 2, 4, 8, ...}
-    weight_scheme: WeightScheme = WeightScheme.UNIFORM  # [PAPER] section 4: J = sum_{h=0..H} Imbalance(k+h)
+    weight_scheme: WeightScheme = WeightScheme.DECAY  # [CODE] spec 2.6: the reference's J weights 0.86^h
     decay_gamma: float = 0.86  # [CODE] spec 2.6: DECAY = 0.86
     drift_tokens_per_step: float = 1.0  # [PAPER] section 5: decode grows the KV by one token per step
     new_request_model: NewRequestModel = NewRequestModel.S_PLUS_H_SURVIVAL  # [DESIGN] spec 1.5

@@ -172,17 +172,19 @@ class TestTable1Setting:
         ]
         assert sum(h20) <= 1.10 * sum(table1_h0_by_seed)
 
-    def test_true_length_hints_make_lookahead_pay_and_noisy_ones_lose_most_of_it(
+    def test_true_length_hints_make_lookahead_pay_and_noisy_ones_do_not_hurt(
         self, table1_h0_by_seed: list[float]
     ) -> None:
         """With every request's true output length as its hint (the paper's setting) H = 20 is below H = 0;
-        with hints off by up to 20% (the spec's +-20% point) most of that gain is gone.
+        hints off by up to 20% (the spec's +-20% point) do not raise it above H = 0.
 
-        Measured over seeds 1-5, 3 s runs (docs/policies/bfio.md, "Length hints"): H = 0 2.95e4 +- 0.38e4,
-        true hints 2.65e4 +- 0.23e4 (paired -9.6%, standard error 2.6%), 20% hints 2.89e4 (-2.0%). The
-        paper's margin (-44% at N = 100k) is not reached in 3 s: the gain grows with the run (-34% at 20 s
-        with true lengths). Bounds: true hints at least 5% below H = 0 on the mean of five; 20% hints keep
-        at most half of the true hints' gain.
+        Measured over seeds 1-5, 3 s runs, default (decay) weights (docs/policies/bfio.md, "Fidelity with
+        true lengths"): H = 0 2.95e4 +- 0.38e4, true hints 2.69e4 +- 0.42e4 (paired -9.0%, standard error
+        1.7%), 20% hints 2.72e4 +- 0.16e4 (-6.9%, se 3.6%). With the uniform weights of before, 20% hints
+        kept only a fifth of the gain (2.89e4, -2.0%); decay weighs the first offsets most, where a 20%
+        error in a length rarely moves a predicted finish. The paper's margin (-44% at N = 100k) is not
+        reached in 3 s: the gain grows with the run (-34% at 20 s with true lengths). Bounds: true hints at
+        least 5% below H = 0 on the mean of five; 20% hints at most H = 0's mean.
         """
         hinted = BfioParams(horizon_steps=20)
         true = [
@@ -194,7 +196,7 @@ class TestTable1Setting:
         ]
         h0 = sum(table1_h0_by_seed)
         assert sum(true) <= 0.95 * h0
-        assert h0 - sum(noisy) <= 0.5 * (h0 - sum(true))
+        assert sum(noisy) <= h0
 
     def test_imbalance_is_reported_at_both_points(self, table1: dict[str, DpLoopResult]) -> None:
         """Admissions fill the lightest ranks, so BF-IO's post-admission imbalance is the lower one."""
