@@ -57,6 +57,7 @@ from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
+from policies.fleetopt.kernels import warm_up as warm_up_fleetopt
 from schemas.errors import BackendUnavailableError
 from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER
 from schemas.signing import PolicyKeyring
@@ -161,6 +162,7 @@ class PolicyService:
             keyring=keyring,
         )
         subscribe(self._consumer, ESTIMATES_TOPIC, Rebalance(self.on_assigned))
+        warm_up_fleetopt()  # its compiled kernels load (or compile) here, not inside the first fleet decision
         self._stopped = False
 
     @property
