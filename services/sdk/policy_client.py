@@ -135,10 +135,16 @@ class PolicyClient:
         self._wake.set()
 
     def current(self, kind: str, scope: str, now_s: float) -> PolicyDocument | None:
-        """Return the cached valid document of (kind, scope) at ``now_s``, or None (apply safe defaults)."""
-        self.watch(kind, scope)
-        with self._lock:
-            document = self._cache.get((kind, scope))
+        """Return the cached valid document of (kind, scope) at ``now_s``, or None (apply safe defaults).
+
+        An engine calls this on every step, so it takes no lock once (kind, scope) is watched: the set of
+        watched keys only grows, the refresh threads replace a cached document whole, and a read of
+        either is atomic under the GIL, so the step never waits on a refresh holding the lock.
+        """
+        key = (kind, scope)
+        if key not in self._watched:
+            self.watch(kind, scope)
+        document = self._cache.get(key)
         if document is None or now_s > document.valid_until:
             return None
         return document

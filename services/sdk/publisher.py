@@ -13,6 +13,10 @@ idempotent producer that met a restarted broker (unknown producer id, or an ``In
 broker refuses) fails every later send for good; rebuilding it is the only way its engine's telemetry
 comes back, and a transient failure costs no more than a new connection.
 
+An engine whose event stream is deferred (services/engines/stream.py) attaches it as a source
+(``attach``): the sending thread drains it every ``SOURCE_POLL_S``, so the events are built, queued
+and encoded here, off the engine's step loop, which only appended their raw numbers.
+
 The producer is idempotent (kafka-python's ``enable_idempotence``, with the ``acks="all"`` it
 requires): a batch it retries after a lost acknowledgement is written once by the broker. That holds
 within one producer session only; a record produced twice otherwise (a new session, a replay, a
@@ -28,6 +32,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import structlog
 from kafka import KafkaProducer
@@ -44,6 +49,22 @@ log = structlog.get_logger(__name__)
 REBUILD_BACKOFF_S = (0.5, 5.0)  # wait before the first new producer after a failure, and the longest wait
 ENGINE_SEND_TIMEOUT_S = 5.0  # an engine drops telemetry the broker has not taken by then, and goes on
 TOOL_SEND_TIMEOUT_S = 60.0  # a tool that must lose nothing waits out a slow broker
+# How often the sending thread drains its sources: the producer's own 5 ms linger, so a step's event
+# waits about as long again before it is batched, and an idle engine wakes the thread 200 times a second.
+SOURCE_POLL_S = 0.005
+IDLE_POLL_S = 0.5  # without sources: how soon the thread notices one attached
+
+
+class EventSource(Protocol):
+    """Records of events not built yet, drained by the publisher's thread (``EngineStream`` when deferred)."""
+
+    def drain(self) -> int:
+        """Build the pending events and ``publish`` them; never raises."""
+        ...
+
+    def pending(self) -> bool:
+        """True while records wait for a drain or a drain is under way."""
+        ...
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -107,6 +128,7 @@ class TelemetryPublisher:
         self._generation = 0
         self._failed_generation = -1
         self._backoff_s = REBUILD_BACKOFF_S[0]
+        self._sources: tuple[EventSource, ...] = ()
         self._thread = threading.Thread(target=self._run, name="governor-publisher", daemon=True)
         self._thread.start()
 
@@ -119,6 +141,10 @@ class TelemetryPublisher:
         except queue.Full:
             self._drop(1, reason="queue_full")
 
+    def attach(self, source: EventSource) -> None:
+        """Drain ``source`` on the sending thread from now on (every ``SOURCE_POLL_S``), and on ``flush``."""
+        self._sources = (*self._sources, source)
+
     def stats(self) -> PublisherStats:
         """Return the counters."""
         with self._lock:
@@ -130,15 +156,15 @@ class TelemetryPublisher:
             )
 
     def flush(self, timeout_s: float = 10.0) -> bool:
-        """Wait until everything queued so far was handed to Kafka and acknowledged (or dropped).
+        """Wait until everything queued or recorded in a source so far was handed to Kafka and acknowledged or dropped.
 
         Returns:
             False if ``timeout_s`` passed first.
         """
         deadline = time.monotonic() + timeout_s
-        while self._queue.unfinished_tasks and time.monotonic() < deadline:
+        while self._busy() and time.monotonic() < deadline:
             time.sleep(0.005)
-        if self._queue.unfinished_tasks:
+        if self._busy():
             return False
         producer = self._producer
         if producer is not None:
@@ -155,6 +181,18 @@ class TelemetryPublisher:
         with contextlib.suppress(queue.Full):
             self._queue.put_nowait(None)
         self._thread.join(timeout=timeout_s)
+
+    def _busy(self) -> bool:
+        """Records still in a source, or events still queued; sources first, as a drain queues its events."""
+        return any(source.pending() for source in self._sources) or self._queue.unfinished_tasks > 0
+
+    def _drain_sources(self) -> None:
+        for source in self._sources:
+            try:
+                source.drain()
+            except Exception:
+                # The publisher's thread is the engine's lifeline to the log: it never dies.
+                log.exception("publisher_source_failed")
 
     def _drop(self, count: int, *, reason: str, error: BaseException | None = None) -> None:
         """Count ``count`` lost events; the first loss after a delivery opens a loss period, logged once."""
@@ -248,7 +286,11 @@ class TelemetryPublisher:
     def _run(self) -> None:
         retry_at = 0.0
         while True:
-            event = self._queue.get()
+            self._drain_sources()
+            try:
+                event = self._queue.get(timeout=SOURCE_POLL_S if self._sources else IDLE_POLL_S)
+            except queue.Empty:
+                continue
             if event is None:
                 self._queue.task_done()
                 break

@@ -229,7 +229,9 @@ class EngineLink:
             source_epoch=time.time_ns() // 1_000_000,
             dp_rank=dp_rank,
         )
-        stream = EngineStream(stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens)
+        # Deferred: the engine's calls only record raw numbers; the publisher's thread builds the events.
+        stream = EngineStream(stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens, deferred=True)
+        publisher.attach(stream)
         policies = (
             PolicyClient(
                 settings.redis_url,

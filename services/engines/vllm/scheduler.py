@@ -25,6 +25,12 @@ and the KV manager see nothing new. Policies are read from the ``PolicyClient`` 
 goes to a bounded queue: no step ever waits on Redis or Kafka (DESIGN principle 5). Each new document
 version is acknowledged with ``policy.applied``.
 
+What runs on the step path is kept to reading the engine (issue 35 item 6): the step's raw numbers
+(the batch's counts, each output's id, token count and finish reason, queue and KV sizes) go to the
+engine's deferred ``EngineStream`` as one record per call, and the request bookkeeping, the
+``StepCounts``, the validated events and their encoding are done by the publisher's thread
+(``_report_outputs``), so a step shares no lock with it and builds no pydantic model.
+
 Async scheduling (vLLM's default on GPUs: the engine core schedules batch N+1 before batch N's output
 is back, two batches in flight). Each class has an async twin composed with vLLM's ``AsyncScheduler``
 by multiple inheritance (``AsyncEbplusScheduler(EbplusScheduler, AsyncScheduler)``, as vLLM composes
@@ -53,7 +59,7 @@ from typing import Any, ClassVar
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
 from vllm.v1.core.sched.scheduler import Scheduler
-from vllm.v1.engine import EngineCoreOutputs
+from vllm.v1.engine import EngineCoreOutputs, FinishReason
 from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
@@ -65,8 +71,9 @@ from policies.slai.offset_rule import offset_for_kv_use
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.ebplus import EbplusPolicy
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy
-from services.engines.stream import StepCounts
+from services.engines.stream import EventBuilder, StepCounts
 from services.engines.vllm.connect import EngineLink, finish_reason_name, request_track
+from services.settings import EngineSettings
 
 EB_MODE = "eb"
 MB_MODE = "mb"
@@ -132,6 +139,13 @@ class InFlightBatch:
         return self.sum_prefill_tokens + self.num_decode_requests
 
 
+# One output of a step as the step path reads it: request id, new tokens, finish reason (None: running).
+Produced = tuple[str, int, FinishReason | None]
+# A step's state after its output, read on the step path: the batch, its duration, running and waiting
+# requests, KV blocks used and total.
+StepState = tuple[InFlightBatch, float, int, int, int, int]
+
+
 class GovernorScheduler(Scheduler):
     """Stock vLLM V1 scheduling with exact Governor telemetry; the base of the policy-obeying schedulers.
 
@@ -183,7 +197,7 @@ class GovernorScheduler(Scheduler):
         is_new = request.request_id not in self.requests
         super().add_request(request)
         if is_new:
-            self._link.stream.arrived(time.time(), request_track(request, self._link.settings))
+            self._link.stream.later(_report_arrival, time.time(), request, self._link.settings)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         """Build the step under the engine's live policy document (stock vLLM without one)."""
@@ -196,10 +210,9 @@ class GovernorScheduler(Scheduler):
             return output
         batch.scheduled_s = now_s
         batch.scheduler_mode = self.scheduler_mode
-        batch.num_preempted = len(output.preempted_req_ids or ())
-        self._link.stream.scheduled(now_s, output.num_scheduled_tokens)
-        for request_id in output.preempted_req_ids or ():
-            self._link.stream.preempted(request_id)
+        preempted = tuple(output.preempted_req_ids or ())
+        batch.num_preempted = len(preempted)
+        self._link.stream.later(_report_scheduled, now_s, tuple(output.num_scheduled_tokens), preempted)
         return output
 
     def batches_in_flight(self) -> int:
@@ -272,25 +285,34 @@ class GovernorScheduler(Scheduler):
         """
         results = super().update_from_output(scheduler_output, model_runner_output)
         now_s = time.time()
-        stream = self._link.stream
-        produced = [output for outputs in results.values() for output in outputs.outputs]
-        stream.tokens(now_s, ((output.request_id, len(output.new_token_ids)) for output in produced))
-        advanced = [output.request_id for output in produced if output.new_token_ids]
-        for output in produced:
-            if output.finish_reason is not None:
-                stream.finished(now_s, output.request_id, finish_reason_name(str(output.finish_reason)))
+        # The counts are read now: the front end may trim an output's tokens once it has them.
+        produced: list[Produced] = [
+            (output.request_id, len(output.new_token_ids), output.finish_reason)
+            for outputs in results.values()
+            for output in outputs.outputs
+        ]
         batch = self.in_flight.pop(id(scheduler_output), None)
+        state: StepState | None = None
         if batch is not None:
             # Batches run one after another: this one started when it was scheduled or when the one
             # before it finished, whichever came later.
             duration_s = max(now_s - max(batch.scheduled_s, self._last_done_s), 1e-6)
             self._last_done_s = now_s
-            self.after_step(now_s, duration_s, advanced)
-            stream.step(now_s, self._step_counts(batch, duration_s))
+            self.after_step(now_s, duration_s, produced)
+            total = self.kv_blocks_total
+            state = (
+                batch,
+                duration_s,
+                len(self.running),
+                len(self.waiting) + len(self.kv_holding_waiting),
+                max(0, total - self.kv_blocks_free),
+                total,
+            )
+        self._link.stream.later(_report_outputs, now_s, produced, state)
         return results
 
-    def after_step(self, now_s: float, duration_s: float, advanced: list[str]) -> None:
-        """Hook after every step with output: ``advanced`` lists the requests that got tokens."""
+    def after_step(self, now_s: float, duration_s: float, produced: list[Produced]) -> None:
+        """Hook after every step with output: ``produced`` holds each output's request id, new tokens, finish."""
 
     def finish_requests(self, request_ids: str | Iterable[str] | None, finished_status: RequestStatus) -> list[Request]:
         """Finish requests from outside (client aborts) as stock vLLM does, and report each."""
@@ -307,21 +329,46 @@ class GovernorScheduler(Scheduler):
         super().shutdown()
         self._link.close()
 
-    def _step_counts(self, batch: InFlightBatch, duration_s: float) -> StepCounts:
-        total = self.kv_blocks_total
-        return StepCounts(
+
+def _report_arrival(builder: EventBuilder, now_s: float, request: Request, settings: EngineSettings) -> None:
+    """On the publisher's thread: the arrival of ``request`` (its id, lengths and tier do not change)."""
+    builder.arrived(now_s, request_track(request, settings))
+
+
+def _report_scheduled(
+    builder: EventBuilder, now_s: float, request_ids: tuple[str, ...], preempted: tuple[str, ...]
+) -> None:
+    """On the publisher's thread: a scheduled batch's admissions, then its preemptions."""
+    builder.scheduled(now_s, request_ids)
+    for request_id in preempted:
+        builder.preempted(request_id)
+
+
+def _report_outputs(builder: EventBuilder, now_s: float, produced: list[Produced], state: StepState | None) -> None:
+    """On the publisher's thread: a step's tokens, then its finishes, then the step itself (when it had a batch)."""
+    builder.tokens(now_s, [(request_id, count) for request_id, count, _ in produced])
+    for request_id, _, reason in produced:
+        if reason is not None:
+            builder.finished(now_s, request_id, finish_reason_name(str(reason)))
+    if state is None:
+        return
+    batch, duration_s, running, waiting, used, total = state
+    builder.step(
+        now_s,
+        StepCounts(
             duration_s=duration_s,
             num_prefill_requests=batch.num_prefill_requests,
             sum_prefill_tokens=batch.sum_prefill_tokens,
             num_decode_requests=batch.num_decode_requests,
             sum_decode_kv_tokens=batch.sum_decode_kv_tokens,
-            num_running=len(self.running),
-            num_waiting=len(self.waiting) + len(self.kv_holding_waiting),
-            kv_blocks_used=max(0, total - self.kv_blocks_free),
+            num_running=running,
+            num_waiting=waiting,
+            kv_blocks_used=used,
             kv_blocks_total=total,
             num_preempted=batch.num_preempted,
             scheduler_mode=batch.scheduler_mode,
-        )
+        ),
+    )
 
 
 class EbplusScheduler(GovernorScheduler):
@@ -453,7 +500,7 @@ class SlaiScheduler(GovernorScheduler):
             order=by_deadline,
         )
 
-    def after_step(self, now_s: float, duration_s: float, advanced: list[str]) -> None:
+    def after_step(self, now_s: float, duration_s: float, produced: list[Produced]) -> None:
         """Update tbar, then freeze C = e + TBT - delta tbar (eq. 8) for every request this step advanced."""
         self._steps += 1
         self.tbar_s += (duration_s - self.tbar_s) / self._steps
@@ -464,7 +511,9 @@ class SlaiScheduler(GovernorScheduler):
             return
         used = max(0, self.kv_blocks_total - self.kv_blocks_free)
         delta = offset_for_kv_use(min(1.0, used / self.kv_blocks_total), offset_rule_of(payload))
-        for request_id in advanced:
+        for request_id, count, _ in produced:
+            if count <= 0:
+                continue
             request = self.requests.get(request_id)
             if request is None or request.is_finished():
                 continue

@@ -13,7 +13,7 @@ from schemas.events import Event
 from services.engines.vllm import connect
 from services.engines.vllm.connect import EngineLink, VllmEngineSettings, gateway_fields
 from services.gateway.upstreams import UpstreamRegistry
-from services.sdk.publisher import PublisherStats
+from services.sdk.publisher import EventSource, PublisherStats
 
 
 class _RecordingPublisher:
@@ -22,6 +22,10 @@ class _RecordingPublisher:
     def __init__(self, bootstrap: str, **_: object) -> None:
         self.bootstrap = bootstrap
         self.events: list[Event] = []
+        self.sources: list[EventSource] = []
+
+    def attach(self, source: EventSource) -> None:
+        self.sources.append(source)
 
     def publish(self, event: Event) -> None:
         self.events.append(event)
@@ -58,6 +62,8 @@ def _link(monkeypatch: pytest.MonkeyPatch, settings: VllmEngineSettings, vllm_co
 def _published(link: EngineLink) -> list[Event]:
     publisher = link.publisher
     assert isinstance(publisher, _RecordingPublisher)
+    for source in publisher.sources:
+        source.drain()
     return publisher.events
 
 
