@@ -135,21 +135,21 @@ def test_a_member_of_each_service_killed_mid_stream_leaves_the_uninterrupted_est
     assert any(scope == FLEET_SCOPE for _, scope, _ in decisions)
     logs = {(name, n): _MemberLog(tmp_path / f"{name}-{n}.log") for name in SERVICES for n in (0, 1)}
     members = {key: _start(stack, key[0], deployment, log.path) for key, log in logs.items()}
-    for name, partitions in (("stream", TELEMETRY_PARTITIONS), ("policy", ESTIMATES_PARTITIONS)):
-        wait_until(
-            lambda name=name, partitions=partitions: (
-                all(logs[(name, n)].holds() for n in (0, 1))
-                and sorted(logs[(name, 0)].holds() + logs[(name, 1)].holds()) == list(range(partitions))
-            ),
-            60.0,
-            f"both {name} members to share the {partitions} partitions",
-        )
     publisher = TelemetryPublisher(stack.kafka_bootstrap, block_when_full=True)
     speed = (events[-1].ts - events[0].ts) / FEED_S
     feeding = threading.Thread(target=replay_events, args=(events, publisher), kwargs={"speed": speed})
-    feeding.start()
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     try:
+        for name, partitions in (("stream", TELEMETRY_PARTITIONS), ("policy", ESTIMATES_PARTITIONS)):
+            wait_until(
+                lambda name=name, partitions=partitions: (
+                    all(logs[(name, n)].holds() for n in (0, 1))
+                    and sorted(logs[(name, 0)].holds() + logs[(name, 1)].holds()) == list(range(partitions))
+                ),
+                120.0,
+                f"both {name} members to share the {partitions} partitions",
+            )
+        feeding.start()
         wait_until(lambda: applied_total(store) > len(events) // 4, 60.0, "a quarter of the telemetry to be folded")
         fleet_partition = key_partition(FLEET_SCOPE.encode(), ESTIMATES_PARTITIONS)
         victims = {"stream": 0, "policy": next(n for n in (0, 1) if fleet_partition in logs[("policy", n)].holds())}
