@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from policies.bfio.decide import build_payload
-from policies.bfio.params import BfioMode, BfioParams
+from policies.bfio.params import BfioMode, BfioParams, WeightScheme
 from policies.bfio.router import ActiveBatch, BfioRouter, WaitingBatch
 from schemas.policy_docs.base import InputsDigest
 from schemas.policy_docs.bfio import (
@@ -237,7 +237,8 @@ class TestSurvivalClasses:
         table = SurvivalTableDoc(
             traffic_class="chat", edges_tokens=[1.0], survival_frac=[0.0], n_samples=100, n_censored=0
         )
-        payload = build_payload(BfioParams(), horizon_steps=1, tables=(table,), default_class=default_class)
+        params = BfioParams(weight_scheme=WeightScheme.UNIFORM)
+        payload = build_payload(params, horizon_steps=1, tables=(table,), default_class=default_class)
         router = BfioRouter(clock=_frozen, policy=_policy().model_copy(update={"payload": payload}))
         ranks = [
             RankDoc(free_slots=1, active=[ActiveRequestDoc(prompt_tokens=100, generated_tokens=0, traffic_class="x")]),
