@@ -29,7 +29,7 @@ What runs on the step path is kept to reading the engine (issue 35 item 6): the 
 (the batch's counts, each output's id, token count and finish reason, queue and KV sizes) go to the
 engine's deferred ``EngineStream`` as one record per call, and the request bookkeeping, the
 ``StepCounts``, the validated events and their encoding are done by the publisher's thread
-(``_report_outputs``), so a step shares no lock with it and builds no pydantic model.
+(``report_outputs``), so a step shares no lock with it and builds no pydantic model.
 
 Async scheduling (vLLM's default on GPUs: the engine core schedules batch N+1 before batch N's output
 is back, two batches in flight). Each class has an async twin composed with vLLM's ``AsyncScheduler``
@@ -197,7 +197,7 @@ class GovernorScheduler(Scheduler):
         is_new = request.request_id not in self.requests
         super().add_request(request)
         if is_new:
-            self._link.stream.later(_report_arrival, time.time(), request, self._link.settings)
+            self._link.stream.later(report_arrival, time.time(), request, self._link.settings)
 
     def schedule(self, throttle_prefills: bool = False) -> SchedulerOutput:
         """Build the step under the engine's live policy document (stock vLLM without one)."""
@@ -212,7 +212,7 @@ class GovernorScheduler(Scheduler):
         batch.scheduler_mode = self.scheduler_mode
         preempted = tuple(output.preempted_req_ids or ())
         batch.num_preempted = len(preempted)
-        self._link.stream.later(_report_scheduled, now_s, tuple(output.num_scheduled_tokens), preempted)
+        self._link.stream.later(report_scheduled, now_s, tuple(output.num_scheduled_tokens), preempted)
         return output
 
     def batches_in_flight(self) -> int:
@@ -308,7 +308,7 @@ class GovernorScheduler(Scheduler):
                 max(0, total - self.kv_blocks_free),
                 total,
             )
-        self._link.stream.later(_report_outputs, now_s, produced, state)
+        self._link.stream.later(report_outputs, now_s, produced, state)
         return results
 
     def after_step(self, now_s: float, duration_s: float, produced: list[Produced]) -> None:
@@ -330,12 +330,12 @@ class GovernorScheduler(Scheduler):
         self._link.close()
 
 
-def _report_arrival(builder: EventBuilder, now_s: float, request: Request, settings: EngineSettings) -> None:
+def report_arrival(builder: EventBuilder, now_s: float, request: Request, settings: EngineSettings) -> None:
     """On the publisher's thread: the arrival of ``request`` (its id, lengths and tier do not change)."""
     builder.arrived(now_s, request_track(request, settings))
 
 
-def _report_scheduled(
+def report_scheduled(
     builder: EventBuilder, now_s: float, request_ids: tuple[str, ...], preempted: tuple[str, ...]
 ) -> None:
     """On the publisher's thread: a scheduled batch's admissions, then its preemptions."""
@@ -344,7 +344,7 @@ def _report_scheduled(
         builder.preempted(request_id)
 
 
-def _report_outputs(builder: EventBuilder, now_s: float, produced: list[Produced], state: StepState | None) -> None:
+def report_outputs(builder: EventBuilder, now_s: float, produced: list[Produced], state: StepState | None) -> None:
     """On the publisher's thread: a step's tokens, then its finishes, then the step itself (when it had a batch)."""
     builder.tokens(now_s, [(request_id, count) for request_id, count, _ in produced])
     for request_id, _, reason in produced:

@@ -10,11 +10,18 @@ import warnings
 
 import pytest
 
+from schemas.events import encode_event
+from services.engines.stream import EngineStream, StepCounts
+from services.engines.vllm.connect import VllmEngineSettings, finish_reason_name, request_track
+from services.sdk.envelope import EnvelopeStamper
+from services.sdk.protocol import ListSink
+
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     pytest.importorskip("vllm", reason="vLLM is not installed: bash ops/install.sh --dev --vllm")
     from vllm import SamplingParams
     from vllm.v1.core.sched.async_scheduler import AsyncScheduler
+    from vllm.v1.engine import FinishReason
     from vllm.v1.request import Request
 
     from services.engines.vllm.scheduler import (
@@ -23,8 +30,12 @@ with warnings.catch_warnings():
         AsyncSlaiScheduler,
         EbplusScheduler,
         GovernorScheduler,
+        InFlightBatch,
         SlaiScheduler,
         is_decoding,
+        report_arrival,
+        report_outputs,
+        report_scheduled,
         schedulable_until_s,
         scheduler_class_for,
     )
@@ -112,3 +123,57 @@ class TestSchedulableUntil:
         assert schedulable_until_s(10.0, batches_in_flight=1, tokens_in_flight=0, tbar_s=0.5) == 9.5
         assert schedulable_until_s(10.0, batches_in_flight=2, tokens_in_flight=1, tbar_s=0.5) == 9.5
         assert schedulable_until_s(10.0, batches_in_flight=2, tokens_in_flight=0, tbar_s=0.5) == 9.0
+
+
+def _stream(sink: ListSink, *, deferred: bool) -> EngineStream:
+    stamper = EnvelopeStamper(engine_id="vllm-0", deployment="dep", source_epoch=7)
+    return EngineStream(stamper=stamper, sink=sink, deferred=deferred)
+
+
+class TestStepRecords:
+    def test_the_records_of_a_step_give_the_events_the_step_path_built_before(self) -> None:
+        """The scheduler's records, built on the draining thread, equal its former direct calls, JSON for JSON."""
+        settings = VllmEngineSettings.load(environ={"GOVERNOR_TIER": "paid"})
+        request, other = _request(5), Request("x", [1, 2, 3], SamplingParams(max_tokens=4), None)
+        batch = InFlightBatch(
+            scheduled_s=1.1, scheduler_mode="eb", num_prefill_requests=1, sum_prefill_tokens=3, num_decode_requests=1
+        )
+        batch.sum_decode_kv_tokens, batch.num_preempted = 6, 1
+        before_sink, after_sink = ListSink(), ListSink()
+        before = _stream(before_sink, deferred=False)
+        for track in (request_track(request, settings), request_track(other, settings)):
+            before.arrived(1.0, track)
+        before.scheduled(1.1, {"r": 1, "x": 3})
+        before.preempted("x")
+        before.tokens(1.2, [("r", 1), ("x", 0)])
+        before.finished(1.2, "r", finish_reason_name(str(FinishReason.LENGTH)))
+        counts = StepCounts(
+            duration_s=0.1,
+            num_prefill_requests=1,
+            sum_prefill_tokens=3,
+            num_decode_requests=1,
+            sum_decode_kv_tokens=6,
+            num_running=1,
+            num_waiting=2,
+            kv_blocks_used=3,
+            kv_blocks_total=100,
+            num_preempted=1,
+            scheduler_mode="eb",
+        )
+        before.step(1.2, counts)
+        after = _stream(after_sink, deferred=True)
+        for queued in (request, other):
+            after.later(report_arrival, 1.0, queued, settings)
+        after.later(report_scheduled, 1.1, ("r", "x"), ("x",))
+        after.later(report_outputs, 1.2, [("r", 1, FinishReason.LENGTH), ("x", 0, None)], (batch, 0.1, 1, 2, 3, 100))
+        assert after_sink.events == []
+        after.drain()
+        encoded = [encode_event(event) for event in after_sink.events]
+        assert encoded == [encode_event(event) for event in before_sink.events]
+        assert [event.event_type for event in after_sink.events] == [
+            "request.arrived",
+            "request.arrived",
+            "request.first_token",
+            "request.finished",
+            "step",
+        ]
