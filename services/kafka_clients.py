@@ -5,8 +5,9 @@ state they produced). The timeouts that depend on the broker come from ``Setting
 (``KafkaClientTimeouts``, services/settings.py); their defaults are tuned for the local Tansu
 broker: a short rebalance timeout, because on Tansu a kafka-python member joins only after
 ``max_poll_interval_ms`` (DESIGN section 7), and fetches that wait at most 10 ms, because Tansu
-holds a fetch for the whole wait and the default long poll (500 ms) showed up whole in the
-event-to-decision latency. docker-compose.yml sets the Apache Kafka clients' defaults instead.
+held a fetch for the whole wait when that was set and the default long poll (500 ms) showed up
+whole in the event-to-decision latency (the bundled Tansu 0.6.0 answers a held fetch when records
+arrive: ``KafkaClientTimeouts``). docker-compose.yml sets the Apache Kafka clients' defaults instead.
 The control plane's own records (decisions, estimates and snapshots, configuration records, dead
 letters) go through one producer with ``acks=all``, idempotent where the broker keeps producer state
 (``KafkaClientTimeouts.idempotent_producer``: on for Apache Kafka, off for Tansu): on a replicated
@@ -14,7 +15,9 @@ cluster a leader ack alone loses an acknowledged decision at a leader change, an
 without idempotence can land after the next one and reorder ``gov.estimates`` (docs/operations.md,
 "Producer settings").
 Group members refresh metadata every ``METADATA_MAX_AGE_MS``, so a topic's new id (a recreated topic,
-or an in-memory broker restarted) is seen within seconds (services/log_reset.py).
+or an in-memory broker restarted) is seen within seconds (services/log_reset.py). A consumer loop
+idle for ``IDLE_AFTER_S`` lets its fetches and polls wait longer (``IdlePace``), so that an idle
+control plane does not spend a tenth of a core per service on empty fetches.
 
 The clients are built by services/kafka_factory.py, which adds the deployment's security settings.
 """
@@ -22,6 +25,7 @@ The clients are built by services/kafka_factory.py, which adds the deployment's 
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable
 from typing import Protocol
 
@@ -36,6 +40,9 @@ from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaS
 
 METADATA_MAX_AGE_MS = 10_000
 END_OFFSETS_TIMEOUT_MS = 2_000  # caught_up's question to the broker; an idle loop asks again at its next turn
+IDLE_AFTER_S = 1.0  # a consumer loop that got no record for this long is idle (``IdlePace``)
+IDLE_FETCH_WAIT_MS = 500  # the Apache Kafka clients' default; both brokers answer a held fetch when records arrive
+IDLE_POLL_TIMEOUT_MS = 1000
 
 
 class ConsumedRecord(Protocol):
@@ -278,6 +285,68 @@ class KafkaLogView:
         if partitions is None:
             return None
         return self.topic_id(topic), frozenset(partitions)
+
+
+class IdlePace:
+    """How long a consumer loop's polls and its fetches wait: as configured while records flow, longer once idle.
+
+    With the local broker's 10 ms fetch wait an idle member sent about 50 empty fetches a second,
+    and the client's network thread handling them, with the loop's own turns, took 12-16 % of a core
+    per service (docs/performance.md, "Idle services"). Once no record has come for
+    ``IDLE_AFTER_S``, fetches wait up to ``IDLE_FETCH_WAIT_MS`` and polls ``IDLE_POLL_TIMEOUT_MS``.
+    Neither delays the first records of new traffic: a poll returns as soon as a fetch brings
+    records, and both local brokers (Tansu 0.6.0 and Apache Kafka) answer a held fetch as soon as
+    records arrive. What waits for the end of an idle poll is only the loop's bookkeeping (the
+    layout, stall and log-reset checks, the idle exit, ``stop``), at most a second later. The first
+    records bring back the configured wait, which steady traffic keeps.
+
+    kafka-python reads the fetch wait from its fetcher's configuration whenever it builds a fetch
+    and has no public setter for it, so this writes it there.
+    """
+
+    def __init__(
+        self,
+        consumer: KafkaConsumer,
+        *,
+        fetch_wait_ms: int,
+        poll_timeout_ms: int,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        """Pace ``consumer`` (built with ``fetch_wait_ms``); the loop polls ``poll_timeout_ms`` while records flow.
+
+        ``clock`` is real time by default: the client's waits run on it, whatever clock the service keeps.
+        """
+        self._consumer = consumer
+        self._busy_fetch_wait_ms = fetch_wait_ms
+        self._idle_fetch_wait_ms = max(fetch_wait_ms, IDLE_FETCH_WAIT_MS)
+        self._busy_poll_timeout_ms = poll_timeout_ms
+        self._clock = clock
+        self._records_at_s = clock()
+        self.idle = False
+
+    @property
+    def poll_timeout_ms(self) -> int:
+        """How long the loop's next poll may wait for records."""
+        return max(self._busy_poll_timeout_ms, IDLE_POLL_TIMEOUT_MS) if self.idle else self._busy_poll_timeout_ms
+
+    def polled(self, records: int) -> None:
+        """Record that a poll brought ``records`` records; become idle, or busy again, as they say."""
+        now_s = self._clock()
+        if records:
+            self._records_at_s = now_s
+        idle = now_s - self._records_at_s >= IDLE_AFTER_S
+        if idle != self.idle:
+            self.idle = idle
+            self._set_fetch_wait(self._idle_fetch_wait_ms if idle else self._busy_fetch_wait_ms)
+
+    def replaced(self, consumer: KafkaConsumer) -> None:
+        """Pace ``consumer``, which replaced the last one (a rejoin): it starts as busy, with the configured wait."""
+        self._consumer = consumer
+        self._records_at_s = self._clock()
+        self.idle = False
+
+    def _set_fetch_wait(self, wait_ms: int) -> None:
+        self._consumer._fetcher.config["fetch_max_wait_ms"] = wait_ms
 
 
 def reader(bootstrap: str, *, timeout_s: float, security: KafkaSecurity = PLAINTEXT) -> KafkaConsumer:

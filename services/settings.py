@@ -40,8 +40,12 @@ class KafkaClientTimeouts:
             Tansu broker only after it, so the local broker wants it short.
         session_timeout_ms: how long the group coordinator waits for a heartbeat.
         heartbeat_interval_ms: how often a member heartbeats.
-        fetch_max_wait_ms: how long the broker may hold a fetch with no data; Tansu holds it whole
-            even when data arrives, so there it bounds the event-to-decision latency.
+        fetch_max_wait_ms: how long the broker may hold a fetch with no data while records flow; a
+            consumer loop idle for a second lets it hold up to 500 ms (services/kafka_clients.py,
+            ``IdlePace``). The local default, 10 ms, was set when Tansu held a fetch whole even when
+            data arrived, so that it bounded the event-to-decision latency; the bundled Tansu 0.6.0
+            answered a fetch held for 1000 ms within 6-85 ms of a record's arrival (2026-11-28), as
+            Apache Kafka does, which the idle pace relies on.
         linger_ms: how long a producer waits to batch records.
         idempotent_producer: whether the control plane's producer is idempotent (it always asks for
             ``acks=all``). Apache Kafka keeps producer state in its log, so an idempotent producer

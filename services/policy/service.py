@@ -67,6 +67,7 @@ from services.engine_partitions import key_partition
 from services.health import ServiceMetrics
 from services.kafka_clients import (
     ConsumedRecord,
+    IdlePace,
     KafkaLogView,
     Rebalance,
     caught_up,
@@ -97,6 +98,7 @@ log = structlog.get_logger(__name__)
 
 CONSUMER_NAME = POLICY_CONSUMER
 KAFKA_COMMIT_TIMEOUT_MS = 2000
+POLL_TIMEOUT_MS = 100  # while records flow; an idle loop polls longer (services/kafka_clients.py, ``IdlePace``)
 
 
 class PolicyService:
@@ -144,6 +146,9 @@ class PolicyService:
             security=security,
         )
         self._consumer = self._new_consumer()
+        self._pace = IdlePace(
+            self._consumer, fetch_wait_ms=kafka_timeouts.fetch_max_wait_ms, poll_timeout_ms=POLL_TIMEOUT_MS
+        )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._delivery = Delivery(self._producer)
         self._log_view = KafkaLogView(self._consumer)
@@ -246,7 +251,8 @@ class PolicyService:
                     self._load(self._unpositioned)
                 if self._unfinished is not None:
                     self._finish(self._unfinished)
-                batch = self._consumer.poll(timeout_ms=100)
+                batch = self._consumer.poll(timeout_ms=self._pace.poll_timeout_ms)
+                self._pace.polled(sum(len(part) for part in batch.values()))
                 now_s = self._clock()
                 if self._layout_watch.rejoin_due(self._log_view.layout(ESTIMATES_TOPIC), now_s) or (
                     self._stall_watch.rejoin_due(unfetched(self._consumer), now_s)
@@ -318,6 +324,7 @@ class PolicyService:
         self._unpositioned = []
         self._consumer.close()
         self._consumer = self._new_consumer()
+        self._pace.replaced(self._consumer)
         self._log_view = KafkaLogView(self._consumer)
         subscribe(self._consumer, ESTIMATES_TOPIC, Rebalance(self.on_assigned))
 

@@ -44,6 +44,7 @@ from services.backends import BackendOutage
 from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
 from services.kafka_clients import (
+    IdlePace,
     KafkaLogView,
     PartitionEnds,
     Rebalance,
@@ -72,6 +73,8 @@ from services.stream.log_rebuild import rebuild_partition
 from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
+
+POLL_TIMEOUT_MS = 200  # while records flow; an idle loop polls longer (services/kafka_clients.py, ``IdlePace``)
 
 
 class _KafkaConsumerView:
@@ -129,6 +132,9 @@ class StreamProcessor:
             security=security,
         )
         self._consumer = self._new_consumer()
+        self._pace = IdlePace(
+            self._consumer, fetch_wait_ms=kafka_timeouts.fetch_max_wait_ms, poll_timeout_ms=POLL_TIMEOUT_MS
+        )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._view = _KafkaConsumerView(self._consumer)
         self._sizer = BatchSizer(
@@ -207,7 +213,8 @@ class StreamProcessor:
             try:
                 if self._unpositioned:
                     self._position(self._unpositioned)
-                batch = self._consumer.poll(timeout_ms=200, max_records=self._sizer.records)
+                batch = self._consumer.poll(timeout_ms=self._pace.poll_timeout_ms, max_records=self._sizer.records)
+                self._pace.polled(sum(len(part) for part in batch.values()))
                 layout = self._log_view.layout(TELEMETRY_TOPIC)
                 now_s = self._clock()
                 if self._layout_watch.rejoin_due(layout, now_s) or (
@@ -264,6 +271,7 @@ class StreamProcessor:
         self._unpositioned = []
         self._consumer.close()
         self._consumer = self._new_consumer()
+        self._pace.replaced(self._consumer)
         self._view.consumer = self._consumer
         self._view.ends = PartitionEnds(self._consumer)
         self._log_view = KafkaLogView(self._consumer)
