@@ -17,6 +17,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
 from schemas.errors import ConfigError
+from schemas.estimates import EngineSummary
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TOPICS
 from schemas.records import EstimateSnapshot, PolicyConfigRecord
 from services.cli.shadow import read_decisions
@@ -95,8 +96,12 @@ def _estimates(bootstrap: str, deployment: str) -> tuple[list[PolicyConfigRecord
         record = read_record(raw)
         if isinstance(record, PolicyConfigRecord) and record.deployment == deployment:
             configs.append(record)
-        elif isinstance(record, EstimateSnapshot) and record.deployment == deployment and record.scope != "fleet":
-            snapshots.append(record)
+        elif (
+            isinstance(record, EstimateSnapshot)
+            and record.deployment == deployment
+            and isinstance(record.estimates, EngineSummary)
+        ):
+            snapshots.append(record)  # an engine's own, keyed by its id; fleet records share the key ``fleet``
     return configs, snapshots
 
 
