@@ -580,8 +580,8 @@ class TelemetryBatches:
             tp = tp_field(*partition)
             high = self._consumer.highwater(partition)
             if high is not None and self._folded.get(tp, -1) + 1 >= high:
-                folded_at = self._partition_folded_at.get(tp)
-                if tp in self._partition_ts and folded_at is not None and now_s - folded_at < self._at_end_hold_s:
+                folded_at = self._partition_folded_at.get(tp)  # set with _partition_ts, at every fold
+                if folded_at is not None and now_s - folded_at < self._at_end_hold_s:
                     behind.append(self._partition_ts[tp])
                 continue
             ts = self._partition_ts.get(tp)
