@@ -9,7 +9,7 @@ from pydantic import BaseModel
 
 from schemas.events import event_json_schema
 from schemas.policy_docs import POLICY_DOCUMENTS
-from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord
+from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord, StateCheckpoint
 from schemas.scaling import ScalerConfig, ScalingAction
 
 JSON_DIR = Path(__file__).resolve().parent / "json"
@@ -28,6 +28,7 @@ def rendered_json_schemas() -> dict[str, str]:
         EstimateSnapshot,
         PolicyConfigRecord,
         ScalerConfig,
+        StateCheckpoint,
         ScalingAction,
         *POLICY_DOCUMENTS,
     )

@@ -29,6 +29,8 @@ TELEMETRY_TOPIC = "gov.telemetry"
 ESTIMATES_TOPIC = "gov.estimates"
 DECISIONS_TOPIC = "gov.policy.decisions"
 DEADLETTER_TOPIC = "gov.deadletter"
+CHECKPOINTS_TOPIC = "gov.checkpoints"
+CHECKPOINT_MAX_BYTES = 16 * 1024 * 1024  # its largest record, one partition's states (Kafka's default: 1 MiB)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -44,6 +46,7 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name=ESTIMATES_TOPIC, partitions=1),
     TopicSpec(name=DECISIONS_TOPIC, partitions=1),
     TopicSpec(name=DEADLETTER_TOPIC, partitions=1),
+    TopicSpec(name=CHECKPOINTS_TOPIC, partitions=1),
 )
 
 

@@ -80,6 +80,41 @@ class PolicyConfigRecord(ContractModel):
     source: str = Field(default="", max_length=1024, description="the file it was read from, for the record")
 
 
+class CheckpointDocument(ContractModel):
+    """A policy document as the store held it when a checkpoint was taken (the next decision builds on it)."""
+
+    kind: Identifier
+    scope: Identifier
+    document: str = Field(description="the stored document JSON, as written")
+
+
+class StateCheckpoint(ContractModel):
+    """A service's committed state of one partition, with the offset it covers, on ``gov.checkpoints``.
+
+    Written after a commit, every ``GOVERNOR_CHECKPOINT_INTERVAL_S``, keyed
+    ``{deployment}:{consumer}:{topic}:{partition}`` on a compacted topic, so the last checkpoint of each
+    partition stays after the records it was folded from have expired. A service that finds no applied
+    offset for a partition in Redis resumes from it: ``states`` and ``values`` go back into Redis with
+    ``offset`` as the applied offset, and the log is read from ``offset + 1`` (services/checkpoints.py).
+    """
+
+    record_type: Literal["state_checkpoint"] = "state_checkpoint"
+    format: Literal[1] = 1
+    deployment: Identifier
+    consumer: Identifier = Field(description="the service whose state it is: ``stream`` or ``policy``")
+    topic: str = Field(min_length=1, max_length=249, description="the topic the state was folded from")
+    partition: int = Field(ge=0)
+    offset: int = Field(ge=0, description="the last offset of the partition the state covers")
+    topic_id: str | None = Field(description="the id of the log ``offset`` refers to; None where the broker has none")
+    states: dict[str, str] = Field(description="store scope -> state JSON, as the service commits them")
+    values: dict[str, str] = Field(
+        default_factory=dict, description="Redis key -> value written with the states (the engines' summaries)"
+    )
+    documents: list[CheckpointDocument] = Field(
+        default_factory=list, description="the policy documents the partition's decisions build on (policy service)"
+    )
+
+
 class PinDetails(ContractModel):
     """What an operator pinned: the payload keys set, for how long, and the version it replaced."""
 

@@ -33,6 +33,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, Topic
 from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
+from schemas.names import CHECKPOINT_MAX_BYTES
 from services.backends import kafka_answers
 from services.engine_partitions import EnginePartitioner
 from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
@@ -96,7 +97,8 @@ def record_producer(
     the producer for good (services/settings.py, ``KafkaClientTimeouts``).
 
     Records keyed by an engine's scope go where the engine rule puts them (services/engine_partitions.py),
-    so a partitioned ``gov.estimates`` spreads a numbered fleet's snapshots evenly too.
+    so a partitioned ``gov.estimates`` spreads a numbered fleet's snapshots evenly too. A request may be
+    as large as a partition's state checkpoint (``CHECKPOINT_MAX_BYTES``); each topic's own limit holds.
     """
     return kafka_producer(
         bootstrap,
@@ -105,6 +107,7 @@ def record_producer(
         acks="all",
         enable_idempotence=timeouts.idempotent_producer,
         partitioner=EnginePartitioner(),
+        max_request_size=CHECKPOINT_MAX_BYTES,
     )
 
 

@@ -62,6 +62,7 @@ class KafkaClientTimeouts:
     idempotent_producer: bool
 
 
+CHECKPOINT_INTERVAL_S = 300.0  # a rebuild on an expired log replays at most this much wall time past its checkpoint
 FLEET_SILENCE_WAIT_S = 60.0  # above Apache Kafka's 45 s session timeout: a dead member's partitions move first
 
 
@@ -322,6 +323,12 @@ class Settings(SecuritySettings):
     )
     fleet_slot_s: float = Field(
         default=60.0, gt=0.0, description="event-time slot of fleet-scope policies (FleetOpt replans per slot), seconds"
+    )
+    checkpoint_interval_s: float = Field(
+        default=CHECKPOINT_INTERVAL_S,
+        ge=0.0,
+        description="how often the stream processor and the policy service write their committed state to "
+        "gov.checkpoints, what a rebuild resumes from once the log has expired; 0: never, seconds",
     )
     fleet_silence_wait_s: float = Field(
         default=FLEET_SILENCE_WAIT_S,

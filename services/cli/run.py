@@ -11,13 +11,16 @@ from __future__ import annotations
 
 import argparse
 import signal
+from functools import partial
 from pathlib import Path
 from typing import Protocol
 
 import structlog
 
 from schemas.errors import ConfigError
+from schemas.names import POLICY_CONSUMER, STREAM_CONSUMER
 from services.backends import wait_for_backends
+from services.checkpoints import CheckpointSource
 from services.cli.options import add_settings_flags, settings_from_args
 from services.health import HealthServer, ServiceMetrics
 from services.policy.config import policy_set, read_config
@@ -26,6 +29,7 @@ from services.policy.pins import RedisPins
 from services.policy.registry import PolicyRegistry
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
+from services.replay.checkpoints import read_checkpoints
 from services.settings import Settings
 from services.store.redis_store import RedisStore
 from services.stream.event_guard import GuardLimits
@@ -166,6 +170,8 @@ def run_stream(args: argparse.Namespace) -> int:
         ),
         commit_interval_s=settings.stream_commit_interval_s,
         keyring=settings.policy_keyring(),
+        checkpoint_interval_s=settings.checkpoint_interval_s,
+        checkpoint_source=_checkpoint_source(settings, STREAM_CONSUMER),
     )
     log.info("stream_runtime", runtime=settings.stream_runtime)
     return _serve("stream", processor, metrics, settings, args.idle_exit_s)
@@ -200,5 +206,20 @@ def run_policy(args: argparse.Namespace) -> int:
         kafka_timeouts=settings.kafka_client_timeouts(),
         security=settings.kafka_security(),
         keyring=settings.policy_keyring(),
+        checkpoint_interval_s=settings.checkpoint_interval_s,
+        checkpoint_source=_checkpoint_source(settings, POLICY_CONSUMER),
     )
     return _serve("policy", service, metrics, settings, args.idle_exit_s)
+
+
+def _checkpoint_source(settings: Settings, consumer: str) -> CheckpointSource | None:
+    """Where a service finds its partitions' checkpoints: ``gov.checkpoints``, unless checkpoints are off."""
+    if settings.checkpoint_interval_s <= 0:
+        return None
+    return partial(
+        read_checkpoints,
+        settings.kafka_bootstrap,
+        deployment=settings.deployment,
+        consumer=consumer,
+        security=settings.kafka_security(),
+    )

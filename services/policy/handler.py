@@ -311,13 +311,27 @@ class PolicyHandler:
     def states(self) -> dict[str, str]:
         """What a commit stores with the offsets: aggregators, applied configs, shadows' documents, the ledger."""
         states = self.decider.aggregator_states()
-        for partition, part in self._partitions.items():
-            states[config_scope(partition)] = json.dumps(
+        for partition in self._partitions:
+            states |= self._partition_states(partition)
+        return states
+
+    def partition_states(self, partition: int, *, fleet: bool) -> dict[str, str]:
+        """What ``states()`` holds of one partition; with ``fleet`` (it is the fleet's) the aggregators too."""
+        states = self.decider.aggregator_states() if fleet else {}
+        if partition in self._partitions:
+            states |= self._partition_states(partition)
+        return states
+
+    def _partition_states(self, partition: int) -> dict[str, str]:
+        part = self._partitions[partition]
+        states = {
+            config_scope(partition): json.dumps(
                 {name: json.loads(record.model_dump_json()) for name, record in sorted(part.configs.items())}
             )
-            for shadow in part.shadows.values():
-                states[partition_scope(shadow.state_scope, partition)] = shadow.state()
-            states[ledger_scope(partition)] = part.ledger.to_json()
+        }
+        for shadow in part.shadows.values():
+            states[partition_scope(shadow.state_scope, partition)] = shadow.state()
+        states[ledger_scope(partition)] = part.ledger.to_json()
         return states
 
     def _apply_config(self, record: PolicyConfigRecord, part: _Partition, *, announce: bool = True) -> None:

@@ -110,6 +110,10 @@ class SnapshotLedger:
     def __len__(self) -> int:
         return len(self._entries)
 
+    def scopes(self) -> list[str]:
+        """The scopes it has taken snapshots of."""
+        return sorted(self._entries)
+
     def check(self, snapshot: EstimateSnapshot) -> LedgerVerdict:
         """Take ``snapshot`` (moving the ledger when it is new) or say why not."""
         partition, offset = _position(snapshot)

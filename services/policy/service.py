@@ -62,6 +62,12 @@ from schemas.errors import BackendUnavailableError
 from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
+from services.checkpoints import (
+    CheckpointSource,
+    CheckpointWriter,
+    PartitionState,
+    resume_from_checkpoints,
+)
 from services.delivery import Checkpoint, Delivery, no_checkpoint
 from services.engine_partitions import key_partition
 from services.health import ServiceMetrics
@@ -121,11 +127,16 @@ class PolicyService:
         security: KafkaSecurity = PLAINTEXT,
         keyring: PolicyKeyring | None = None,
         checkpoint: Checkpoint = no_checkpoint,
+        checkpoint_interval_s: float = 0.0,
+        checkpoint_source: CheckpointSource | None = None,
     ) -> None:
         """Build the clients and subscribe; nothing is read until ``run``.
 
         ``checkpoint`` is called with the name of each step a batch that decided something passes
         (``decisions_flushed``, ``decisions_written``, ``committed``): the crash tests kill the process there.
+        With ``checkpoint_interval_s`` above 0 the committed state of each partition is written to
+        ``gov.checkpoints`` that often; with ``checkpoint_source`` a partition with no applied offset in
+        Redis resumes from its checkpoint (services/checkpoints.py).
         """
         self._store = store
         self._clock = clock
@@ -151,6 +162,10 @@ class PolicyService:
         )
         self._producer = record_producer(bootstrap, timeouts=kafka_timeouts, security=security)
         self._delivery = Delivery(self._producer)
+        self._checkpoints = CheckpointWriter(
+            self._producer, deployment=deployment, consumer=CONSUMER_NAME, interval_s=checkpoint_interval_s, clock=clock
+        )
+        self._checkpoint_source = checkpoint_source
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._layout_watch = LayoutWatch(ESTIMATES_TOPIC)
@@ -205,6 +220,13 @@ class PolicyService:
         owns the ``fleet`` partition; on the first start after issue 34, from the layout before it
         (services/policy/stored_states.py).
         """
+        resume_from_checkpoints(
+            self._store,
+            CONSUMER_NAME,
+            self._checkpoint_source,
+            [(tp.topic, tp.partition) for tp in partitions],
+            self._log_view,
+        )
         applied = self._store.applied_offsets(CONSUMER_NAME)
         owned = sorted({tp.partition for tp in partitions})
         fleet_partition = self.fleet_partition()
@@ -402,6 +424,47 @@ class PolicyService:
         self._unpositioned = list(self._consumer.assignment())
         self._consumer.pause(*self._unpositioned)
 
+    def _write_checkpoints(self) -> None:
+        """Write each owned partition's committed state to ``gov.checkpoints`` when the interval is up.
+
+        Called right after a commit, so the handler's states are the committed ones.
+        """
+        if not self._checkpoints.due():
+            return
+        fleet_partition = self.fleet_partition()
+        topic_id = self._log_view.topic_id(ESTIMATES_TOPIC)
+        owned = sorted(tp for tp in self._consumer.assignment() if f"{tp.topic}:{tp.partition}" in self._applied)
+        try:
+            documents = self._store.policy_documents()
+        except BackendUnavailableError as exc:
+            log.warning("checkpoint_failed", consumer=CONSUMER_NAME, error=str(exc)[:300])
+            return
+        self._checkpoints.write(
+            {
+                (tp.topic, tp.partition): PartitionState(
+                    offset=self._applied[f"{tp.topic}:{tp.partition}"],
+                    topic_id=topic_id,
+                    states=self.handler.partition_states(tp.partition, fleet=tp.partition == fleet_partition),
+                    documents=self._documents_of(tp.partition, documents, fleet_partition),
+                )
+                for tp in owned
+            }
+        )
+
+    def _documents_of(
+        self, partition: int, documents: dict[tuple[str, str], str], fleet_partition: int
+    ) -> dict[tuple[str, str], str]:
+        """The documents whose next decisions ``partition`` makes: those of the scopes its ledger holds; the
+        fleet's partition also takes every other one (fleet plans, a data-parallel group's bundle)."""
+        ledgers = {p: set(self.handler.ledger(p).scopes()) for p in self.handler.partitions()}
+        mine = ledgers.get(partition, set())
+        others = set().union(*(scopes for p, scopes in ledgers.items() if p != partition))
+        return {
+            (kind, scope): document
+            for (kind, scope), document in documents.items()
+            if scope in mine or (partition == fleet_partition and scope not in others)
+        }
+
     def _forget(self, starts: dict[TopicPartition, int]) -> None:
         """Return to the last commit: state restored, nothing staged, partitions sought back to ``starts``."""
         self.handler.restore(self._committed_states)
@@ -425,6 +488,7 @@ class PolicyService:
                 self._committed_states = states
                 if self._metrics is not None:
                     self._metrics.folded()
+                self._write_checkpoints()
             else:
                 self._refused_commit(batch.offsets)
         self._unfinished = None

@@ -16,6 +16,11 @@ A broker's defaults are no design: Apache Kafka deletes every record after 7 day
   of the window decides as live did), and after it the last snapshot of every scope and the last
   configuration of every name stay for good: the policy configuration never expires.
 
+- ``gov.checkpoints``: compacted, never deleted by age, and nothing to wait for: only the last checkpoint
+  of each partition of each service is ever read (services/checkpoints.py). Its records hold a
+  partition's whole state, so they may be up to ``CHECKPOINT_MAX_BYTES`` (16 MiB) where Kafka's
+  default is 1 MiB.
+
 Segments roll every ``segment_ms`` (1 day; Kafka's default is 7): retention and compaction act on
 closed segments only, so a quiet topic would otherwise keep records up to twice its retention.
 """
@@ -24,7 +29,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from schemas.names import (
+    CHECKPOINT_MAX_BYTES,
+    CHECKPOINTS_TOPIC,
+    DEADLETTER_TOPIC,
+    DECISIONS_TOPIC,
+    ESTIMATES_TOPIC,
+    TELEMETRY_TOPIC,
+)
 
 DAY_MS = 86_400_000
 
@@ -60,6 +72,8 @@ def topic_configs(topic: str, retention: TopicRetention = DEFAULT_RETENTION) -> 
         return _deleted_after(retention.decisions_ms) | segment
     if topic == ESTIMATES_TOPIC:
         return {"cleanup.policy": "compact", "min.compaction.lag.ms": str(retention.telemetry_ms)} | segment
+    if topic == CHECKPOINTS_TOPIC:
+        return {"cleanup.policy": "compact", "max.message.bytes": str(CHECKPOINT_MAX_BYTES)} | segment
     return {}
 
 

@@ -130,6 +130,14 @@ class MemoryStore:
         suffix = f":{name}"
         return sorted(key.split(":est:", 1)[1].removesuffix(suffix) for key in self.summaries if key.endswith(suffix))
 
+    def load_values(self, keys: list[str]) -> dict[str, str]:
+        """Return the summaries (and other values ``commit`` wrote) of ``keys`` that have one."""
+        return {key: self.summaries[key] for key in keys if key in self.summaries}
+
+    def policy_documents(self) -> dict[tuple[str, str], str]:
+        """Return every current document by (kind, scope)."""
+        return dict(self.policies)
+
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON."""
         return self.policies.get((kind, scope))

@@ -76,6 +76,14 @@ class Store(Protocol):
         """Return every scope that has an estimate called ``name`` (``summary``: every engine folded)."""
         ...
 
+    def load_values(self, keys: list[str]) -> dict[str, str]:
+        """Return the value of each of ``keys`` (as ``commit`` wrote them under ``summaries``) that has one."""
+        ...
+
+    def policy_documents(self) -> dict[tuple[str, str], str]:
+        """Return every current policy document of the deployment by (kind, scope)."""
+        ...
+
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON of (kind, scope), or None."""
         ...

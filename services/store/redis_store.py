@@ -212,6 +212,30 @@ class RedisStore:
         scopes = (estimate_scope_of(self._deployment, name, key.decode(errors="replace")) for key in keys)
         return sorted(scope for scope in scopes if scope is not None)
 
+    def load_values(self, keys: list[str]) -> dict[str, str]:
+        """Return the value of each of ``keys`` that has one (one MGET)."""
+        if not keys:
+            return {}
+        values = self._call("MGET", self._client.mget, keys)
+        assert isinstance(values, list)
+        return {key: value.decode() for key, value in zip(keys, values, strict=True) if value is not None}
+
+    def policy_documents(self) -> dict[tuple[str, str], str]:
+        """Return every current document by (kind, scope): a SCAN of ``gov:{dep}:policy:*``, then one MGET.
+
+        Keys ``policy_key`` cannot have built (not two identifiers after the namespace) are left out.
+        """
+        prefix = policy_key(self._deployment, "k", "s").removesuffix("k:s")
+        keys = self._call("SCAN", lambda: sorted(self._client.scan_iter(match=f"{prefix}*", count=1000)))
+        assert isinstance(keys, list)
+        named = {}
+        for key in keys:
+            kind, _, scope = key.decode(errors="replace").removeprefix(prefix).partition(":")
+            if kind and scope and ":" not in scope:
+                named[key.decode()] = (kind, scope)
+        values = self.load_values(list(named))
+        return {named[key]: value for key, value in values.items()}
+
     def get_policy(self, kind: str, scope: str) -> str | None:
         """Return the current document JSON of (kind, scope), or None.
 

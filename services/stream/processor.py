@@ -28,6 +28,7 @@ for longer than any rebalance takes (services/membership.py).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -41,6 +42,7 @@ from schemas.errors import BackendUnavailableError
 from schemas.names import TELEMETRY_TOPIC
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
+from services.checkpoints import CheckpointSource, CheckpointWriter, resume_from_checkpoints
 from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
 from services.kafka_clients import (
@@ -70,6 +72,7 @@ from services.stream.batch_size import BatchSizer
 from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
+from services.stream.state_checkpoints import stream_checkpoint_states
 from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
@@ -116,10 +119,15 @@ class StreamProcessor:
         limits: GuardLimits = DEFAULT_LIMITS,
         checkpoint: Checkpoint = no_checkpoint,
         keyring: PolicyKeyring | None = None,
+        checkpoint_interval_s: float = 0.0,
+        checkpoint_source: CheckpointSource | None = None,
     ) -> None:
         """Build the clients and subscribe; ``checkpoint`` is the batch handling's (the crash tests' hook).
 
-        With ``keyring`` every snapshot is signed (``TelemetryBatches``)."""
+        With ``keyring`` every snapshot is signed (``TelemetryBatches``). With ``checkpoint_interval_s``
+        above 0 the committed state of each partition is written to ``gov.checkpoints`` that often; with
+        ``checkpoint_source`` a partition with no applied offset in Redis resumes from its checkpoint
+        (services/checkpoints.py)."""
         self._clock = clock
         self.outage = BackendOutage("stream", clock=clock)
         self._unpositioned: list[TopicPartition] = []
@@ -155,6 +163,12 @@ class StreamProcessor:
             keyring=keyring,
         )
         self._store = store
+        self._deployment = deployment
+        self._retention_s = lifecycle.retention_s
+        self._checkpoints = CheckpointWriter(
+            self._producer, deployment=deployment, consumer=CONSUMER_NAME, interval_s=checkpoint_interval_s, clock=clock
+        )
+        self._checkpoint_source = checkpoint_source
         self._metrics = metrics
         self._log_view = KafkaLogView(self._consumer)
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
@@ -180,6 +194,14 @@ class StreamProcessor:
     def _position(self, partitions: list[TopicPartition]) -> None:
         self._view.ends.assigned()
         count = len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ())
+        resume_from_checkpoints(
+            self._store,
+            CONSUMER_NAME,
+            self._checkpoint_source,
+            [(tp.topic, tp.partition) for tp in partitions],
+            self._log_view,
+            expire_s=math.ceil(self._retention_s),
+        )
         positions = self._batches.resume_positions(((tp.topic, tp.partition) for tp in partitions), count)
         for (topic, partition), offset in positions.items():
             self._consumer.seek(TopicPartition(topic, partition), offset)
@@ -254,7 +276,25 @@ class StreamProcessor:
                 idle_since = self._clock()
             if self.counters.commits + self.counters.commits_refused > commits:
                 self.outage.succeeded("redis")
+                self._write_checkpoints()
         return self.counters
+
+    def _write_checkpoints(self) -> None:
+        """Write each assigned partition's committed state to ``gov.checkpoints`` when the interval is up."""
+        if not self._checkpoints.due():
+            return
+        try:
+            states = stream_checkpoint_states(
+                self._store,
+                self._deployment,
+                sorted((tp.topic, tp.partition) for tp in self._consumer.assignment()),
+                len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()),
+                self._log_view.topic_id(TELEMETRY_TOPIC),
+            )
+        except BackendUnavailableError as exc:
+            log.warning("checkpoint_failed", consumer=CONSUMER_NAME, error=str(exc)[:300])
+            return
+        self._checkpoints.write(states)
 
     def _rejoin(self) -> None:
         """Give the assigned partitions back (committed first) and rejoin the group under a fresh member id.

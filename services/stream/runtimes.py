@@ -11,8 +11,11 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
+import structlog
+
 from schemas.errors import ConfigError
 from schemas.signing import PolicyKeyring
+from services.checkpoints import CheckpointSource
 from services.health import ServiceMetrics
 from services.kafka_factory import PLAINTEXT
 from services.settings import (
@@ -30,6 +33,8 @@ from services.triggers import TriggerSpec
 
 if TYPE_CHECKING:
     from services.stream.faust_runtime import FaustStreamProcessor
+
+log = structlog.get_logger(__name__)
 
 Runtime = Literal["kafka", "faust"]
 RUNTIMES: tuple[Runtime, ...] = ("kafka", "faust")
@@ -49,8 +54,13 @@ def stream_processor(
     limits: GuardLimits = DEFAULT_LIMITS,
     commit_interval_s: float = STREAM_COMMIT_INTERVAL_S,
     keyring: PolicyKeyring | None = None,
+    checkpoint_interval_s: float = 0.0,
+    checkpoint_source: CheckpointSource | None = None,
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
+
+    The faust runtime neither writes nor reads state checkpoints (services/checkpoints.py) yet: asked
+    to, it says so once at start.
 
     Raises:
         ConfigError: the faust runtime without faust-streaming installed (the ``faust`` extra), or with
@@ -68,6 +78,9 @@ def stream_processor(
             )
             raise ConfigError(msg)
         from services.stream.faust_runtime import FaustStreamProcessor  # imports faust: only where it runs
+
+        if checkpoint_interval_s > 0:
+            log.warning("checkpoints_not_on_faust", runtime=runtime, checkpoint_interval_s=checkpoint_interval_s)
 
         return FaustStreamProcessor(
             deployment=deployment,
@@ -93,6 +106,8 @@ def stream_processor(
         limits=limits,
         commit_interval_s=commit_interval_s,
         keyring=keyring,
+        checkpoint_interval_s=checkpoint_interval_s,
+        checkpoint_source=checkpoint_source,
     )
 
 
