@@ -110,6 +110,7 @@ class GovernorStatLogger(StatLoggerBase):
                 obeys=[],
                 load=lambda: self._load,
                 settings=self.settings,
+                engine_index=self.engine_index,
             )
         return self.link
 
