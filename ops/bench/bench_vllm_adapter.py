@@ -15,7 +15,12 @@ Governor's cost per step is measured directly, not as a difference of two noisy 
 ``Scheduler.schedule`` and ``update_from_output`` are wrapped with timers (in this script only), the
 scheduler class the engine runs is wrapped by an outer timer, and the step's Governor time is outer
 minus inner; for the plugin it is the time inside ``record``. For ``stock`` the same subtraction
-measures the timers themselves (the floor). p50 and p99 over the steps of a round, median over
+measures the timers themselves (the floor). Each is taken twice: wall time (``time.perf_counter``) and
+the engine thread's own CPU time (``time.thread_time_ns``, CLOCK_THREAD_CPUTIME_ID). On a loaded machine
+wall time includes the thread's waits for a core and for the GIL; its CPU time does not, so the CPU
+column is Governor's own work on the step path. The publisher thread's CPU time per step
+(``publisher_cpu_us_per_step``, the event building moved off the step path) is reported beside it,
+read from that thread's CPU clock. p50 and p99 over the steps of a round, median over
 ``--rounds`` rounds with the min-max spread, after one discarded warm-up round. Events go through the
 real ``TelemetryPublisher`` to the broker of a local stack started here; events/s is what the engine
 handed over divided by the round's wall time.
@@ -31,6 +36,7 @@ import json
 import os
 import statistics
 import tempfile
+import threading
 import time
 import uuid
 from collections.abc import Callable
@@ -44,29 +50,40 @@ from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port
 
 VARIANTS = ("stock", "plugin", "governor", "ebplus-mb", "ebplus-eb")
+PUBLISHER_THREAD = "governor-publisher"  # the name services/sdk/publisher.py gives its sending thread
 
 
 class StepClock:
-    """Per-step timings: the outer scheduler calls, vLLM's own inside them, and the plugin's ``record``."""
+    """Per-step wall and thread-CPU times: outer scheduler calls, vLLM's own inside them, the plugin's ``record``."""
 
     def __init__(self) -> None:
-        self.outer_s = 0.0
-        self.inner_s = 0.0
+        self.outer_s = self.inner_s = 0.0
+        self.outer_cpu_ns = self.inner_cpu_ns = 0
         self.governor_s: list[float] = []
+        self.governor_cpu_s: list[float] = []
         self.record_s: list[float] = []
+        self.record_cpu_s: list[float] = []
 
     def close_step(self) -> None:
         self.governor_s.append(max(0.0, self.outer_s - self.inner_s))
+        self.governor_cpu_s.append(max(0, self.outer_cpu_ns - self.inner_cpu_ns) / 1e9)
         self.outer_s = self.inner_s = 0.0
+        self.outer_cpu_ns = self.inner_cpu_ns = 0
+
+    def clear(self) -> None:
+        for series in (self.governor_s, self.governor_cpu_s, self.record_s, self.record_cpu_s):
+            series.clear()
 
 
-def _wrap(method: Callable[..., Any], add: Callable[[float], None]) -> Callable[..., Any]:
+def _wrap(method: Callable[..., Any], add: Callable[[float, int], None]) -> Callable[..., Any]:
+    """``method`` timed: ``add(wall seconds, thread CPU nanoseconds)`` after every call."""
+
     def timed(self: Any, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time_ns()
         try:
             return method(self, *args, **kwargs)
         finally:
-            add(time.perf_counter() - started)
+            add(time.perf_counter() - started, time.thread_time_ns() - started_cpu)
 
     return timed
 
@@ -74,13 +91,14 @@ def _wrap(method: Callable[..., Any], add: Callable[[float], None]) -> Callable[
 def _outer(base: type, clock: StepClock) -> type:
     """A subclass of ``base`` whose schedule + update_from_output time per step is the outer time."""
 
-    def add_outer(seconds: float) -> None:
+    def add_outer(seconds: float, cpu_ns: int) -> None:
         clock.outer_s += seconds
+        clock.outer_cpu_ns += cpu_ns
 
     def update(self: Any, *args: Any, **kwargs: Any) -> Any:
-        started = time.perf_counter()
+        started, started_cpu = time.perf_counter(), time.thread_time_ns()
         result = base.update_from_output(self, *args, **kwargs)
-        clock.outer_s += time.perf_counter() - started
+        add_outer(time.perf_counter() - started, time.thread_time_ns() - started_cpu)
         clock.close_step()
         return result
 
@@ -121,9 +139,10 @@ def _run(
 
         class TimedPlugin(GovernorStatLogger):
             def record(self, *args: Any, **kwargs: Any) -> None:
-                started = time.perf_counter()
+                started, started_cpu = time.perf_counter(), time.thread_time_ns()
                 super().record(*args, **kwargs)
                 clock.record_s.append(time.perf_counter() - started)
+                clock.record_cpu_s.append((time.thread_time_ns() - started_cpu) / 1e9)
 
         loggers = [TimedPlugin]
     if variant.startswith("ebplus-"):
@@ -138,8 +157,8 @@ def _run(
         prompt = rng.integers(100, 1000, size=int(rng.integers(32, 256))).tolist()
         params = SamplingParams(max_tokens=int(rng.integers(16, 96)), ignore_eos=True, detokenize=False)
         engine.add_request(f"b-{index}", {"prompt_token_ids": prompt}, params)
-    clock.governor_s.clear()
-    clock.record_s.clear()
+    clock.clear()
+    publisher_cpu_s = _publisher_cpu_s()
     started = time.perf_counter()
     output_tokens = 0
     while engine.has_unfinished_requests():
@@ -147,6 +166,7 @@ def _run(
             if output.finished:
                 output_tokens += len(output.outputs[0].token_ids)
     wall_s = time.perf_counter() - started
+    publisher_cpu_s = _publisher_cpu_s() - publisher_cpu_s
     link = getattr(engine.engine_core.engine_core.scheduler, "link", None)
     if variant == "plugin":
         manager = engine.logger_manager
@@ -162,15 +182,33 @@ def _run(
         published = link.publisher.stats().published
     engine.engine_core.shutdown()
     per_step = clock.record_s if variant == "plugin" else clock.governor_s
+    per_step_cpu = clock.record_cpu_s if variant == "plugin" else clock.governor_cpu_s
+    steps = len(clock.governor_s)
     return {
-        "steps": len(clock.governor_s),
+        "steps": steps,
         "wall_s": wall_s,
         "governor_p50_us": float(np.percentile(per_step, 50) * 1e6),
         "governor_p99_us": float(np.percentile(per_step, 99) * 1e6),
+        "governor_cpu_p50_us": float(np.percentile(per_step_cpu, 50) * 1e6),
+        "governor_cpu_p99_us": float(np.percentile(per_step_cpu, 99) * 1e6),
+        "publisher_cpu_us_per_step": publisher_cpu_s * 1e6 / max(1, steps),
         "events": published,
         "events_per_s": published / wall_s,
         "output_tokens_per_s": output_tokens / wall_s,
     }
+
+
+def _publisher_cpu_s() -> float:
+    """CPU seconds the live ``governor-publisher`` threads have used so far (0 when none runs).
+
+    The engine of the round opens its publisher before the round starts, and the previous round's has
+    been closed, so the difference over a round is the CPU of this round's publisher.
+    """
+    return sum(
+        time.clock_gettime(time.pthread_getcpuclockid(thread.ident))
+        for thread in threading.enumerate()
+        if thread.name == PUBLISHER_THREAD and thread.ident is not None
+    )
 
 
 def _median(rounds: list[dict[str, float]], key: str) -> dict[str, float]:
@@ -189,8 +227,9 @@ def main() -> int:
 
     clock = StepClock()
 
-    def add_inner(seconds: float) -> None:
+    def add_inner(seconds: float, cpu_ns: int) -> None:
         clock.inner_s += seconds
+        clock.inner_cpu_ns += cpu_ns
 
     Scheduler.schedule = _wrap(Scheduler.schedule, add_inner)  # type: ignore[method-assign]
     Scheduler.update_from_output = _wrap(Scheduler.update_from_output, add_inner)  # type: ignore[method-assign]
@@ -214,15 +253,21 @@ def main() -> int:
                 print(f"round {round_index + 1} {variant:10s} {result}", flush=True)
     finally:
         stack_down(state_dir)
-    keys = ("governor_p50_us", "governor_p99_us", "events_per_s", "output_tokens_per_s", "steps")
+    keys = (
+        "governor_p50_us",
+        "governor_p99_us",
+        "governor_cpu_p50_us",
+        "governor_cpu_p99_us",
+        "publisher_cpu_us_per_step",
+        "events_per_s",
+        "output_tokens_per_s",
+        "steps",
+    )
     summary = {variant: {key: _median(results, key) for key in keys} for variant, results in rounds.items()}
-    print(f"{'variant':10s} {'steps':>6s} {'gov p50 us':>11s} {'gov p99 us':>11s} {'events/s':>9s} {'tok/s':>7s}")
+    columns = ("steps", "wall p50 us", "wall p99 us", "cpu p50 us", "cpu p99 us", "pub cpu us", "events/s", "tok/s")
+    print(f"{'variant':10s} " + " ".join(f"{column:>11s}" for column in columns))
     for variant, figures in summary.items():
-        print(
-            f"{variant:10s} {figures['steps']['median']:6.0f} {figures['governor_p50_us']['median']:11.1f} "
-            f"{figures['governor_p99_us']['median']:11.1f} {figures['events_per_s']['median']:9.0f} "
-            f"{figures['output_tokens_per_s']['median']:7.0f}"
-        )
+        print(f"{variant:10s} " + " ".join(f"{figures[key]['median']:11.1f}" for key in (keys[-1], *keys[:-1])))
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_text(json.dumps({"summary": summary, "rounds": rounds}, indent=2) + "\n")
     print(f"wrote {args.out}")

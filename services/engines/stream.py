@@ -16,6 +16,11 @@ the sending thread held; deferred, a step costs an append. The events are the sa
 order, with the same ``seq`` (tests/unit/engines/test_stream_golden.py); a synchronous stream (the
 default, for tests and tools) drains itself on every call.
 
+An engine core that is one rank of vLLM's internal data parallelism (``RankSlots``) follows each ``step``
+with its ``rank.step``: the rank's load L_g (summed prompt and generated tokens of the requests it has
+admitted and not finished, kept by the same bookkeeping), its running requests and free slots, the
+step's duration as its local compute time, and the admissions and finishes since its previous step.
+
 A restarted engine gets a new ``source_epoch`` (the start time in milliseconds), so its ``seq`` and
 step ids starting again at 0 are a new producer generation, not duplicates; it registers again, and
 the requests it lost are simply never finished (they count neither as completions nor as lengths).
@@ -37,7 +42,7 @@ from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.events import Event
 from schemas.policy_docs.base import PolicyDocument
 from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
-from schemas.steps import StepReport
+from schemas.steps import RankStepReport, StepReport
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
 from services.sdk.token_gaps import token_gap_summary
@@ -117,6 +122,19 @@ class StepCounts:
     scheduler_mode: str | None = None
 
 
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RankSlots:
+    """The rank an engine core is of a data-parallel engine, and its own request slots.
+
+    Attributes:
+        dp_rank: the rank, stamped on every event of the core.
+        max_num_seqs: requests the rank runs at most (its ``free_slots`` are this less its running ones).
+    """
+
+    dp_rank: int
+    max_num_seqs: int
+
+
 class EventBuilder:
     """The stream's bookkeeping and event building, run by whichever thread drains the stream.
 
@@ -124,13 +142,19 @@ class EventBuilder:
     per-request state without a lock of its own. Its methods are the stream's calls, applied in order.
     """
 
-    def __init__(self, *, stamper: EnvelopeStamper, sink: TelemetrySink, block_size_tokens: int) -> None:
+    def __init__(
+        self, *, stamper: EnvelopeStamper, sink: TelemetrySink, block_size_tokens: int, rank: RankSlots | None = None
+    ) -> None:
         self._stamper = stamper
         self._sink = sink
         self._requests: dict[str, RequestTrack] = {}
         self._step_id = 0
         self.block_size_tokens = block_size_tokens
         self.rejected = 0
+        self.rank = rank
+        self.load_tokens = 0
+        self._admitted = 0
+        self._completed = 0
 
     def registered(self, now_s: float, fields: dict[str, Any]) -> None:
         """Emit ``engine.registered`` with the engine's limits (fields of ``EngineRegistered``)."""
@@ -148,6 +172,8 @@ class EventBuilder:
             track = self._requests.get(request_id)
             if track is not None and track.admitted_s is None:
                 track.admitted_s = now_s
+                self.load_tokens += track.prompt_tokens + track.output_tokens
+                self._admitted += 1
 
     def preempted(self, request_id: str) -> None:
         """Count one preemption of ``request_id``."""
@@ -168,12 +194,18 @@ class EventBuilder:
                 track.gaps_s.append(max(0.0, now_s - track.last_token_s))
             track.last_token_s = now_s
             track.output_tokens += count
+            if track.admitted_s is not None:
+                self.load_tokens += count
 
     def finished(self, now_s: float, request_id: str, reason: FinishReasonName) -> None:
         """Emit ``request.finished`` for a tracked request and forget it (unknown ids are ignored)."""
         track = self._requests.pop(request_id, None)
-        if track is not None:
-            self._publish_finished(now_s, track, reason, ttft_s=None, tbt_mean_s=None)
+        if track is None:
+            return
+        if track.admitted_s is not None:
+            self.load_tokens -= track.prompt_tokens + track.output_tokens
+            self._completed += 1
+        self._publish_finished(now_s, track, reason, ttft_s=None, tbt_mean_s=None)
 
     def summarised(
         self,
@@ -188,7 +220,7 @@ class EventBuilder:
         self._publish_finished(now_s, track, reason, ttft_s=ttft_s, tbt_mean_s=tbt_mean_s)
 
     def step(self, now_s: float, counts: StepCounts) -> None:
-        """Emit one ``step``; an iteration that computed nothing is not a step and is skipped."""
+        """Emit one ``step`` (and a rank's ``rank.step``); an iteration that computed nothing is skipped."""
         if counts.sum_prefill_tokens <= 0 and counts.num_decode_requests <= 0:
             return
         kind: Literal["prefill", "decode", "mixed"] = (
@@ -213,6 +245,26 @@ class EventBuilder:
                 block_size_tokens=self.block_size_tokens,
                 num_preempted=counts.num_preempted,
                 scheduler_mode=counts.scheduler_mode,
+            )
+        )
+        if self.rank is not None:
+            self._rank_step(now_s, step_id, counts, self.rank)
+
+    def _rank_step(self, now_s: float, step_id: int, counts: StepCounts, rank: RankSlots) -> None:
+        """The rank's share of its step: vLLM's ranks step on their own, so no barrier wait is observed (0)."""
+        admitted, completed, self._admitted, self._completed = self._admitted, self._completed, 0, 0
+        load_tokens = max(0, self.load_tokens)
+        self.emit(
+            lambda: RankStepReport(
+                **self._stamper.next(now_s, rank.dp_rank),
+                step_id=step_id,
+                load_tokens=load_tokens,
+                num_running=counts.num_running,
+                free_slots=max(0, rank.max_num_seqs - counts.num_running),
+                local_compute_s=max(counts.duration_s, 1e-6),
+                barrier_wait_s=0.0,
+                admitted=admitted,
+                completed=completed,
             )
         )
 
@@ -311,9 +363,10 @@ class EngineStream:
         block_size_tokens: int = 16,
         deferred: bool = False,
         max_pending: int = MAX_PENDING_RECORDS,
+        rank: RankSlots | None = None,
     ) -> None:
         self._stamper = stamper
-        self._builder = EventBuilder(stamper=stamper, sink=sink, block_size_tokens=block_size_tokens)
+        self._builder = EventBuilder(stamper=stamper, sink=sink, block_size_tokens=block_size_tokens, rank=rank)
         self._records: deque[Record] = deque()
         self._drain_lock = threading.Lock()
         self._deferred = deferred

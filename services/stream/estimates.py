@@ -11,7 +11,12 @@ helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
 - step side: N_obs (asymmetric EMA of running + waiting), the last queue and KV state, the batch
   cost model per kind and beta_MB(r), tbar (cumulative mean step time) and windowed step-time
   quantiles (SLAI), and for DP engines the rank loads, imbalance and the step model
-  T = C + t_l max_g L_g (BF-IO);
+  T = C + t_l max_g L_g (BF-IO). A DP engine's ranks either step together (the simulator: one report
+  per rank and ``step_id``, folded when the step id moves on) or on their own (vLLM's internal data
+  parallelism, whose ranks publish separately, ``EventGuard.rank_producers``): then each report updates
+  its rank's latest load, the imbalance is taken over the latest loads of all ``dp_size`` ranks (a rank
+  not heard from yet holds 0), and the step model is fitted per rank, T_g = C + t_l L_g, as there is no
+  barrier;
 - trigger bookkeeping: counters and last firing time per policy, and the snapshot version;
 - the event guard (services/stream/event_guard.py): recent event ids, ``seq`` and epoch, the
   event-time watermark, and the counts of duplicates, ``seq`` gaps and restarts; a restart drops
@@ -201,12 +206,25 @@ class EngineEstimates:
         }
 
     def _fold_rank(self, rank: RankStepReport) -> None:
+        if self.guard.rank_producers:
+            self._fold_own_rank(rank)
+            return
         if self.rank_step_id is not None and rank.step_id != self.rank_step_id:
             self._close_rank_step()
         self.rank_step_id = rank.step_id
         assert rank.dp_rank is not None
         self.rank_loads[rank.dp_rank] = float(rank.load_tokens)
         self.rank_step_s = max(self.rank_step_s, rank.local_compute_s + rank.barrier_wait_s)
+
+    def _fold_own_rank(self, rank: RankStepReport) -> None:
+        """One report of a rank that steps on its own: its latest load, all ranks' imbalance, its own step time."""
+        assert rank.dp_rank is not None
+        self.rank_loads[rank.dp_rank] = float(rank.load_tokens)
+        dp_size = self.engine.get("dp_size")
+        ranks = max(dp_size if isinstance(dp_size, int) else 1, max(self.rank_loads) + 1)
+        self.dp_load.update([self.rank_loads.get(g, 0.0) for g in range(ranks)])
+        if rank.local_compute_s > 0.0:
+            self.step_model.update(max_rank_load_tokens=float(rank.load_tokens), duration_s=rank.local_compute_s)
 
     def _close_rank_step(self) -> None:
         loads = [self.rank_loads[g] for g in sorted(self.rank_loads)]

@@ -17,6 +17,14 @@ an offline replay of the log decide exactly as the live one did):
   ``reanchor_after``-th out-of-bounds event in a row (an engine whose clock really jumped loses
   ``reanchor_after - 1`` events, then is followed again, instead of being refused for good).
 
+An engine is one producer, except a data-parallel engine whose ranks publish separately (vLLM's internal
+data parallelism: each rank's engine core is a process with its own ``seq`` and ``source_epoch``, every
+event stamped with its rank). Its registration says so (``dp_size`` > 1 and a ``dp_rank`` on the
+``engine.registered`` envelope; the simulator's DP engine, one producer for all ranks, registers without
+a rank), and from then on the guard follows ``seq`` and ``source_epoch`` per ``dp_rank``: a rank's first
+event starts its own generation, and one rank's restart is not the others'. Deduplication and the
+watermark stay per engine (event ids carry the rank; the ranks share one clock).
+
 Everything is a function of the engine's event sequence, never of the wall clock.
 """
 
@@ -26,10 +34,12 @@ from collections import deque
 from dataclasses import dataclass
 from typing import Any
 
+from schemas.engines import EngineRegistered
 from schemas.errors import FutureEventError, InvalidInputError, LateEventError
 from schemas.events import Event
 
-FORMAT = 1
+FORMAT = 2  # 2: seq and epoch per producer (``producers``, ``rank_producers``)
+READABLE_FORMATS = (1, 2)  # a format-1 state is one producer
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -77,8 +87,8 @@ class EventGuard:
 
     def __init__(self, limits: GuardLimits = DEFAULT_LIMITS) -> None:
         self.limits = limits
-        self.epoch: int | None = None
-        self.max_seq: int | None = None
+        self.rank_producers = False
+        self.producers: dict[int | None, tuple[int, int]] = {}
         self.watermark_s: float | None = None
         self.out_of_bounds = 0
         self.duplicates = 0
@@ -88,6 +98,11 @@ class EventGuard:
         self._ids: deque[str] = deque()
         self._id_set: set[str] = set()
 
+    @property
+    def epoch(self) -> int | None:
+        """The newest producer generation folded (of any rank), or None before the first event."""
+        return max((epoch for epoch, _ in self.producers.values()), default=None)
+
     def admit(self, event: Event) -> Admission:
         """Check ``event`` and record it as folded unless it is a duplicate.
 
@@ -96,10 +111,14 @@ class EventGuard:
                 or its time is out of bounds (``LateEventError``, ``FutureEventError``); nothing but the
                 count of out-of-bounds events in a row changes.
         """
+        if isinstance(event, EngineRegistered) and event.dp_size > 1 and event.dp_rank is not None:
+            self.rank_producers = True
+        producer = event.dp_rank if self.rank_producers else None
+        current = self.producers.get(producer)
         epoch = event.source_epoch
-        if self.epoch is not None and epoch < self.epoch:
+        if current is not None and epoch < current[0]:
             msg = (
-                f"source_epoch {epoch} of engine {event.engine_id} is older than its current epoch {self.epoch} "
+                f"source_epoch {epoch} of engine {event.engine_id} is older than its current epoch {current[0]} "
                 "(the producer restarted since)"
             )
             raise InvalidInputError(msg, field="source_epoch", value=epoch, code="stale_epoch")
@@ -107,29 +126,27 @@ class EventGuard:
         if event_id in self._id_set:
             self.duplicates += 1
             return DUPLICATE
-        seq, ts, watermark, max_seq = event.seq, event.ts, self.watermark_s, self.max_seq
-        if self.epoch is not None and epoch > self.epoch:
-            admission = self._restart(event)
+        seq, ts, watermark = event.seq, event.ts, self.watermark_s
+        if current is not None and epoch > current[0]:
+            admission = self._restart(event, producer)
         else:
             if watermark is not None and not -self.limits.max_behind_s <= ts - watermark <= self.limits.max_ahead_s:
                 self._out_of_bounds(event, watermark)
                 watermark = None  # not refused: this event re-anchors the watermark
             self.out_of_bounds = 0
             admission = ADMITTED
-            if max_seq is None or seq > max_seq:
-                if max_seq is not None and seq > max_seq + 1:
-                    admission = self._gap(seq - max_seq - 1)
-                self.max_seq = seq
-            self.epoch = epoch
+            max_seq = None if current is None else current[1]
+            if max_seq is not None and seq > max_seq + 1:
+                admission = self._gap(seq - max_seq - 1)
+            self.producers[producer] = (epoch, seq if max_seq is None else max(seq, max_seq))
             self.watermark_s = ts if watermark is None or ts > watermark else watermark
         self._remember(event_id)
         return admission
 
-    def _restart(self, event: Event) -> Admission:
+    def _restart(self, event: Event, producer: int | None) -> Admission:
         """A new producer generation: count it, start its ``seq`` and anchor the watermark at it."""
         self.restarts += 1
-        self.epoch = event.source_epoch
-        self.max_seq = event.seq
+        self.producers[producer] = (event.source_epoch, event.seq)
         self.watermark_s = event.ts
         self.out_of_bounds = 0
         return RESTARTED
@@ -164,8 +181,8 @@ class EventGuard:
         """JSON-compatible state, ids oldest first."""
         return {
             "format": FORMAT,
-            "epoch": self.epoch,
-            "max_seq": self.max_seq,
+            "rank_producers": self.rank_producers,
+            "producers": [[producer, epoch, max_seq] for producer, (epoch, max_seq) in self.producers.items()],
             "watermark_s": self.watermark_s,
             "out_of_bounds": self.out_of_bounds,
             "duplicates": self.duplicates,
@@ -182,12 +199,17 @@ class EventGuard:
         Raises:
             InvalidInputError: a state of another format version.
         """
-        if data["format"] != FORMAT:
-            msg = f"event guard format must be {FORMAT}, got {data['format']!r}"
+        if data["format"] not in READABLE_FORMATS:
+            msg = f"event guard format must be one of {READABLE_FORMATS}, got {data['format']!r}"
             raise InvalidInputError(msg, field="format", value=data["format"])
         guard = cls(limits)
-        guard.epoch = None if data["epoch"] is None else int(data["epoch"])
-        guard.max_seq = None if data["max_seq"] is None else int(data["max_seq"])
+        if data["format"] == 1:
+            if data["epoch"] is not None and data["max_seq"] is not None:
+                guard.producers[None] = (int(data["epoch"]), int(data["max_seq"]))
+        else:
+            guard.rank_producers = bool(data["rank_producers"])
+            for producer, epoch, max_seq in data["producers"]:
+                guard.producers[None if producer is None else int(producer)] = (int(epoch), int(max_seq))
         guard.watermark_s = None if data["watermark_s"] is None else float(data["watermark_s"])
         guard.out_of_bounds = int(data["out_of_bounds"])
         guard.duplicates = int(data["duplicates"])

@@ -13,6 +13,14 @@ vLLM's own ``--data-parallel-rank``, and it is stamped on every event of the eng
 as that rank's. The engine never learns its own address (it binds to whatever ``--host`` says, and a proxy
 or a container may stand between), so the URL is the operator's to give.
 
+An engine core that is one rank of vLLM's internal data parallelism (``--data-parallel-size N`` behind one
+API server, which balances requests over the ranks) is one rank of one Governor engine: it registers the
+engine with ``dp_size`` N and the engine's limits (its own times N, the ranks being alike), stamps its rank
+on every event, follows each step with the rank's ``rank.step``, and is a producer of its own (its
+``seq`` and ``source_epoch``; its event ids carry the rank), so the stream processor follows each rank's
+``seq`` apart (services/stream/event_guard.py). ``internal_dp_rank`` reads rank and size from vLLM's
+parallel config.
+
 Per request, vLLM carries no tier: a client names one in the sampling parameters' ``extra_args``
 (``{"governor_tier": "paid", "governor_tbt_slo_s": 0.1}``; over the OpenAI API, ``vllm_xargs``),
 and a request that names none gets the engine's ``GOVERNOR_TIER`` and ``GOVERNOR_TBT_SLO_S``.
@@ -33,9 +41,10 @@ from prometheus_client import REGISTRY
 from pydantic import Field, model_validator
 
 from schemas.envelope import MAX_ID_CHARS
+from schemas.errors import ConfigError
 from schemas.names import IDENTIFIER_PATTERN
 from schemas.policy_docs.base import PolicyDocument
-from services.engines.stream import EngineStream, FinishReasonName, RequestTrack
+from services.engines.stream import EngineStream, FinishReasonName, RankSlots, RequestTrack
 from services.sdk.envelope import EnvelopeFields, EnvelopeStamper
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -89,15 +98,58 @@ class VllmEngineSettings(EngineSettings):
 
 
 class RankStamper(EnvelopeStamper):
-    """An envelope stamper that stamps the engine's DP rank on every event it does not stamp otherwise."""
+    """An envelope stamper that stamps the engine's DP rank on every event it does not stamp otherwise.
 
-    def __init__(self, *, engine_id: str, deployment: str, source_epoch: int, dp_rank: int | None) -> None:
+    A rank of vLLM's internal data parallelism (``rank_producer``) shares its engine id with the other
+    ranks, each a producer of its own: its event ids carry the rank, so two ranks started in the same
+    millisecond (the same ``source_epoch``) never repeat each other's ids.
+    """
+
+    def __init__(
+        self, *, engine_id: str, deployment: str, source_epoch: int, dp_rank: int | None, rank_producer: bool = False
+    ) -> None:
         super().__init__(engine_id=engine_id, deployment=deployment, source_epoch=source_epoch)
         self.dp_rank = dp_rank
+        self.rank_producer = rank_producer
 
     def next(self, now_s: float, dp_rank: int | None = None) -> EnvelopeFields:
         """The next envelope, on ``dp_rank`` when given, else on the engine's own rank."""
-        return super().next(now_s, self.dp_rank if dp_rank is None else dp_rank)
+        fields = super().next(now_s, self.dp_rank if dp_rank is None else dp_rank)
+        if self.rank_producer:
+            fields["event_id"] = f"{self.engine_id}-r{self.dp_rank}-{self.source_epoch}-{fields['seq']}"
+        return fields
+
+
+@dataclass(frozen=True, slots=True)
+class InternalDpRank:
+    """One engine core of vLLM's internal data parallelism: its rank and the number of ranks."""
+
+    dp_rank: int
+    dp_size: int
+
+
+def internal_dp_rank(vllm_config: Any) -> InternalDpRank | None:
+    """The rank and size of an engine core of vLLM's internal data parallelism, or None for any other engine.
+
+    vLLM's external and hybrid load-balancing modes (a server per rank or per node, balanced from
+    outside) are not internal: each server is its own engine (``GOVERNOR_DP_GROUP``). vLLM rewrites the
+    parallel config of a dense model's rank to a single rank (``reconfigure_for_independent_dp_rank``:
+    size 1, rank 0) before the scheduler is built; the rank survives in ``data_parallel_index`` and the
+    size in ``elastic_ep_max_dp_size``, which vLLM sets to the data-parallel size whenever elastic EP is
+    off (``ParallelConfig.__post_init__``). A MoE model's ranks keep both fields.
+    """
+    parallel = getattr(vllm_config, "parallel_config", None)
+    if parallel is None or getattr(parallel, "data_parallel_external_lb", False) is not False:
+        return None
+    if getattr(parallel, "data_parallel_hybrid_lb", False) is not False:
+        return None
+    size = getattr(parallel, "data_parallel_size", 1)
+    if size == 1 and getattr(parallel, "enable_elastic_ep", False) is False:
+        size = getattr(parallel, "elastic_ep_max_dp_size", 1)
+    rank = getattr(parallel, "data_parallel_index", getattr(parallel, "data_parallel_rank", 0))
+    if not isinstance(size, int) or not isinstance(rank, int) or size <= 1 or not 0 <= rank < size:
+        return None
+    return InternalDpRank(dp_rank=rank, dp_size=size)
 
 
 def gateway_fields(vllm_config: Any, settings: VllmEngineSettings) -> tuple[dict[str, str], int | None]:
@@ -114,7 +166,9 @@ def gateway_fields(vllm_config: Any, settings: VllmEngineSettings) -> tuple[dict
     fields["dp_group"] = settings.dp_group
     rank = settings.dp_rank
     if rank is None:
-        vllm_rank = getattr(getattr(vllm_config, "parallel_config", None), "data_parallel_rank", 0)
+        # A dense model's engine core reads rank 0 in data_parallel_rank (internal_dp_rank says why).
+        parallel = getattr(vllm_config, "parallel_config", None)
+        vllm_rank = getattr(parallel, "data_parallel_index", getattr(parallel, "data_parallel_rank", 0))
         rank = vllm_rank if isinstance(vllm_rank, int) and vllm_rank >= 0 else 0
     return fields, rank
 
@@ -207,6 +261,7 @@ class EngineLink:
         obeys: list[str],
         load: Callable[[], tuple[int, int]],
         settings: VllmEngineSettings | None = None,
+        engine_index: int | None = None,
     ) -> EngineLink:
         """Connect (never blocking on the broker or Redis), register the engine and start its heartbeat.
 
@@ -218,19 +273,42 @@ class EngineLink:
             obeys: the policy kinds it obeys (registered, so the control plane sends only those).
             load: returns (running, waiting) for the heartbeat.
             settings: the engine's settings (default: ``VllmEngineSettings`` from the environment).
+            engine_index: the engine core a front-end stat logger reports for (vLLM builds one per DP
+                rank, all in the front end, whose config names rank 0): under internal data parallelism
+                it is the rank, and the stream has no ``rank.step`` (a stat logger does not see the
+                rank's requests' context). None: the caller is the engine core itself (a scheduler).
+
+        Raises:
+            ConfigError: ``GOVERNOR_DP_GROUP`` set on a server of vLLM's internal data parallelism.
         """
         settings = settings if settings is not None else VllmEngineSettings.load()
         engine_id = settings.engine_id or identifier(f"vllm-{socket.gethostname()}")
+        internal = internal_dp_rank(vllm_config)
+        if internal is not None and settings.dp_group is not None:
+            msg = (
+                f"GOVERNOR_DP_GROUP={settings.dp_group} names a group of separate servers, but this server runs "
+                f"vLLM's internal data parallelism (--data-parallel-size {internal.dp_size}): its ranks are one engine"
+            )
+            raise ConfigError(msg)
         gateway, dp_rank = gateway_fields(vllm_config, settings)
+        model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
+        max_num_seqs, dp_size = int(scheduler_config.max_num_seqs), 1
+        rank: RankSlots | None = None
+        if internal is not None:
+            dp_rank, dp_size = internal.dp_rank if engine_index is None else engine_index, internal.dp_size
+            rank = RankSlots(dp_rank=dp_rank, max_num_seqs=max_num_seqs) if engine_index is None else None
         publisher = TelemetryPublisher(settings.kafka_bootstrap, security=settings.kafka_security())
         stamper = RankStamper(
             engine_id=engine_id,
             deployment=settings.deployment,
             source_epoch=time.time_ns() // 1_000_000,
             dp_rank=dp_rank,
+            rank_producer=internal is not None,
         )
         # Deferred: the engine's calls only record raw numbers; the publisher's thread builds the events.
-        stream = EngineStream(stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens, deferred=True)
+        stream = EngineStream(
+            stamper=stamper, sink=publisher, block_size_tokens=block_size_tokens, deferred=True, rank=rank
+        )
         publisher.attach(stream)
         policies = (
             PolicyClient(
@@ -255,19 +333,21 @@ class EngineLink:
             collector=None if shared else _export(PublisherCollector(publisher, **series)),
             counters=PublisherCounters(publisher, **series) if shared else None,
         )
-        model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
         served = getattr(model_config, "served_model_name", None) or model_config.model
+        # A DP engine registers its ranks' limits summed, as the simulator's DP deployment does; every
+        # rank registers the same engine, its own limits being alike.
         stream.registered(
             time.time(),
             model=identifier(str(served[0] if isinstance(served, list | tuple) else served)),
             gpu=identifier(settings.gpu),
             hardware_profile=settings.hardware_profile,
             pool=identifier(settings.pool),
-            max_num_seqs=int(scheduler_config.max_num_seqs),
-            max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens),
+            max_num_seqs=max_num_seqs * dp_size,
+            max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens) * dp_size,
             max_model_len=int(model_config.max_model_len),
-            kv_blocks_total=kv_blocks_total,
+            kv_blocks_total=kv_blocks_total * dp_size,
             block_size_tokens=block_size_tokens,
+            dp_size=dp_size,
             scheduler=scheduler,
             obeys=obeys,
             **gateway,
@@ -284,6 +364,7 @@ class EngineLink:
             endpoint_url=gateway.get("endpoint_url"),
             dp_group=gateway.get("dp_group"),
             dp_rank=dp_rank,
+            dp_size=dp_size,
         )
         return link
 

@@ -46,7 +46,8 @@ the engine's time per batch, so the durations of a busy engine add up to its wal
 
 Deviations from the simulator's schedulers: the EB+ KV escape pauses in-progress prefills (they keep
 their blocks) instead of preempting them; an EB PREFILL step that could schedule nothing is followed by
-a DECODE step, so a full KV cache never idles the engine. Data-parallel engines are not supported.
+a DECODE step, so a full KV cache never idles the engine. Under vLLM's internal data parallelism each rank's
+engine core runs its own scheduler and publishes as one rank of the engine (services/engines/vllm/connect.py).
 """
 
 from __future__ import annotations

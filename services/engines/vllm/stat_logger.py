@@ -23,6 +23,9 @@ What vLLM gives a stat logger, and what the plugin derives where it gives less:
   with the true arrival time, TTFT = end-to-end latency - decode time, and the mean TPOT; the per-gap
   TBT tail is not available. Tiers are the engine's ``GOVERNOR_TIER``.
 
+Under vLLM's internal data parallelism the front end builds one stat logger per rank (``engine_index``),
+and each publishes as that rank of the one engine (``EngineLink.open``), without ``rank.step`` reports.
+
 The schedulers in ``services.engines.vllm.scheduler`` see all of this exactly from inside the engine
 core. When one of them runs, it publishes the engine's stream itself and this plugin stays silent, so
 each engine has exactly one producer.
@@ -110,6 +113,7 @@ class GovernorStatLogger(StatLoggerBase):
                 obeys=[],
                 load=lambda: self._load,
                 settings=self.settings,
+                engine_index=self.engine_index,
             )
         return self.link
 

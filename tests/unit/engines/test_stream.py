@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from schemas.policy_docs.base import SourceOffset
 from schemas.requests import RequestFinished, RequestFirstToken
-from services.engines.stream import EngineStream, RequestTrack, StepCounts
+from schemas.steps import RankStepReport, StepReport
+from services.engines.stream import EngineStream, RankSlots, RequestTrack, StepCounts
 from services.engines.vllm.connect import finish_reason_name, identifier
 from services.policy.specs import default_registry
 from services.sdk.envelope import EnvelopeStamper
@@ -107,6 +108,54 @@ class TestEngineStream:
         )
         _stream(sink, 1).step(1.0, empty)
         assert sink.events == []
+
+
+def _counts(*, prefill_tokens: int, decodes: int, running: int) -> StepCounts:
+    return StepCounts(
+        duration_s=0.02,
+        num_prefill_requests=1 if prefill_tokens else 0,
+        sum_prefill_tokens=prefill_tokens,
+        num_decode_requests=decodes,
+        sum_decode_kv_tokens=0,
+        num_running=running,
+        num_waiting=0,
+        kv_blocks_used=1,
+        kv_blocks_total=10,
+    )
+
+
+class TestRankSteps:
+    def test_a_ranks_step_is_followed_by_its_load_slots_admissions_and_finishes(self) -> None:
+        """L_g counts the prompt and the tokens generated of each admitted request until it finishes."""
+        sink = ListSink()
+        stamper = EnvelopeStamper(engine_id="vllm-dp", deployment="dep", source_epoch=1)
+        stream = EngineStream(stamper=stamper, sink=sink, rank=RankSlots(dp_rank=1, max_num_seqs=4))
+        stream.arrived(1.0, RequestTrack(request_id="a", arrived_s=1.0, prompt_tokens=30))
+        stream.arrived(1.0, RequestTrack(request_id="b", arrived_s=1.0, prompt_tokens=20))
+        stream.scheduled(1.1, ["a", "b"])
+        stream.tokens(1.2, [("a", 1), ("b", 1)])
+        stream.step(1.2, _counts(prefill_tokens=50, decodes=0, running=2))
+        stream.tokens(1.3, [("a", 1), ("b", 1)])
+        stream.finished(1.3, "b", "stop")
+        stream.step(1.3, _counts(prefill_tokens=0, decodes=2, running=1))
+        ranks = [e for e in sink.events if isinstance(e, RankStepReport)]
+        steps = [e for e in sink.events if isinstance(e, StepReport)]
+        assert [(r.step_id, r.dp_rank, r.load_tokens, r.num_running, r.free_slots) for r in ranks] == [
+            (0, 1, 52, 2, 2),
+            (1, 1, 32, 1, 3),
+        ]
+        assert [(r.admitted, r.completed, r.local_compute_s, r.barrier_wait_s) for r in ranks] == [
+            (2, 0, 0.02, 0.0),
+            (0, 1, 0.02, 0.0),
+        ]
+        assert [s.step_id for s in steps] == [0, 1]
+        assert sink.events.index(ranks[0]) == sink.events.index(steps[0]) + 1, "each step, then its rank's share"
+
+    def test_an_engine_that_is_no_rank_sends_no_rank_steps(self) -> None:
+        sink = ListSink()
+        stream = _stream(sink, 1)
+        stream.step(1.0, _counts(prefill_tokens=10, decodes=0, running=1))
+        assert [e.event_type for e in sink.events] == ["step"]
 
 
 class TestVllmMappings:

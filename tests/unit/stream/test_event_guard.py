@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from schemas.engines import Heartbeat
+from schemas.engines import EngineRegistered, Heartbeat
 from schemas.errors import FutureEventError, InvalidInputError, LateEventError
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
@@ -20,7 +20,7 @@ from schemas.requests import RequestArrived
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.stream.estimates import EngineEstimates
-from services.stream.event_guard import EventGuard, GuardLimits
+from services.stream.event_guard import Admission, EventGuard, GuardLimits
 from services.stream.fold import Folder
 from tests.unit.stream.synthetic import synthetic_stream
 from tests.unit.stream.test_fold import _long_requests_still_running
@@ -246,6 +246,80 @@ class TestEventTime:
         folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
         assert folder.admit(_heartbeat("eng-0", ts=9000.0, seq=0, epoch=1), AT).restart
         assert folder.engines["eng-0"].guard.watermark_s == 9000.0
+
+
+def _registered(*, seq: int, epoch: int, dp_rank: int | None, dp_size: int = 2) -> EngineRegistered:
+    return EngineRegistered(
+        event_id=f"reg-{dp_rank}-{epoch}-{seq}",
+        ts=1.0,
+        deployment="dep",
+        engine_id="eng-dp",
+        dp_rank=dp_rank,
+        seq=seq,
+        source_epoch=epoch,
+        model="tiny",
+        gpu="cpu",
+        max_num_seqs=16,
+        max_num_batched_tokens=1024,
+        max_model_len=2048,
+        kv_blocks_total=200,
+        block_size_tokens=16,
+        dp_size=dp_size,
+    )
+
+
+def _rank_beat(*, rank: int, seq: int, epoch: int) -> Heartbeat:
+    return Heartbeat(
+        event_id=f"hb-{rank}-{epoch}-{seq}",
+        ts=2.0 + seq,
+        deployment="dep",
+        engine_id="eng-dp",
+        dp_rank=rank,
+        seq=seq,
+        source_epoch=epoch,
+        num_running=0,
+        num_waiting=0,
+    )
+
+
+class TestRankProducers:
+    def test_ranks_that_register_with_their_rank_each_keep_their_own_seq_and_epoch(self) -> None:
+        guard = EventGuard()
+        guard.admit(_registered(seq=0, epoch=500, dp_rank=0))
+        guard.admit(_registered(seq=0, epoch=499, dp_rank=1))
+        for seq in (1, 2):
+            for rank, epoch in ((0, 500), (1, 499)):
+                assert guard.admit(_rank_beat(rank=rank, seq=seq, epoch=epoch)) == Admission()
+        assert (guard.rank_producers, guard.seq_gaps, guard.restarts) == (True, 0, 0)
+
+    def test_one_ranks_restart_is_counted_once_and_leaves_the_other_rank_alone(self) -> None:
+        guard = EventGuard()
+        guard.admit(_registered(seq=0, epoch=500, dp_rank=0))
+        guard.admit(_registered(seq=0, epoch=500, dp_rank=1))
+        assert guard.admit(_registered(seq=0, epoch=900, dp_rank=1)).restart
+        assert guard.admit(_rank_beat(rank=0, seq=1, epoch=500)) == Admission()
+        with pytest.raises(InvalidInputError, match="source_epoch 500"):
+            guard.admit(_rank_beat(rank=1, seq=1, epoch=500))
+        assert (guard.restarts, guard.epoch) == (1, 900)
+
+    def test_a_dp_engine_registered_without_a_rank_is_one_producer(self) -> None:
+        """The simulator's DP engine stamps ranks on some events, all from one ``seq``."""
+        guard = EventGuard()
+        guard.admit(_registered(seq=0, epoch=7, dp_rank=None))
+        guard.admit(_rank_beat(rank=0, seq=1, epoch=7))
+        assert guard.admit(_rank_beat(rank=1, seq=3, epoch=7)) == Admission(seq_missing=1)
+        assert (guard.rank_producers, guard.seq_gaps) == (False, 1)
+
+    def test_the_producers_round_trip_and_a_format_1_state_is_one_producer(self) -> None:
+        guard = EventGuard()
+        guard.admit(_registered(seq=0, epoch=500, dp_rank=0))
+        guard.admit(_registered(seq=0, epoch=499, dp_rank=1))
+        data = json.loads(json.dumps(guard.to_dict()))
+        assert EventGuard.from_dict(data).to_dict() == guard.to_dict()
+        old = {k: v for k, v in data.items() if k not in {"producers", "rank_producers"}}
+        old |= {"format": 1, "epoch": 499, "max_seq": 4}
+        loaded = EventGuard.from_dict(old)
+        assert (loaded.rank_producers, loaded.producers) == (False, {None: (499, 4)})
 
 
 class TestState:
