@@ -19,6 +19,10 @@ plane pushed (section 6.5). It never blocks on the control plane:
   by JSQ-by-load. An exchange move starts only while the time left covers the costliest move of the
   last call that made one (``SolveBudget.move_reserve_s``), so the anytime phase ends within the
   budget.
+- online self-check (issue 31 item 4, policies/bfio/selfcheck.py): when the bundle carries ``self_check``
+  the router also solves the other horizon on the same instance (H = 0 beside the lookahead, or the
+  lookahead beside H = 0), after the applied routing is built and on its own budget, and returns it as
+  ``Routing.shadow_rank_of`` for the engine to judge; the applied decision is unchanged by it.
 
 Elapsed time comes from the ``clock`` the engine passes (time.perf_counter); event time is an argument.
 Classes are mapped to stable integer ids (``class_id``) so the per-step batches are plain arrays.
