@@ -87,8 +87,9 @@ class BfioSelfCheckReport(Envelope):
 
     Issue 31 item 4 (docs/policies/bfio.md, "Online self-check"). At each step the DP router applies one
     decision and shadows the other (H = 0 and the bundle's lookahead H); once the step's requests have
-    finished or run past H, each decision is judged by R = sum_{h=0..H} Imbalance(k + h) (Eq. 2) over the
-    requests it placed and the active ones, with their realised lengths (``policies.bfio.selfcheck``).
+    finished or run past H, each decision is judged by the lookahead's objective
+    R = sum_k omega_k Imbalance(k + h_k) (Eq. 2) over the requests it placed and the active ones, with
+    their realised lengths (``policies.bfio.selfcheck``).
     The sums here are over the period's judged steps; the stream processor folds them per engine.
     """
 

@@ -31,7 +31,7 @@ from policies.bfio.lookahead import (
 from policies.bfio.objective import imbalance_tokens, is_feasible, loads_after, marginal_scores, objective_j
 from policies.bfio.params import BfioMode, BfioParams, NewRequestModel, WeightScheme
 from policies.bfio.router import ActiveBatch, BfioRouter, Routing, WaitingBatch
-from policies.bfio.selfcheck import SelfCheckVerdict, SelfCheckWindow, choose_horizon, paired_z, realised_imbalance
+from policies.bfio.selfcheck import SelfCheckVerdict, SelfCheckWindow, choose_horizon, paired_z, realised_objective
 
 __all__ = [
     "ActiveBatch",
@@ -73,7 +73,7 @@ __all__ = [
     "power_of_d",
     "rank_base_loads",
     "rank_base_loads_by_offset",
-    "realised_imbalance",
+    "realised_objective",
     "round_robin",
     "solve_exact",
     "solve_fast",

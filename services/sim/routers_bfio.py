@@ -207,6 +207,8 @@ class BfioRankRouter:
                     shadow_rank_of=routing.shadow_rank_of,
                     lookahead_applied=policy.payload.horizon_steps > 0,
                     horizon_steps=check.horizon_steps,
+                    offsets_steps=np.asarray(check.horizon_grid_steps, dtype=np.float64),
+                    weights=np.asarray(check.horizon_weights, dtype=np.float64),
                 ),
                 shadow_compute_s=routing.shadow_s,
             )

@@ -1,6 +1,6 @@
 """The simulated DP engine's side of BF-IO's online self-check: judge each step's two decisions, report per period.
 
-Issue 31 item 4; the judge is ``policies.bfio.selfcheck.realised_imbalance``. At a step the router applies
+Issue 31 item 4; the judge is ``policies.bfio.selfcheck.realised_objective``. At a step the router applies
 one decision and shadows the other (``Routing.shadow_rank_of``). ``ShadowJudge`` keeps the step's
 requests (the active ones, at their age then, and those either decision placed) and judges both
 decisions once every one of them has either finished or run past the lookahead's H: only then is its
@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import numpy.typing as npt
 
-from policies.bfio.selfcheck import realised_imbalance
+from policies.bfio.selfcheck import realised_objective
 from services.sim.request import SimRequest
 
 IntArray = npt.NDArray[np.int64]
@@ -58,6 +58,8 @@ class StepDecisions:
         shadow_rank_of: the shadowed decision, the same shape.
         lookahead_applied: True when the applied decision is the lookahead's (H = 0 is the shadow).
         horizon_steps: the lookahead's H, the horizon both decisions are judged over.
+        offsets_steps: the lookahead's grid h_k (0 ... H).
+        weights: its omega_k.
     """
 
     step_id: int
@@ -67,12 +69,16 @@ class StepDecisions:
     shadow_rank_of: IntArray
     lookahead_applied: bool
     horizon_steps: int
+    offsets_steps: npt.NDArray[np.float64]
+    weights: npt.NDArray[np.float64]
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class _Pending:
     step_id: int
     horizon_steps: int
+    offsets_steps: npt.NDArray[np.float64]
+    weights: npt.NDArray[np.float64]
     lookahead_applied: bool
     requests: tuple[SimRequest, ...]
     generated_tokens: IntArray
@@ -133,6 +139,8 @@ class ShadowJudge:
             _Pending(
                 step_id=d.step_id,
                 horizon_steps=d.horizon_steps,
+                offsets_steps=d.offsets_steps,
+                weights=d.weights,
                 lookahead_applied=d.lookahead_applied,
                 requests=requests,
                 generated_tokens=generated,
@@ -198,11 +206,12 @@ class ShadowJudge:
     def _realised(self, pending: _Pending, rank: IntArray, remaining: npt.NDArray[np.float64]) -> float:
         """R of one decision: the step's requests on the ranks it gave them (those it left waiting do not count)."""
         on = rank >= 0
-        return realised_imbalance(
+        return realised_objective(
             rank[on],
             pending.context_tokens[on],
             remaining[on],
             num_ranks=self._num_ranks,
-            horizon_steps=pending.horizon_steps,
+            offsets_steps=pending.offsets_steps,
+            weights=pending.weights,
             drift_tokens_per_step=self._drift,
         )

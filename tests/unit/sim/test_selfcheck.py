@@ -22,6 +22,8 @@ def _decisions(a: SimRequest, b: SimRequest, c: SimRequest, *, applied: int, sha
         shadow_rank_of=np.array([shadow]),
         lookahead_applied=True,
         horizon_steps=2,
+        offsets_steps=np.arange(3.0),
+        weights=np.ones(3),
     )
 
 

@@ -10,7 +10,7 @@ from policies.bfio.horizon import build_horizon_grid
 from policies.bfio.inputs import BfioInputs, SurvivalTable
 from policies.bfio.params import BfioParams, WeightScheme
 from policies.bfio.router import ActiveBatch, BfioRouter, Routing, WaitingBatch
-from policies.bfio.selfcheck import SelfCheckVerdict, SelfCheckWindow, choose_horizon, paired_z, realised_imbalance
+from policies.bfio.selfcheck import SelfCheckVerdict, SelfCheckWindow, choose_horizon, paired_z, realised_objective
 from schemas.policy_docs.base import InputsDigest
 from schemas.policy_docs.bfio import (
     ActiveRequestDoc,
@@ -32,18 +32,36 @@ class TestRealisedImbalance:
         """Two ranks; rank 0 holds a 10-token context that finishes after 2 steps, rank 1 a 4-token one that
         runs on. Offsets 0..3, one token a step: loads (10, 4), (11, 5), (0, 6), (0, 7) -> imbalance
         6 + 6 + 6 + 7 = 25."""
-        total = realised_imbalance(
+        total = realised_objective(
             np.array([0, 1]),
             np.array([10.0, 4.0]),
             np.array([2.0, 100.0]),
             num_ranks=2,
-            horizon_steps=3,
+            offsets_steps=np.arange(4.0),
+            weights=np.ones(4),
         )
         assert total == pytest.approx(25.0)
 
+    def test_the_lookaheads_grid_and_weights_weigh_the_offsets(self) -> None:
+        """The same requests on the grid (0, 1, 3) with weights (1, 0.5, 0.25): 6 + 0.5 * 6 + 0.25 * 7."""
+        total = realised_objective(
+            np.array([0, 1]),
+            np.array([10.0, 4.0]),
+            np.array([2.0, 100.0]),
+            num_ranks=2,
+            offsets_steps=np.array([0.0, 1.0, 3.0]),
+            weights=np.array([1.0, 0.5, 0.25]),
+        )
+        assert total == pytest.approx(6.0 + 3.0 + 1.75)
+
     def test_h0_is_eq_2_at_the_step(self) -> None:
-        loads = realised_imbalance(
-            np.array([0, 0, 1, 2]), np.array([5.0, 7.0, 3.0, 1.0]), np.ones(4), num_ranks=3, horizon_steps=0
+        loads = realised_objective(
+            np.array([0, 0, 1, 2]),
+            np.array([5.0, 7.0, 3.0, 1.0]),
+            np.ones(4),
+            num_ranks=3,
+            offsets_steps=np.zeros(1),
+            weights=np.ones(1),
         )
         assert loads == pytest.approx(3 * 12.0 - 16.0)
 
@@ -52,8 +70,9 @@ class TestRealisedImbalance:
         h = 0 only if the short ones fill the other; once the short ones finish, it is the worse one."""
         context = np.array([100.0, 100.0, 100.0, 100.0])
         remaining = np.array([1.0, 1.0, 50.0, 50.0])
-        stacked = realised_imbalance(np.array([0, 0, 1, 1]), context, remaining, num_ranks=2, horizon_steps=5)
-        paired = realised_imbalance(np.array([0, 1, 0, 1]), context, remaining, num_ranks=2, horizon_steps=5)
+        grid = {"num_ranks": 2, "offsets_steps": np.arange(6.0), "weights": 0.86 ** np.arange(6.0)}
+        stacked = realised_objective(np.array([0, 0, 1, 1]), context, remaining, **grid)
+        paired = realised_objective(np.array([0, 1, 0, 1]), context, remaining, **grid)
         assert paired == pytest.approx(0.0)
         assert stacked > 0.0
 
