@@ -91,7 +91,7 @@ class BfioParams:
     horizon_confirmations: int = 2  # [DESIGN] hysteresis on H so a noisy median does not flap it
     assignment_ttl_steps: int = 50  # [DESIGN] spec 6.5: valid_until_step of a pushed assignment
     self_check: bool = True  # [DESIGN] issue 31 item 4: lookahead on is judged against H = 0 live
-    self_check_margin_frac: float = 0.001  # [DESIGN] docs/policies/bfio.md "Online self-check": gaps of 0.1-1%
+    self_check_margin_frac: float = 0.001  # [DESIGN] docs/policies/bfio.md "Online self-check": gaps of 0.5-15%
     self_check_z: float = 2.0  # [DESIGN] docs/policies/bfio.md "Online self-check": one-sided 2.3% per look
     self_check_min_judged_steps: int = 200  # [DESIGN] about 2 s of steps at Table 1's load
     self_check_period_s: float = 0.25  # [DESIGN] four reports per bundle interval (1 s)
