@@ -26,6 +26,7 @@ from estimators.histogram import (
 from estimators.least_squares import LeastSquares, LeastSquaresFit, NotEnoughData
 from estimators.quantiles import QuantileSketch, QuantileSummary, WindowedQuantileSketch
 from estimators.rates import EventRate, RateSnapshot
+from estimators.shadow_sums import ShadowJudgementWindow, ShadowSums
 from estimators.survival import (
     DEFAULT_MAX_SURVIVAL_EDGES,
     InFlightAges,
@@ -73,6 +74,8 @@ __all__ = [
     "QuantileSummary",
     "RankLoad",
     "RateSnapshot",
+    "ShadowJudgementWindow",
+    "ShadowSums",
     "SlotRing",
     "StepTimeFit",
     "StepTimeModel",

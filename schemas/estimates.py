@@ -145,6 +145,25 @@ class StepModelFit(ContractModel):
     n_samples: int
 
 
+class SelfCheckSummary(ContractModel):
+    """BF-IO's online self-check over the window: both decisions' realised imbalance (issue 31 item 4).
+
+    Sums of the engine's ``bfio.self_check`` reports whose event time falls in the last ``window_s``
+    (docs/policies/bfio.md, "Online self-check").
+    """
+
+    window_s: float
+    judged_steps: int
+    differing_steps: int
+    expired_steps: int
+    myopic_imbalance_tokens: float = Field(description="summed realised imbalance of H = 0's decisions")
+    lookahead_imbalance_tokens: float = Field(description="summed realised imbalance of the lookahead's decisions")
+    squared_difference_tokens2: float = Field(description="summed squared per-step difference of the two")
+    shadow_compute_s: float
+    lookahead_horizon_steps: int = Field(description="the lookahead H of the last report")
+    lookahead_in_force: bool = Field(description="the side the engine applied at the last report")
+
+
 class DpSummary(ContractModel):
     """Rank loads of a data-parallel engine: imbalance, idle share, the last step's loads and the step model."""
 
@@ -153,6 +172,7 @@ class DpSummary(ContractModel):
     avg_idle_load_frac: float | None
     loads_tokens: list[float]
     step_model: StepModelFit | None
+    self_check: SelfCheckSummary | None = None
 
 
 class EngineSummary(ContractModel):

@@ -16,7 +16,7 @@ from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.errors import InvalidInputError
 from schemas.gateway import GatewayCompressed, GatewayQueued, GatewayRouted, GatewayShed, GatewayUpstreamError
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
-from schemas.steps import RankStepReport, StepReport
+from schemas.steps import BfioSelfCheckReport, RankStepReport, StepReport
 
 MAX_EVENT_BYTES = 64 * 1024
 
@@ -28,6 +28,7 @@ Event = Annotated[
     | RequestPreempted
     | StepReport
     | RankStepReport
+    | BfioSelfCheckReport
     | EngineRegistered
     | Heartbeat
     | PolicyApplied
@@ -47,6 +48,7 @@ EVENT_TYPES: tuple[type[Event], ...] = (
     RequestPreempted,
     StepReport,
     RankStepReport,
+    BfioSelfCheckReport,
     EngineRegistered,
     Heartbeat,
     PolicyApplied,

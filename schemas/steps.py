@@ -80,3 +80,40 @@ class RankStepReport(Envelope):
             msg = "a rank.step event needs dp_rank"
             raise ValueError(msg)
         return self
+
+
+class BfioSelfCheckReport(Envelope):
+    """BF-IO's online self-check over one period: both decisions of every judged step, by realised imbalance.
+
+    Issue 31 item 4 (docs/policies/bfio.md, "Online self-check"). At each step the DP router applies one
+    decision and shadows the other (H = 0 and the bundle's lookahead H); once the step's requests have
+    finished or run past H, each decision is judged by the lookahead's objective
+    R = sum_k omega_k Imbalance(k + h_k) (Eq. 2) over the requests it placed and the active ones, with
+    their realised lengths (``policies.bfio.selfcheck``).
+    The sums here are over the period's judged steps; the stream processor folds them per engine.
+    """
+
+    event_type: Literal["bfio.self_check"] = "bfio.self_check"
+    format: Literal[1] = 1
+    first_step_id: int = Field(ge=0, description="earliest decode step judged in the period")
+    last_step_id: int = Field(ge=0, description="latest decode step judged in the period")
+    judged_steps: int = Field(ge=1, le=10_000_000)
+    differing_steps: int = Field(ge=0, le=10_000_000, description="steps recorded whose two decisions differed")
+    expired_steps: int = Field(ge=0, le=10_000_000, description="steps dropped: outcomes not known in time")
+    lookahead_horizon_steps: int = Field(ge=1, le=4096, description="the lookahead H judged against H = 0")
+    lookahead_in_force: bool = Field(description="the router applied the lookahead (else H = 0) at the last step")
+    myopic_imbalance_tokens: float = Field(ge=0.0, allow_inf_nan=False, description="sum of R of H = 0's decisions")
+    lookahead_imbalance_tokens: float = Field(
+        ge=0.0, allow_inf_nan=False, description="sum of R of the lookahead's decisions"
+    )
+    squared_difference_tokens2: float = Field(
+        ge=0.0, allow_inf_nan=False, description="sum over judged steps of (R lookahead - R H = 0)^2, for the spread"
+    )
+    shadow_compute_s: Seconds = Field(description="router time spent on the shadow decisions in the period")
+
+    @model_validator(mode="after")
+    def _check_steps(self) -> BfioSelfCheckReport:
+        if self.last_step_id < self.first_step_id:
+            msg = f"last_step_id ({self.last_step_id}) precedes first_step_id ({self.first_step_id})"
+            raise ValueError(msg)
+        return self

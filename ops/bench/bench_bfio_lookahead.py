@@ -62,7 +62,14 @@ WORKLOADS = {
     "saturated": dp_workload(PoissonArrivals(rate_per_s=8000.0), backlog_requests=BACKLOG),
 }
 SATURATED = WORKLOADS["saturated"]
-REFERENCE_RECIPE = BfioParams(
+
+
+def _alone(**params: Any) -> BfioParams:
+    """A lookahead measured alone: its online self-check (issue 31 item 4) off, as every figure before it."""
+    return BfioParams(self_check=False, **params)
+
+
+REFERENCE_RECIPE = _alone(
     horizon_steps=20, weight_scheme=WeightScheme.DECAY, new_request_model=NewRequestModel.CONST_S
 )  # the reference code's conventions together: decay 0.86 and a new request's prompt at every offset
 VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
@@ -74,27 +81,29 @@ VARIANTS: dict[str, tuple[str, BfioParams | None]] = {
     "vllm-score": ("vllm-score", None),
     "bfio_default": ("bfio", BfioParams()),
     "bfio_h0": ("bfio", BfioParams(horizon_steps=0)),
-    "bfio_h1": ("bfio", BfioParams(horizon_steps=1)),
-    "bfio_h2": ("bfio", BfioParams(horizon_steps=2)),
-    "bfio_h4": ("bfio", BfioParams(horizon_steps=4)),
-    "bfio_h8": ("bfio", BfioParams(horizon_steps=8)),
-    "bfio_h20": ("bfio", BfioParams(horizon_steps=20)),
-    "bfio_h20_uniform": ("bfio", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.UNIFORM)),
-    "bfio_h20_const_s": ("bfio", BfioParams(horizon_steps=20, new_request_model=NewRequestModel.CONST_S)),
+    "bfio_h1": ("bfio", _alone(horizon_steps=1)),
+    "bfio_h2": ("bfio", _alone(horizon_steps=2)),
+    "bfio_h4": ("bfio", _alone(horizon_steps=4)),
+    "bfio_h8": ("bfio", _alone(horizon_steps=8)),
+    "bfio_h20": ("bfio", _alone(horizon_steps=20)),
+    "bfio_h20_uniform": ("bfio", _alone(horizon_steps=20, weight_scheme=WeightScheme.UNIFORM)),
+    "bfio_h20_const_s": ("bfio", _alone(horizon_steps=20, new_request_model=NewRequestModel.CONST_S)),
     "bfio_h20_ref": ("bfio", REFERENCE_RECIPE),
+    "bfio_h20_self_check": ("bfio", BfioParams(horizon_steps=20)),
 }
 HINT_ERRORS = {"true": 0.0, "err10": 0.1, "err20": 0.2, "err50": 0.5}  # largest relative error of a hint
 HINT_VARIANTS = {
     f"{label}_hint_{name}": (params, LengthHints(error_frac=error))
     for label, params in (
-        ("bfio_h20", BfioParams(horizon_steps=20)),
-        ("bfio_h20_uniform", BfioParams(horizon_steps=20, weight_scheme=WeightScheme.UNIFORM)),
+        ("bfio_h20", _alone(horizon_steps=20)),
+        ("bfio_h20_uniform", _alone(horizon_steps=20, weight_scheme=WeightScheme.UNIFORM)),
         ("bfio_h20_ref", REFERENCE_RECIPE),
+        ("bfio_h20_self_check", BfioParams(horizon_steps=20)),
     )
     for name, error in HINT_ERRORS.items()
 }
 EXACT_VARIANTS = {
-    "bfio_h20_exact_curve": BfioParams(horizon_steps=20),
+    "bfio_h20_exact_curve": _alone(horizon_steps=20),
     "bfio_h20_ref_exact_curve": REFERENCE_RECIPE,
 }
 
@@ -232,7 +241,7 @@ def guard(seeds: list[int]) -> dict[str, dict[str, Any]]:
     for label, deadline_s in (("aging_2s", 2.0), ("aging_8s", 8.0), ("aging_off_600s", 600.0)):
         values, forced = [], []
         for seed in seeds:
-            params = BfioParams(horizon_steps=20, aging_deadline_s=deadline_s)
+            params = _alone(horizon_steps=20, aging_deadline_s=deadline_s)
             result = _run("bfio", SATURATED, seed, params, duration_s=4.0, visible_pool=None)
             stats = result.router_stats
             assert stats is not None

@@ -59,7 +59,7 @@ def _run(
         seed=seed,
         ranks=G,
         slots_per_rank=B,
-        params=BfioParams(horizon_steps=horizon, weight_scheme=weight_scheme),
+        params=BfioParams(horizon_steps=horizon, weight_scheme=weight_scheme, self_check=False),
         visible_pool=R,
         central_pool=central,
         bundle_interval_s=0.25,

@@ -31,6 +31,7 @@ from policies.bfio.lookahead import (
 from policies.bfio.objective import imbalance_tokens, is_feasible, loads_after, marginal_scores, objective_j
 from policies.bfio.params import BfioMode, BfioParams, NewRequestModel, WeightScheme
 from policies.bfio.router import ActiveBatch, BfioRouter, Routing, WaitingBatch
+from policies.bfio.selfcheck import SelfCheckVerdict, SelfCheckWindow, choose_horizon, paired_z, realised_objective
 
 __all__ = [
     "ActiveBatch",
@@ -44,6 +45,8 @@ __all__ = [
     "HorizonGrid",
     "NewRequestModel",
     "Routing",
+    "SelfCheckVerdict",
+    "SelfCheckWindow",
     "SolveBudget",
     "SurvivalCurve",
     "SurvivalTable",
@@ -52,6 +55,7 @@ __all__ = [
     "active_contributions",
     "build_horizon_grid",
     "build_payload",
+    "choose_horizon",
     "conditional_survival",
     "decide",
     "decide_assignments",
@@ -65,9 +69,11 @@ __all__ = [
     "marginal_scores",
     "new_request_contributions",
     "objective_j",
+    "paired_z",
     "power_of_d",
     "rank_base_loads",
     "rank_base_loads_by_offset",
+    "realised_objective",
     "round_robin",
     "solve_exact",
     "solve_fast",

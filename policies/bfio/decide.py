@@ -10,6 +10,10 @@ router solves with:
   section 2.9: H should not exceed the median remaining length), and 0 when no table is usable (without a
   predictive signal the paper's H = 0 is the safe choice, spec section 8 item 5); a new H replaces the
   old one only after ``horizon_confirmations`` decisions in a row propose it (hysteresis);
+- the online self-check (issue 31 item 4, ``policies.bfio.selfcheck``): with H > 0 and ``self_check`` on,
+  the bundle carries the lookahead as ``self_check`` for the router to shadow, and the H in force is the
+  lookahead or 0, whichever the engine's windowed realised imbalance favours beyond
+  ``self_check_margin_frac`` (the side in force keeps its place inside the margin);
 - the horizon grid and weights (section 2.7 step 1), the step model (fitted, else the reference code's
   constants), the candidate window, the aging deadline and the solver budget, each clamped to its bound.
 
@@ -25,9 +29,17 @@ from policies.bfio.horizon import build_horizon_grid
 from policies.bfio.inputs import BfioInputs
 from policies.bfio.lookahead import SurvivalCurve
 from policies.bfio.params import BfioMode, BfioParams
+from policies.bfio.selfcheck import SelfCheckWindow, choose_horizon, paired_z
 from policies.bounds import Bound, Clamp, clamp
 from policies.decision import Decision, DiagnosticValue
-from schemas.policy_docs.bfio import BfioPayload, BfioPolicy, BfioState, StepModelDoc, SurvivalTableDoc
+from schemas.policy_docs.bfio import (
+    BfioPayload,
+    BfioPolicy,
+    BfioState,
+    SelfCheckDoc,
+    StepModelDoc,
+    SurvivalTableDoc,
+)
 
 HORIZON_BOUND = Bound(name="horizon_steps", lo=0, hi=512)
 CANDIDATE_WINDOW_BOUND = Bound(name="candidate_window", lo=1, hi=1024)
@@ -67,14 +79,24 @@ def decide(
         proposed = min(proposed, int(min(medians) / params.drift_tokens_per_step))
     state = _next_state(proposed, previous, params)
     horizon_steps = int(clamp(state.horizon_steps, HORIZON_BOUND, clamps))
-    state = state.model_copy(update={"horizon_steps": horizon_steps})
+    lookahead_before = previous is None or not previous.state.self_check_myopic
+    checking = params.self_check and horizon_steps > 0
+    lookahead_next, verdict = choose_horizon(
+        inputs.self_check if checking else None,
+        lookahead_in_force=lookahead_before or not checking,
+        margin_frac=params.self_check_margin_frac,
+        z_threshold=params.self_check_z,
+        min_judged_steps=params.self_check_min_judged_steps,
+    )
+    state = state.model_copy(update={"horizon_steps": horizon_steps, "self_check_myopic": not lookahead_next})
     c_s = params.c_s if inputs.step_c_s is None else inputs.step_c_s
     t_l = params.t_l_s_per_token if inputs.step_t_l_s_per_token is None else inputs.step_t_l_s_per_token
     usable_names = {t.traffic_class for t in usable}
     default_class = inputs.default_class if inputs.default_class in usable_names else None
     payload = build_payload(
         params,
-        horizon_steps=horizon_steps,
+        horizon_steps=horizon_steps if lookahead_next else 0,
+        self_check=_self_check_doc(params, horizon_steps) if checking else None,
         tables=tuple(
             SurvivalTableDoc(
                 traffic_class=t.traffic_class,
@@ -97,6 +119,7 @@ def decide(
         "shortest_median_output_tokens": min(medians) if medians else None,
         "step_model_fitted": inputs.step_c_s is not None and inputs.step_t_l_s_per_token is not None,
         "step_s_at_full_ranks": c_s + t_l * inputs.slots_per_rank * 1000.0,
+        **_self_check_diagnostics(inputs.self_check, verdict.value if checking else None),
     }
     return Decision(
         payload=payload, state=state, diagnostics=diagnostics, clamps=tuple(clamps), valid_for_s=params.bundle_ttl_s
@@ -109,6 +132,7 @@ def build_payload(
     horizon_steps: int,
     tables: tuple[SurvivalTableDoc, ...] = (),
     default_class: str | None = None,
+    self_check: SelfCheckDoc | None = None,
     c_s: float | None = None,
     t_l_s_per_token: float | None = None,
     clamps: list[Clamp] | None = None,
@@ -141,7 +165,37 @@ def build_payload(
         ),
         survival_tables=list(tables),
         default_class=default_class,
+        self_check=self_check,
     )
+
+
+def _self_check_doc(params: BfioParams, horizon_steps: int) -> SelfCheckDoc:
+    """The lookahead the router shadows against H = 0 (or applies while H = 0 is shadowed)."""
+    grid = build_horizon_grid(
+        horizon_steps, dyadic=params.dyadic_grid, scheme=params.weight_scheme, decay_gamma=params.decay_gamma
+    )
+    return SelfCheckDoc(
+        horizon_steps=horizon_steps,
+        horizon_grid_steps=[int(h) for h in grid.offsets_steps],
+        horizon_weights=[float(w) for w in grid.weights],
+        period_s=params.self_check_period_s,
+    )
+
+
+def _self_check_diagnostics(window: SelfCheckWindow | None, verdict: str | None) -> dict[str, DiagnosticValue]:
+    """What the self-check saw and chose, for the decision record (``explain``); the verdict is None when off."""
+    return {
+        "self_check": verdict,
+        "self_check_judged_steps": None if window is None else window.judged_steps,
+        "self_check_myopic_imbalance_tokens": None if window is None else window.myopic_imbalance_tokens,
+        "self_check_lookahead_imbalance_tokens": None if window is None else window.lookahead_imbalance_tokens,
+        "self_check_z": None if window is None else _finite(paired_z(window)),
+    }
+
+
+def _finite(value: float | None) -> float | None:
+    """A diagnostic number JSON can carry: +-inf (every judged step differed alike) is capped at +-1e9."""
+    return None if value is None else max(-1e9, min(1e9, value))
 
 
 def _next_state(proposed: int, previous: BfioPolicy | None, params: BfioParams) -> BfioState:

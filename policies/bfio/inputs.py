@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from policies.bfio.selfcheck import SelfCheckWindow
 from schemas.errors import InvalidInputError
 
 
@@ -60,6 +61,8 @@ class BfioInputs:
         default_class: class whose table serves requests of classes without one, or None.
         step_c_s: fitted fixed step overhead C, seconds; None when the fit has no data yet.
         step_t_l_s_per_token: fitted per-token step latency t_l; None when the fit has no data yet.
+        self_check: the windowed realised imbalance of both decisions (H = 0 and the lookahead) the
+            engine judged, or None before its first report (policies/bfio/selfcheck.py).
     """
 
     num_ranks: int
@@ -68,6 +71,7 @@ class BfioInputs:
     default_class: str | None = None
     step_c_s: float | None = None
     step_t_l_s_per_token: float | None = None
+    self_check: SelfCheckWindow | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("num_ranks", self.num_ranks), ("slots_per_rank", self.slots_per_rank)):

@@ -64,6 +64,14 @@ class BfioParams:
         bundle_ttl_s: event-time seconds a bundle stays valid.
         horizon_confirmations: decisions a new H must be proposed in a row before it replaces the old one.
         assignment_ttl_steps: decode steps a pushed central-pool assignment stays valid.
+        self_check: with H > 0, shadow H = 0 beside the lookahead on the live stream and publish the horizon
+            whose decisions' realised imbalance wins (policies/bfio/selfcheck.py, docs/policies/bfio.md
+            "Online self-check"); no effect at H = 0.
+        self_check_margin_frac: hysteresis of the self-check: the side out of force must be lower by this
+            share of the side in force's windowed realised imbalance to take over.
+        self_check_z: hysteresis of the self-check in standard errors of the windowed paired difference.
+        self_check_min_judged_steps: fewest judged steps in the window before the self-check may switch.
+        self_check_period_s: event time between an engine's self-check reports.
     """
 
     horizon_steps: int = 0  # [PAPER] section 6, Table 1: BF-IO (H = 0); H = 20 there uses true lengths
@@ -82,6 +90,11 @@ class BfioParams:
     bundle_ttl_s: float = 30.0  # [DESIGN] spec 6.2: tier-1 loop every 100 ms to 5 s, several periods of slack
     horizon_confirmations: int = 2  # [DESIGN] hysteresis on H so a noisy median does not flap it
     assignment_ttl_steps: int = 50  # [DESIGN] spec 6.5: valid_until_step of a pushed assignment
+    self_check: bool = True  # [DESIGN] issue 31 item 4: lookahead on is judged against H = 0 live
+    self_check_margin_frac: float = 0.001  # [DESIGN] docs/policies/bfio.md "Online self-check": gaps of 0.5-15%
+    self_check_z: float = 2.0  # [DESIGN] docs/policies/bfio.md "Online self-check": one-sided 2.3% per look
+    self_check_min_judged_steps: int = 200  # [DESIGN] about 2 s of steps at Table 1's load
+    self_check_period_s: float = 0.25  # [DESIGN] four reports per bundle interval (1 s)
 
     def __post_init__(self) -> None:
         checks: tuple[tuple[str, float, float, float], ...] = (
@@ -98,6 +111,10 @@ class BfioParams:
             ("bundle_ttl_s", self.bundle_ttl_s, 0.0, 1e6),
             ("horizon_confirmations", self.horizon_confirmations, 1, 1 << 20),
             ("assignment_ttl_steps", self.assignment_ttl_steps, 1, 1 << 30),
+            ("self_check_margin_frac", self.self_check_margin_frac, 0.0, 1.0),
+            ("self_check_z", self.self_check_z, 0.0, 100.0),
+            ("self_check_min_judged_steps", self.self_check_min_judged_steps, 0, 1 << 30),
+            ("self_check_period_s", self.self_check_period_s, 1e-3, 3600.0),
         )
         for name, value, lo, hi in checks:
             if not (math.isfinite(value) and lo <= value <= hi):

@@ -19,6 +19,10 @@ plane pushed (section 6.5). It never blocks on the control plane:
   by JSQ-by-load. An exchange move starts only while the time left covers the costliest move of the
   last call that made one (``SolveBudget.move_reserve_s``), so the anytime phase ends within the
   budget.
+- online self-check (issue 31 item 4, policies/bfio/selfcheck.py): when the bundle carries ``self_check``
+  the router also solves the other horizon on the same instance (H = 0 beside the lookahead, or the
+  lookahead beside H = 0), after the applied routing is built and on its own budget, and returns it as
+  ``Routing.shadow_rank_of`` for the engine to judge; the applied decision is unchanged by it.
 
 Elapsed time comes from the ``clock`` the engine passes (time.perf_counter); event time is an argument.
 Classes are mapped to stable integer ids (``class_id``) so the per-step batches are plain arrays.
@@ -27,19 +31,19 @@ Classes are mapped to stable integer ids (``class_id``) so the per-step batches 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 import numpy.typing as npt
 
 from policies.bfio.baselines import fcfs_index_fill, jsq_load
-from policies.bfio.greedy import SolveBudget, solve_fast
+from policies.bfio.greedy import FastSolution, SolveBudget, solve_fast
 from policies.bfio.kernels import warm_up
 from policies.bfio.lookahead import ClassPredictor, SurvivalCurve, rank_base_loads_by_offset
 from policies.bfio.objective import fillable_slots
 from policies.bfio.params import BfioMode, NewRequestModel
 from schemas.errors import InvalidInputError
-from schemas.policy_docs.bfio import BfioAssignment, BfioPolicy, RankDoc, WaitingRequestDoc
+from schemas.policy_docs.bfio import BfioAssignment, BfioPayload, BfioPolicy, RankDoc, WaitingRequestDoc
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -111,6 +115,10 @@ class Routing:
         pushed_rejected: pushed assignments for waiting requests that were no longer valid.
         forced: requests admitted by the starvation guard.
         objective_j_tokens: predicted J of the solved allocation, or None when BF-IO did not run.
+        shadow_rank_of: shape (N,), the self-check's other decision on the same step (H = 0 beside the
+            lookahead, or the lookahead beside H = 0), not applied; None without a self-check, when BF-IO
+            did not run, or when either solve ran out of budget.
+        shadow_s: the shadow solve's time on the router's clock (0 without one), which the engine pays.
     """
 
     rank_of: IntArray
@@ -121,6 +129,59 @@ class Routing:
     pushed_rejected: int
     forced: int
     objective_j_tokens: float | None
+    shadow_rank_of: IntArray | None = None
+    shadow_s: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Grid:
+    """The offsets and weights one decision is solved on, with a ratio table per class for them."""
+
+    offsets: FloatArray
+    weights: FloatArray
+    predictors: dict[int, ClassPredictor]
+    default: ClassPredictor | None
+
+    def predictor(self, cid: int) -> ClassPredictor:
+        predictor = self.predictors.get(cid, self.default)
+        if predictor is None:
+            msg = "the router has no bundle to predict with"
+            raise InvalidInputError(msg, field="policy", value=None)
+        return predictor
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class _Problem:
+    """One step's (IO) instance after the pushed placements: what both the applied and the shadow solve read."""
+
+    waiting: WaitingBatch
+    active: ActiveBatch
+    rank_of: IntArray
+    cap: IntArray
+    candidates: IntArray
+    forced: npt.NDArray[np.bool_]
+
+
+def _grid(
+    payload: BfioPayload,
+    curves: Mapping[int, SurvivalCurve],
+    default_class: int | None,
+    grid_steps: Sequence[int],
+    weights: Sequence[float],
+) -> _Grid:
+    """Predictors of every class (and the default) on one grid of offsets."""
+    offsets = np.asarray(grid_steps, dtype=np.float64)
+    model = NewRequestModel(payload.new_request_model)
+    drift = payload.drift_tokens_per_step
+    predictors = {
+        cid: ClassPredictor(curve, offsets_steps=offsets, drift=drift, model=model) for cid, curve in curves.items()
+    }
+    default = (
+        ClassPredictor(None, offsets_steps=offsets, drift=drift, model=model)
+        if default_class is None
+        else predictors[default_class]
+    )
+    return _Grid(offsets=offsets, weights=np.asarray(weights, dtype=np.float64), predictors=predictors, default=default)
 
 
 class BfioRouter:
@@ -138,11 +199,12 @@ class BfioRouter:
         self._clock = clock
         self._class_ids: dict[str, int] = {}
         self._policy: BfioPolicy | None = None
-        self._predictors: dict[int, ClassPredictor] = {}
+        self._grid: _Grid | None = None
+        self._shadow_grid: _Grid | None = None
         self._window_since_s: dict[str, float] = {}
         self._move_reserve_s = 0.0
+        self._shadow_move_reserve_s = 0.0
         self._finish_reserve_s = 0.0
-        self._default_predictor: ClassPredictor | None = None
         warm_up()
         if policy is not None:
             self.reload(policy)
@@ -162,27 +224,21 @@ class BfioRouter:
         """Adopt a newer bundle (hot reload); an older or equal version is ignored."""
         if self._policy is not None and policy.version <= self._policy.version:
             return
+        payload = policy.payload
         curves = {
             self.class_id(t.traffic_class): SurvivalCurve(
                 edges_tokens=np.asarray(t.edges_tokens, dtype=np.float64),
                 survival_frac=np.asarray(t.survival_frac, dtype=np.float64),
             )
-            for t in policy.payload.survival_tables
+            for t in payload.survival_tables
         }
-        payload = policy.payload
-        offsets = np.asarray(payload.horizon_grid_steps, dtype=np.float64)
-        model = NewRequestModel(payload.new_request_model)
-        predictors = {
-            cid: ClassPredictor(curve, offsets_steps=offsets, drift=payload.drift_tokens_per_step, model=model)
-            for cid, curve in curves.items()
-        }
-        default = payload.default_class
-        self._predictors = predictors
-        self._default_predictor = (
-            ClassPredictor(None, offsets_steps=offsets, drift=payload.drift_tokens_per_step, model=model)
-            if default is None
-            else predictors[self.class_id(default)]
-        )
+        default = None if payload.default_class is None else self.class_id(payload.default_class)
+        self._grid = _grid(payload, curves, default, payload.horizon_grid_steps, payload.horizon_weights)
+        check = payload.self_check
+        self._shadow_grid = None
+        if check is not None:
+            shadow = ([0], [1.0]) if payload.horizon_steps > 0 else (check.horizon_grid_steps, check.horizon_weights)
+            self._shadow_grid = _grid(payload, curves, default, *shadow)
         self._policy = policy
 
     def route(
@@ -255,10 +311,9 @@ class BfioRouter:
         start_s: float,
     ) -> Routing:
         payload = policy.payload
+        grid = self._grid
+        assert grid is not None
         num_ranks = cap.shape[0]
-        offsets = np.asarray(payload.horizon_grid_steps, dtype=np.float64)
-        weights = np.asarray(payload.horizon_weights, dtype=np.float64)
-        base = rank_base_loads_by_offset(self._active_contributions(active, offsets.shape[0]), active.rank, num_ranks)
         rank_of = np.full(len(waiting.request_ids), -1, dtype=np.int64)
         pushed_used, pushed_rejected = 0, 0
         for index, request_id in enumerate(waiting.request_ids if pushed else ()):
@@ -279,23 +334,21 @@ class BfioRouter:
                 pushed_rejected += 1
         candidates = np.flatnonzero(rank_of < 0)[: payload.candidate_window]
         overdue = (now_s - self._in_window_since(waiting, candidates, now_s)) >= payload.aging_deadline_s
-        contributions_new = self._new_contributions(waiting, candidates, offsets.shape[0])
-        placed = np.flatnonzero(rank_of >= 0)
-        if placed.size:
-            np.add.at(base, rank_of[placed], self._new_contributions(waiting, placed, offsets.shape[0]))
-        remaining_s = payload.solver_budget_s - (self._clock() - start_s) - self._finish_reserve_s
-        solution = solve_fast(
-            base,
-            cap,
-            contributions_new,
-            weights,
-            forced=overdue,
-            local_search_rounds=payload.local_search_rounds,
-            budget=SolveBudget(clock=self._clock, budget_s=remaining_s, move_reserve_s=self._move_reserve_s),
+        problem = _Problem(
+            waiting=waiting, active=active, rank_of=rank_of, cap=cap, candidates=candidates, forced=overdue
+        )
+        solution = self._solve_grid(
+            grid,
+            problem,
+            payload,
+            start_s=start_s,
+            reserve_s=self._finish_reserve_s,
+            move_reserve_s=self._move_reserve_s,
         )
         solved_s = self._clock()
         if solution.costliest_move_s > 0.0:
             self._move_reserve_s = solution.costliest_move_s
+        rank_of = rank_of.copy()
         rank_of[candidates] = solution.rank_of
         forced = int(np.count_nonzero(overdue & (solution.rank_of >= 0)))
         routing = _routing(
@@ -309,7 +362,57 @@ class BfioRouter:
             objective=solution.objective_j_tokens,
         )
         self._finish_reserve_s = self._clock() - solved_s
-        return routing
+        if self._shadow_grid is None or solution.fallback_used:
+            return routing
+        shadow_start_s = self._clock()
+        shadow_rank_of = self._shadow(self._shadow_grid, problem, payload)
+        return replace(routing, shadow_rank_of=shadow_rank_of, shadow_s=self._clock() - shadow_start_s)
+
+    def _shadow(self, grid: _Grid, problem: _Problem, payload: BfioPayload) -> IntArray | None:
+        """The self-check's other decision on the same step (``policies.bfio.selfcheck``), None past its budget.
+
+        It runs after the applied routing is built, on its own ``solver_budget_s``, so it never delays
+        or changes the applied decision; the engine pays its time (the simulator charges the whole call).
+        """
+        solution = self._solve_grid(
+            grid, problem, payload, start_s=self._clock(), reserve_s=0.0, move_reserve_s=self._shadow_move_reserve_s
+        )
+        if solution.costliest_move_s > 0.0:
+            self._shadow_move_reserve_s = solution.costliest_move_s
+        if solution.fallback_used:
+            return None
+        rank_of = problem.rank_of.copy()
+        rank_of[problem.candidates] = solution.rank_of
+        return rank_of
+
+    def _solve_grid(
+        self,
+        grid: _Grid,
+        problem: _Problem,
+        payload: BfioPayload,
+        *,
+        start_s: float,
+        reserve_s: float,
+        move_reserve_s: float,
+    ) -> FastSolution:
+        """Solve (IO) for the candidates on ``grid``, the pushed placements already in the base loads."""
+        num_ranks = problem.cap.shape[0]
+        waiting, active = problem.waiting, problem.active
+        base = rank_base_loads_by_offset(self._active_contributions(grid, active), active.rank, num_ranks)
+        contributions_new = self._new_contributions(grid, waiting, problem.candidates)
+        placed = np.flatnonzero(problem.rank_of >= 0)
+        if placed.size:
+            np.add.at(base, problem.rank_of[placed], self._new_contributions(grid, waiting, placed))
+        remaining_s = payload.solver_budget_s - (self._clock() - start_s) - reserve_s
+        return solve_fast(
+            base,
+            problem.cap,
+            contributions_new,
+            grid.weights,
+            forced=problem.forced,
+            local_search_rounds=payload.local_search_rounds,
+            budget=SolveBudget(clock=self._clock, budget_s=remaining_s, move_reserve_s=move_reserve_s),
+        )
 
     def _in_window_since(self, waiting: WaitingBatch, candidates: IntArray, now_s: float) -> FloatArray:
         """Since when each candidate has been in the candidate window (the FIFO front the solver chooses from).
@@ -326,27 +429,20 @@ class BfioRouter:
         self._window_since_s = dict(zip(ids, since, strict=True))
         return np.maximum(waiting.arrival_s[candidates], np.asarray(since, dtype=np.float64))
 
-    def _predictor(self, cid: int) -> ClassPredictor:
-        predictor = self._predictors.get(cid, self._default_predictor)
-        if predictor is None:
-            msg = "the router has no bundle to predict with"
-            raise InvalidInputError(msg, field="policy", value=None)
-        return predictor
-
-    def _active_contributions(self, active: ActiveBatch, num_offsets: int) -> FloatArray:
+    def _active_contributions(self, grid: _Grid, active: ActiveBatch) -> FloatArray:
         """w^_i(h) of every active request, offset-major (K, M), by class (one class: no copy)."""
         classes = _class_rows(active.class_id)
         hints = active.output_tokens_hint
         if len(classes) == 1 and isinstance(classes[0][1], slice):
-            return self._predictor(classes[0][0]).active_by_offset(
+            return grid.predictor(classes[0][0]).active_by_offset(
                 prompt_tokens=active.prompt_tokens,
                 generated_tokens=active.generated_tokens,
                 max_tokens=active.max_tokens,
                 hint_tokens=hints,
             )
-        contributions = np.zeros((num_offsets, active.rank.shape[0]))
+        contributions = np.zeros((grid.offsets.shape[0], active.rank.shape[0]))
         for cid, rows in classes:
-            contributions[:, rows] = self._predictor(cid).active_by_offset(
+            contributions[:, rows] = grid.predictor(cid).active_by_offset(
                 prompt_tokens=active.prompt_tokens[rows],
                 generated_tokens=active.generated_tokens[rows],
                 max_tokens=active.max_tokens[rows],
@@ -354,20 +450,20 @@ class BfioRouter:
             )
         return contributions
 
-    def _new_contributions(self, waiting: WaitingBatch, picked: IntArray, num_offsets: int) -> FloatArray:
+    def _new_contributions(self, grid: _Grid, waiting: WaitingBatch, picked: IntArray) -> FloatArray:
         """v_j(h) of the waiting requests ``picked``, shape (len(picked), K), by class (one class: no copy)."""
         classes = _class_rows(waiting.class_id[picked])
         hints = waiting.output_tokens_hint
         if len(classes) == 1 and isinstance(classes[0][1], slice):
-            return self._predictor(classes[0][0]).new(
+            return grid.predictor(classes[0][0]).new(
                 prompt_tokens=waiting.prompt_tokens[picked],
                 max_tokens=waiting.max_tokens[picked],
                 hint_tokens=None if hints is None else hints[picked],
             )
-        contributions = np.zeros((picked.shape[0], num_offsets))
+        contributions = np.zeros((picked.shape[0], grid.offsets.shape[0]))
         for cid, rows in classes:
             chosen = picked[rows]
-            contributions[rows] = self._predictor(cid).new(
+            contributions[rows] = grid.predictor(cid).new(
                 prompt_tokens=waiting.prompt_tokens[chosen],
                 max_tokens=waiting.max_tokens[chosen],
                 hint_tokens=None if hints is None else hints[chosen],

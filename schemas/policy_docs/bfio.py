@@ -59,6 +59,30 @@ class StepModelDoc(ContractModel):
     t_l_s_per_token: float = Field(ge=0.0, le=1e-3, description="seconds per resident token on the busiest rank")
 
 
+class SelfCheckDoc(ContractModel):
+    """The lookahead the router shadows against H = 0 (issue 31 item 4; docs/policies/bfio.md "Online self-check").
+
+    The router applies the bundle's own horizon and solves the other side beside it at every step: H = 0
+    while the lookahead is in force, this lookahead while H = 0 is.
+    """
+
+    horizon_steps: int = Field(ge=1, le=4096, description="the lookahead H > 0 judged against H = 0")
+    horizon_grid_steps: list[int] = Field(min_length=2, max_length=64, description="its offsets h")
+    horizon_weights: list[Annotated[float, Field(ge=0.0, le=1e4)]] = Field(min_length=2, max_length=64)
+    period_s: float = Field(gt=0.0, le=3600.0, description="event time between the engine's self-check reports")
+
+    @model_validator(mode="after")
+    def _check_grid(self) -> SelfCheckDoc:
+        grid = self.horizon_grid_steps
+        if len(grid) != len(self.horizon_weights):
+            msg = "horizon_grid_steps and horizon_weights differ in length"
+            raise ValueError(msg)
+        if grid[0] != 0 or any(b <= a for a, b in itertools.pairwise(grid)) or grid[-1] != self.horizon_steps:
+            msg = f"horizon_grid_steps must start at 0, increase strictly and end at H, got {grid}"
+            raise ValueError(msg)
+        return self
+
+
 class BfioPayload(ContractModel):
     """The bundle an engine-side DP router obeys (spec section 6.5)."""
 
@@ -76,6 +100,7 @@ class BfioPayload(ContractModel):
     step_model: StepModelDoc
     survival_tables: list[SurvivalTableDoc] = Field(default_factory=list, max_length=256)
     default_class: str | None = Field(default=None, description="table used for classes without their own")
+    self_check: SelfCheckDoc | None = Field(default=None, description="lookahead shadowed against H = 0, if on")
 
     @model_validator(mode="after")
     def _check_grid(self) -> BfioPayload:
@@ -103,6 +128,9 @@ class BfioState(ContractModel):
     pending_horizon_steps: int | None = Field(default=None, ge=0, le=4096, description="H proposed, not yet confirmed")
     pending_count: int = Field(default=0, ge=0, description="decisions in a row that proposed pending_horizon_steps")
     decisions: int = Field(default=0, ge=0)
+    self_check_myopic: bool = Field(
+        default=False, description="the self-check put H = 0 in force in place of horizon_steps"
+    )
 
 
 class BfioPolicy(PolicyDocument):

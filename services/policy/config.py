@@ -180,6 +180,7 @@ class BfioSection(Section):
     local_search_rounds: int | None = Field(default=None, ge=0)
     min_survival_events: int | None = Field(default=None, ge=0)
     bundle_ttl_s: NonNegative | None = None
+    self_check: bool | None = None
 
 
 class PolicyConfig(Section):

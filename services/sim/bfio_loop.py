@@ -272,6 +272,7 @@ def run_dp_loop(
             params=bfio_params,
         )
         sink = planner
+    telemetry = EngineTelemetry(engine_id=ENGINE_ID, deployment=DEPLOYMENT, sink=sink)
     rank_router: RankRouter
     bfio_router: BfioRankRouter | None = None
     if router == "bfio":
@@ -280,6 +281,7 @@ def run_dp_loop(
             assignments=planner,
             clock=decision_clock or frozen_clock,
             length_hints=length_hints,
+            self_check_sink=telemetry.bfio_self_check,
         )
         rank_router = bfio_router
     else:
@@ -289,7 +291,7 @@ def run_dp_loop(
         DpConfig(engine_id=ENGINE_ID, ranks=ranks, slots_per_rank=slots_per_rank),
         router=rank_router,
         timing=timing or BfioTiming(),
-        telemetry=EngineTelemetry(engine_id=ENGINE_ID, deployment=DEPLOYMENT, sink=sink),
+        telemetry=telemetry,
         policy_source=control_plane,
         metrics=metrics,
         decision_clock=decision_clock,

@@ -30,7 +30,7 @@ from typing import Protocol
 
 import numpy as np
 
-from policies.bfio import ActiveBatch, BfioParams, BfioRouter, WaitingBatch, decide_assignments
+from policies.bfio import ActiveBatch, BfioParams, BfioRouter, Routing, WaitingBatch, decide_assignments
 from schemas.events import Event
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.bfio import (
@@ -47,6 +47,7 @@ from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.length_hints import LengthHints
 from services.sim.rank_routers import RankView, kv_admissible
 from services.sim.request import SimRequest
+from services.sim.selfcheck import SelfCheckReport, ShadowJudge, StepDecisions
 
 NO_CLASS = -1
 
@@ -70,6 +71,7 @@ class RouterStats:
         admissions: (prompt_tokens, age_s) of every admitted request; age from arrival, or from
             becoming visible with a ``visible_pool``.
         bundle_versions: bundle versions the router routed with, in order of adoption.
+        bundle_horizons: the horizon H in force of each of those bundles (the self-check's choice among them).
     """
 
     steps: int = 0
@@ -80,6 +82,7 @@ class RouterStats:
     kv_dropped: int = 0
     admissions: list[tuple[int, float]] = field(default_factory=list)
     bundle_versions: list[int] = field(default_factory=list)
+    bundle_horizons: list[int] = field(default_factory=list)
 
 
 class AssignmentSource(Protocol):
@@ -102,6 +105,9 @@ class BfioRankRouter:
         assignments: central-pool assignments to honour while valid, or None.
         clock: the solver's budget clock (default: frozen, never falls back on time).
         length_hints: output-length hints every request carries (true or noisy lengths), or None.
+        self_check_sink: where the self-check's period reports go (the engine's telemetry,
+            ``EngineTelemetry.bfio_self_check``); the router judges its shadow decisions only with one and
+            while the bundle carries a ``self_check`` (services/sim/selfcheck.py).
     """
 
     def __init__(
@@ -111,8 +117,11 @@ class BfioRankRouter:
         assignments: AssignmentSource | None = None,
         clock: Callable[[], float] = frozen_clock,
         length_hints: LengthHints | None = None,
+        self_check_sink: Callable[[float, SelfCheckReport], None] | None = None,
     ) -> None:
         self._router = BfioRouter(clock=clock)
+        self._self_check_sink = self_check_sink
+        self._judge: ShadowJudge | None = None
         self._hints = length_hints
         self._visible_pool = visible_pool
         self._assignments = assignments
@@ -133,6 +142,7 @@ class BfioRankRouter:
             self._router.reload(policy)
             if self._router.policy is not previous:
                 self.stats.bundle_versions.append(policy.version)
+                self.stats.bundle_horizons.append(policy.payload.horizon_steps)
         now_s = ranks[0].now_s
         visible = waiting if self._visible_pool is None else waiting[: self._visible_pool]
         if not visible:
@@ -171,7 +181,40 @@ class BfioRankRouter:
         self.stats.pushed_used += routing.pushed_used
         self.stats.pushed_rejected += routing.pushed_rejected
         self.stats.forced += routing.forced
+        self._judge_step(visible, ranks, routing, now_s)
         return self._admit(visible, ranks, routing.rank_of, since, now_s)
+
+    def _judge_step(
+        self, visible: Sequence[SimRequest], ranks: Sequence[RankView], routing: Routing, now_s: float
+    ) -> None:
+        """Feed the self-check's judge this step's progress and decisions; publish a period's report when due."""
+        policy = self._router.policy
+        check = None if policy is None else policy.payload.self_check
+        if self._self_check_sink is None or policy is None or check is None:
+            return
+        if self._judge is None:
+            self._judge = ShadowJudge(num_ranks=len(ranks), drift_tokens_per_step=policy.payload.drift_tokens_per_step)
+        step_id = ranks[0].step_id
+        active = [view.requests for view in ranks]
+        self._judge.observe(step_id=step_id, ranks=active, now_s=now_s)
+        if routing.shadow_rank_of is not None:
+            self._judge.record(
+                StepDecisions(
+                    step_id=step_id,
+                    ranks=active,
+                    waiting=visible,
+                    applied_rank_of=routing.rank_of,
+                    shadow_rank_of=routing.shadow_rank_of,
+                    lookahead_applied=policy.payload.horizon_steps > 0,
+                    horizon_steps=check.horizon_steps,
+                    offsets_steps=np.asarray(check.horizon_grid_steps, dtype=np.float64),
+                    weights=np.asarray(check.horizon_weights, dtype=np.float64),
+                ),
+                shadow_compute_s=routing.shadow_s,
+            )
+        report = self._judge.report(now_s, check.period_s)
+        if report is not None:
+            self._self_check_sink(now_s, report)
 
     def _pushed(self, ids: tuple[str, ...], now_s: float) -> dict[str, BfioAssignment]:
         if self._assignments is None:

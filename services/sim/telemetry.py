@@ -12,11 +12,12 @@ from typing import Any, Literal
 
 from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
-from schemas.steps import RankStepReport, StepReport
+from schemas.steps import BfioSelfCheckReport, RankStepReport, StepReport
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
 from services.sdk.token_gaps import token_gap_summary
 from services.sim.request import RequestSpec, SimRequest
+from services.sim.selfcheck import SelfCheckReport
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -67,6 +68,7 @@ class StepCounts:
 
 
 _REGISTRATION_FIELDS = tuple(f.name for f in fields(Registration))
+_SELF_CHECK_FIELDS = tuple(f.name for f in fields(SelfCheckReport))
 _STEP_COUNT_FIELDS = tuple(f.name for f in fields(StepCounts))
 
 
@@ -225,3 +227,7 @@ class EngineTelemetry:
                 completed=completed,
             )
         )
+
+    def bfio_self_check(self, now_s: float, report: SelfCheckReport) -> None:
+        """Emit one ``bfio.self_check`` (BF-IO's shadow judgements over a period, services/sim/selfcheck.py)."""
+        self.sink.publish(BfioSelfCheckReport(**self._envelope(now_s), **_event_fields(report, _SELF_CHECK_FIELDS)))

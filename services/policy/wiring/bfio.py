@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from estimators import fine_bin_edges_tokens
-from policies.bfio import BfioInputs, BfioParams, SurvivalTable
+from policies.bfio import BfioInputs, BfioParams, SelfCheckWindow, SurvivalTable
 from policies.bfio import decide as decide_bfio
 from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
@@ -67,7 +67,8 @@ def bfio_inputs(snapshot: EstimateSnapshot) -> BfioInputs | None:
     """BF-IO inputs from a DP engine's summary (or a group's, ``group_snapshot``); None without a registration.
 
     The survival table and the step-model fit are optional (the bundle then uses H = 0 and the
-    reference step constants); a fit with a negative coefficient is treated as not fitted.
+    reference step constants); a fit with a negative coefficient is treated as not fitted. The self-check's
+    windowed sums (``dp.self_check``, folded from the engine's ``bfio.self_check`` reports) go in as they are.
     """
     s = engine_summary(snapshot)
     engine = s.engine
@@ -78,6 +79,7 @@ def bfio_inputs(snapshot: EstimateSnapshot) -> BfioInputs | None:
     if c_s is None or t_l is None or c_s < 0.0 or t_l < 0.0:
         c_s, t_l = None, None
     table = _survival(s)
+    check = s.dp.self_check if s.dp is not None else None
     return BfioInputs(
         num_ranks=engine.dp_size,
         slots_per_rank=engine.max_num_seqs // engine.dp_size,
@@ -85,6 +87,14 @@ def bfio_inputs(snapshot: EstimateSnapshot) -> BfioInputs | None:
         default_class=None if table is None else DEFAULT_CLASS,
         step_c_s=c_s,
         step_t_l_s_per_token=t_l,
+        self_check=None
+        if check is None
+        else SelfCheckWindow(
+            judged_steps=check.judged_steps,
+            myopic_imbalance_tokens=check.myopic_imbalance_tokens,
+            lookahead_imbalance_tokens=check.lookahead_imbalance_tokens,
+            squared_difference_tokens2=check.squared_difference_tokens2,
+        ),
     )
 
 

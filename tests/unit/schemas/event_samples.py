@@ -6,7 +6,7 @@ from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.events import EVENT_TYPES, Event
 from schemas.gateway import GatewayCompressed, GatewayQueued, GatewayRouted, GatewayShed, GatewayUpstreamError
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
-from schemas.steps import RankStepReport, StepReport
+from schemas.steps import BfioSelfCheckReport, RankStepReport, StepReport
 
 BASE = {"deployment": "dep-1", "engine_id": "eng-0", "seq": 3, "ts": 12.5}
 
@@ -67,6 +67,21 @@ def sample_events() -> list[Event]:
             free_slots=2,
             local_compute_s=0.011,
             barrier_wait_s=0.002,
+            **BASE,
+        ),
+        BfioSelfCheckReport(
+            event_id="a7b",
+            first_step_id=100,
+            last_step_id=140,
+            judged_steps=41,
+            differing_steps=30,
+            expired_steps=0,
+            lookahead_horizon_steps=7,
+            lookahead_in_force=True,
+            myopic_imbalance_tokens=4.1e6,
+            lookahead_imbalance_tokens=3.2e6,
+            squared_difference_tokens2=4.0e10,
+            shadow_compute_s=0.02,
             **BASE,
         ),
         EngineRegistered(
