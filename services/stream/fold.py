@@ -24,6 +24,7 @@ from schemas.estimates import FleetContribution, FleetJoin
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
+from schemas.snapshot_trigger import SnapshotTrigger
 from services.settings import REGISTRATION_GRACE_S
 from services.stream.estimates import EngineEstimates
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
@@ -264,7 +265,7 @@ class Folder:
                 snapshot_id=snapshot_id(estimates.engine_id, version, summary),
                 version=version,
                 ts=event.ts,
-                trigger=f"{spec.kind}:{trigger}",
+                trigger=SnapshotTrigger(kind=spec.kind, cause=trigger),
                 offsets=[position],
                 estimates=summary,
             )
@@ -304,7 +305,7 @@ class Folder:
             snapshot_id=snapshot_id(estimates.engine_id, version, summary),
             version=version,
             ts=ts,
-            trigger=f"{spec.kind}:{spec.trigger.describe()}",
+            trigger=SnapshotTrigger(kind=spec.kind, cause=spec.trigger.describe()),
             offsets=[position],
             estimates=summary,
         )

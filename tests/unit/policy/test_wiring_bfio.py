@@ -87,7 +87,7 @@ class TestBfioSpec:
         assert [t.traffic_class for t in document.payload.survival_tables] == ["default"]
 
     def test_only_dp_engines_are_snapshotted_for_it(self, demo_plane: OfflineControlPlane) -> None:
-        assert {s.scope for s in demo_plane.snapshots if s.trigger.startswith("bfio:")} == {"dp-0"}
+        assert {s.scope for s in demo_plane.snapshots if s.trigger.kind == "bfio"} == {"dp-0"}
 
 
 def _rank(
@@ -203,7 +203,7 @@ def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -
         rank = int(event.engine_id[-1])
         registered = isinstance(event, EngineRegistered)
         plane.publish(event.model_copy(update={"dp_group": "dp-x", "dp_rank": rank}) if registered else event)
-    taken = {s.scope for s in plane.snapshots if s.trigger.startswith("bfio:")}
+    taken = {s.scope for s in plane.snapshots if s.trigger.kind == "bfio"}
     assert taken == {"eng-0", "eng-1"}, "each rank's telemetry is snapshotted for BF-IO"
     bundles = [r for r in plane.decisions if r.kind == "bfio"]
     assert bundles
@@ -213,7 +213,7 @@ def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -
     assert stored is not None
     document = BfioPolicy.model_validate_json(stored)
     assert document.version == len(bundles)
-    rank_snapshots = [s for s in plane.snapshots if s.trigger.startswith("bfio:")]
+    rank_snapshots = [s for s in plane.snapshots if s.trigger.kind == "bfio"]
     assert len(bundles) == len({int(s.ts) for s in rank_snapshots}) < len(rank_snapshots), "one bundle per 1 s slot"
     latest = {s.scope: engine_summary(s).survival for s in rank_snapshots}
     (table,) = document.payload.survival_tables

@@ -34,7 +34,7 @@ class TestFolder:
     def test_ebplus_snapshot_fires_at_every_hundredth_completion_of_an_engine(self) -> None:
         events = synthetic_stream(engines=1, requests=250)
         folder = Folder("dep", default_registry())
-        ebplus = [s for s in _fold_all(folder, events) if s.trigger.startswith("ebplus:")]
+        ebplus = [s for s in _fold_all(folder, events) if s.trigger.kind == "ebplus"]
         assert [engine_summary(s).completions_total for s in ebplus] == [100, 200]
         assert [s.version for s in ebplus] == sorted({s.version for s in ebplus})
 
@@ -43,19 +43,19 @@ class TestFolder:
         registration = events[0]
         assert isinstance(registration, EngineRegistered)
         events[0] = registration.model_copy(update={"scheduler": "slai", "obeys": ["slai"]})
-        kinds = {s.trigger.split(":")[0] for s in _fold_all(Folder("dep", default_registry()), events)}
+        kinds = {s.trigger.kind for s in _fold_all(Folder("dep", default_registry()), events)}
         assert "slai" in kinds
         assert "admission" in kinds
         assert "ebplus" not in kinds
 
     def test_engine_that_declares_nothing_gets_every_engine_kind(self) -> None:
-        kinds = {s.trigger.split(":")[0] for s in _fold_all(Folder("dep", default_registry()), synthetic_stream())}
+        kinds = {s.trigger.kind for s in _fold_all(Folder("dep", default_registry()), synthetic_stream())}
         assert {"admission", "ebplus", "slai"} <= kinds
 
     def test_admission_snapshot_fires_every_five_seconds_of_event_time(self) -> None:
         events = synthetic_stream(engines=1, requests=400)
         folder = Folder("dep", default_registry())
-        times = [s.ts for s in _fold_all(folder, events) if s.trigger.startswith("admission:")]
+        times = [s.ts for s in _fold_all(folder, events) if s.trigger.kind == "admission"]
         assert len(times) >= 3
         assert all(later - earlier >= 5.0 for earlier, later in itertools.pairwise(times))
 
