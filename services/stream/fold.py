@@ -20,7 +20,7 @@ from collections.abc import Iterable
 
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
-from schemas.estimates import FleetContribution, FleetJoin
+from schemas.estimates import EngineRegistration, FleetContribution, FleetJoin
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
@@ -65,7 +65,7 @@ class Folder:
         self._folded_through: dict[str, dict[str, int]] = {}
         self._first_ts: dict[str, float] = {}
         self._held: dict[str, list[EstimateSnapshot]] = {}
-        self._applicable: dict[str, tuple[object, list[TriggerSpec]]] = {}
+        self._applicable: dict[str, tuple[EngineRegistration | None, list[TriggerSpec]]] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -130,7 +130,7 @@ class Folder:
         estimates = self.engines.get(engine_id)
         if estimates is None:
             return False
-        if estimates.engine:
+        if estimates.engine is not None:
             return True
         first_ts = self._first_ts.get(engine_id)
         last_ts = estimates.last_ts

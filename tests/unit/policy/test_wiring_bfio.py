@@ -8,7 +8,7 @@ import pytest
 
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES, log_bin_edges_tokens
 from schemas.engines import EngineRegistered
-from schemas.estimates import StepModelFit, SurvivalSummary
+from schemas.estimates import EngineRegistration, StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.runner import decide_from_snapshot
@@ -190,10 +190,29 @@ class TestDpGroups:
         assert inputs.num_ranks == 1
 
     def test_ranks_of_a_group_are_snapshotted_whatever_their_scheduler_obeys(self) -> None:
-        assert is_dp_engine({"dp_size": 1, "dp_group": "dp-a", "obeys": ["ebplus"]})
-        assert not is_dp_engine({"dp_size": 1, "dp_group": None, "obeys": None})
-        assert not is_dp_engine({"dp_size": 4, "obeys": ["ebplus"]})
-        assert is_dp_engine({"dp_size": 4, "obeys": ["bfio"]})
+        assert is_dp_engine(_registration(dp_size=1, dp_group="dp-a", obeys=["ebplus"]))
+        assert not is_dp_engine(_registration(dp_size=1, dp_group=None, obeys=None))
+        assert not is_dp_engine(_registration(dp_size=4, obeys=["ebplus"]))
+        assert is_dp_engine(_registration(dp_size=4, obeys=["bfio"]))
+        assert is_dp_engine(_registration(dp_size=4, obeys=None)), "an engine that declares nothing obeys every kind"
+
+    def test_an_engine_not_registered_yet_is_not_snapshotted(self) -> None:
+        assert not is_dp_engine(None)
+
+
+def _registration(*, dp_size: int, dp_group: str | None = None, obeys: list[str] | None) -> EngineRegistration:
+    return EngineRegistration(
+        model="m",
+        gpu="g",
+        max_num_seqs=16,
+        max_num_batched_tokens=2048,
+        max_model_len=4096,
+        kv_blocks_total=100,
+        block_size_tokens=16,
+        dp_size=dp_size,
+        dp_group=dp_group,
+        obeys=obeys,
+    )
 
 
 def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -> None:

@@ -11,6 +11,7 @@ import pytest
 
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES
 from schemas.engines import EngineRegistered
+from schemas.envelope import Envelope
 from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
@@ -87,6 +88,24 @@ class TestFolder:
         assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=0, offset=len(events)))
         assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=1, offset=0))
         assert resumed.state_json("eng-0") == folder.state_json("eng-0")
+
+    def test_the_stored_registration_keeps_the_fields_of_the_event_by_their_names(self) -> None:
+        """The stored state's ``engine`` stays the JSON object it was when the registration was a dict."""
+        events = synthetic_stream(engines=1, requests=5)
+        registered = next(e for e in events if isinstance(e, EngineRegistered))
+        folder = Folder("dep", default_registry())
+        _fold_all(folder, events)
+        state = json.loads(folder.state_json("eng-0"))
+        envelope = {*Envelope.model_fields, "event_type", "endpoint_url"}
+        assert state["engine"] == registered.model_dump(mode="json", exclude=envelope)
+        assert EngineEstimates.from_dict(state).engine == folder.engines["eng-0"].engine
+
+    def test_an_engine_not_registered_stores_an_empty_registration(self) -> None:
+        events = [e for e in synthetic_stream(engines=1, requests=5) if not isinstance(e, EngineRegistered)]
+        folder = Folder("dep", default_registry())
+        _fold_all(folder, events)
+        assert json.loads(folder.state_json("eng-0"))["engine"] == {}
+        assert EngineEstimates.from_dict(json.loads(folder.state_json("eng-0"))).engine is None
 
     def test_snapshots_carry_the_triggering_position_and_a_content_hash(self) -> None:
         events = synthetic_stream(engines=2, requests=300)
