@@ -59,7 +59,7 @@ from kafka.errors import KafkaError
 
 from policies.fleetopt.kernels import warm_up as warm_up_fleetopt
 from schemas.errors import BackendUnavailableError
-from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER
+from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER, Partition
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, Delivery, no_checkpoint
@@ -213,10 +213,10 @@ class PolicyService:
         self._applied = applied
         self._committed_states = self.handler.states()
         for tp in partitions:
-            position = self._applied.get(f"{tp.topic}:{tp.partition}")
+            position = self._applied.get(Partition(tp.topic, tp.partition).field)
             if position is not None:
                 self._consumer.seek(tp, position + 1)
-        self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
+        self._log_watch.assigned(self._log_view, [Partition(tp.topic, tp.partition) for tp in partitions])
         self._consumer.resume(*partitions)
         self._unpositioned = []
         self.outage.succeeded("redis")
@@ -335,11 +335,12 @@ class PolicyService:
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""
-        next_offsets: dict[tuple[str, int], int] = {}
+        next_offsets: dict[Partition, int] = {}
         for tp in self._consumer.assignment():
-            applied = self._applied.get(f"{tp.topic}:{tp.partition}")
+            partition = Partition(tp.topic, tp.partition)
+            applied = self._applied.get(partition.field)
             if applied is not None:
-                next_offsets[(tp.topic, tp.partition)] = applied + 1
+                next_offsets[partition] = applied + 1
         resets = self._log_watch.check(self._log_view, next_offsets)
         for reset in resets:
             self._rebuild(reset)
@@ -376,7 +377,7 @@ class PolicyService:
         batch = PendingBatch(started_s=self._clock())
         try:
             for record in records:
-                field_name = f"{record.topic}:{record.partition}"
+                field_name = Partition(record.topic, record.partition).field
                 if record.offset <= self._applied.get(field_name, -1):
                     self.counters.skipped_offsets += 1
                     continue

@@ -22,6 +22,7 @@ from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
 from schemas.estimates import EngineRegistration, FleetContribution, FleetJoin
 from schemas.events import Event
+from schemas.names import Partition
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.snapshot_trigger import SnapshotTrigger
@@ -145,7 +146,7 @@ class Folder:
         window: whatever it already holds is skipped.
         """
         folded = self._folded_through.get(engine_id, {})
-        last = folded.get(f"{position.topic}:{position.partition}")
+        last = folded.get(Partition(position.topic, position.partition).field)
         return last is not None and position.offset <= last
 
     def summary_json(self, engine_id: str) -> str:
@@ -203,7 +204,8 @@ class Folder:
         engine_id = event.engine_id
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
-        self._folded_through.setdefault(engine_id, {})[f"{position.topic}:{position.partition}"] = position.offset
+        field = Partition(position.topic, position.partition).field
+        self._folded_through.setdefault(engine_id, {})[field] = position.offset
         return self.engines[engine_id].admit(event)
 
     def apply(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:

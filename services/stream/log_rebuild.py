@@ -27,6 +27,7 @@ import structlog
 from pydantic import ValidationError
 
 from schemas.estimates import EngineRegistration
+from schemas.names import Partition
 from services.engine_partitions import engine_partition
 from services.log_reset import LogReset
 from services.store.protocol import Store
@@ -79,7 +80,7 @@ def rebuild_partition(batches: TelemetryBatches, store: Store, reset: LogReset, 
 
     The caller then reads the partition from the new log's beginning.
     """
-    in_memory = batches.forget_partition((reset.topic, reset.partition))
+    in_memory = batches.forget_partition(Partition(reset.topic, reset.partition))
     stored_engines = [
         engine
         for engine in store.estimate_scopes(SUMMARY_NAME)

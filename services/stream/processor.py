@@ -38,7 +38,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError
-from schemas.names import TELEMETRY_TOPIC
+from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.delivery import Checkpoint, no_checkpoint
@@ -67,7 +67,7 @@ from services.settings import (
 )
 from services.store.protocol import Store
 from services.stream.batch_size import BatchSizer
-from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
+from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
 from services.triggers import TriggerSpec
@@ -85,7 +85,7 @@ class _KafkaConsumerView:
         self.ends = PartitionEnds(consumer)
 
     def assigned(self) -> list[Partition]:
-        return [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        return [Partition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
 
     def highwater(self, partition: Partition) -> int | None:
         return self.ends.highwater(TopicPartition(*partition))
@@ -180,17 +180,17 @@ class StreamProcessor:
     def _position(self, partitions: list[TopicPartition]) -> None:
         self._view.ends.assigned()
         count = len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ())
-        positions = self._batches.resume_positions(((tp.topic, tp.partition) for tp in partitions), count)
+        positions = self._batches.resume_positions((Partition(tp.topic, tp.partition) for tp in partitions), count)
         for (topic, partition), offset in positions.items():
             self._consumer.seek(TopicPartition(topic, partition), offset)
-        self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
+        self._log_watch.assigned(self._log_view, [Partition(tp.topic, tp.partition) for tp in partitions])
         self._consumer.resume(*partitions)
         self._unpositioned = []
         self.outage.succeeded("redis")
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Commit, then forget the engines of revoked partitions."""
-        self._batches.revoked((tp.topic, tp.partition) for tp in partitions)
+        self._batches.revoked(Partition(tp.topic, tp.partition) for tp in partitions)
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch."""
