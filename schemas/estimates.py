@@ -23,6 +23,7 @@ from typing import Annotated, Literal
 
 from pydantic import Field
 
+from schemas.engines import EngineRegistered
 from schemas.envelope import EngineId
 from schemas.policy_docs.base import ContractModel
 
@@ -58,6 +59,11 @@ class EngineRegistration(ContractModel):
     dp_group: str | None = Field(
         default=None, description="the DP deployment of separate servers this engine is a rank of (BF-IO's scope)"
     )
+
+    @classmethod
+    def of(cls, event: EngineRegistered) -> EngineRegistration:
+        """The registration an ``engine.registered`` event declares: its fields the policies read, by the same names."""
+        return cls.model_validate(event.model_dump(include=set(cls.model_fields)))
 
 
 class LastStep(ContractModel):

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from typing import NamedTuple
 
 from schemas.errors import InvalidInputError
 
@@ -48,6 +49,37 @@ TOPICS: tuple[TopicSpec, ...] = (
     TopicSpec(name=DEADLETTER_TOPIC, partitions=1),
     TopicSpec(name=CHECKPOINTS_TOPIC, partitions=1),
 )
+
+
+class Partition(NamedTuple):
+    """One Kafka partition: its topic and number.
+
+    A tuple, so it equals (and hashes as) kafka-python's ``TopicPartition`` and faust's ``TP`` of the
+    same partition. ``field`` spells it ``topic:partition``, the field of the applied-offsets and
+    log-ids hashes (``offsets_key``, ``log_ids_key``) and what logs name it by; ``parse`` reads that
+    back. No other code formats or splits the string.
+    """
+
+    topic: str
+    partition: int
+
+    @property
+    def field(self) -> str:
+        """``topic:partition``, as the Redis hashes and the logs spell it."""
+        return f"{self.topic}:{self.partition}"
+
+    @classmethod
+    def parse(cls, field: str) -> Partition:
+        """Read ``topic:partition`` (the topic ends at the last ``:``).
+
+        Raises:
+            InvalidInputError: no topic, or the number after the last ``:`` is not a non-negative integer.
+        """
+        topic, colon, number = field.rpartition(":")
+        if not colon or not topic or not (number.isascii() and number.isdigit()):
+            msg = f"a partition field reads 'topic:partition', got {field[:200]!r}"
+            raise InvalidInputError(msg, field="partition", value=field)
+        return cls(topic, int(number))
 
 
 def key_part(value: str, what: str) -> str:

@@ -17,6 +17,7 @@ from schemas.envelope import EventTime, Identifier
 from schemas.errors import InputErrorCode
 from schemas.estimates import EstimateSummary, check_summary_format
 from schemas.policy_docs.base import ContractModel, DocumentSignature, SourceOffset
+from schemas.snapshot_trigger import TriggerField
 
 
 class DeadLetter(ContractModel):
@@ -45,7 +46,10 @@ class EstimateSnapshot(ContractModel):
     snapshot_id: str = Field(min_length=1, max_length=128)
     version: int = Field(ge=1)
     ts: EventTime
-    trigger: str = Field(max_length=128, description="what fired: completions:100, interval:10s, ...")
+    trigger: TriggerField = Field(
+        description="what fired, ``kind:cause``: the policy kind it was taken for and why (ebplus:every 40 "
+        "request.finished, fleetopt:fleet slot 12, ...)"
+    )
     offsets: list[SourceOffset] = Field(default_factory=list)
     estimates: EstimateSummary
     producer: SnapshotProducer | None = Field(

@@ -10,9 +10,10 @@ from __future__ import annotations
 from enum import StrEnum
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 
 from schemas.envelope import Envelope, Seconds, Tokens
+from schemas.policy_docs.ebplus import EbplusMode
 
 
 class BatchKind(StrEnum):
@@ -21,6 +22,16 @@ class BatchKind(StrEnum):
     PREFILL = "prefill"
     DECODE = "decode"
     MIXED = "mixed"
+
+
+def scheduler_mode_label(mode: str) -> str:
+    """A step's scheduler mode with EB+'s modes in their one spelling (``eb`` reads ``EB``); other labels unchanged.
+
+    Engines before issue 32 wrote ``eb`` and ``mb``; readers of raw step JSON (services/fleet_run) count
+    both spellings as one mode through this.
+    """
+    ebplus = EbplusMode.named(mode)
+    return mode if ebplus is None else ebplus.value
 
 
 class StepReport(Envelope):
@@ -40,7 +51,15 @@ class StepReport(Envelope):
     kv_blocks_total: int = Field(ge=1)
     block_size_tokens: int = Field(default=16, ge=1, le=4096)
     num_preempted: int = Field(default=0, ge=0)
-    scheduler_mode: str | None = Field(default=None, max_length=32, description="mb, eb, slai, ... in effect")
+    scheduler_mode: str | None = Field(
+        default=None, max_length=32, description="MB, EB (read from mb, eb too), slai, stock, ... in effect"
+    )
+
+    @field_validator("scheduler_mode")
+    @classmethod
+    def _ebplus_mode_spelt_one_way(cls, mode: str | None) -> str | None:
+        """EB+'s modes as ``EbplusMode`` spells them, whichever case the engine wrote; other labels as written."""
+        return None if mode is None else scheduler_mode_label(mode)
 
     @model_validator(mode="after")
     def _check_batch(self) -> StepReport:

@@ -31,10 +31,10 @@ import structlog
 from kafka import KafkaProducer
 
 from schemas.errors import BackendUnavailableError
-from schemas.names import CHECKPOINTS_TOPIC
+from schemas.names import CHECKPOINTS_TOPIC, Partition
 from schemas.records import CheckpointDocument, StateCheckpoint
 from services.delivery import Delivery
-from services.log_reset import LogView, Partition
+from services.log_reset import LogView
 from services.store.memory_store import stored_version
 from services.store.protocol import Store
 
@@ -159,7 +159,7 @@ def resume_from_checkpoints(
         BackendUnavailableError: Redis or the broker failed.
     """
     applied = store.applied_offsets(consumer)
-    unapplied = sorted(tp for tp in partitions if f"{tp[0]}:{tp[1]}" not in applied)
+    unapplied = sorted(tp for tp in partitions if tp.field not in applied)
     if source is None or not unapplied:
         return []
     found = source()
@@ -168,13 +168,13 @@ def resume_from_checkpoints(
         checkpoint = found.get(partition)
         if checkpoint is None:
             continue
-        topic_id, end = logs.topic_id(partition[0]), logs.highwater(partition)
+        topic_id, end = logs.topic_id(partition.topic), logs.highwater(partition)
         if not usable(checkpoint, topic_id, end):
             log.warning(
                 "checkpoint_not_of_this_log",
                 consumer=consumer,
-                topic=partition[0],
-                partition=partition[1],
+                topic=partition.topic,
+                partition=partition.partition,
                 checkpoint_offset=checkpoint.offset,
                 checkpoint_topic_id=checkpoint.topic_id,
                 topic_id=topic_id,
@@ -183,8 +183,9 @@ def resume_from_checkpoints(
             )
             continue
         expiries = dict.fromkeys([*checkpoint.states, *checkpoint.values], expire_s) if expire_s > 0 else None
-        field = f"{partition[0]}:{partition[1]}"
-        if not store.commit(consumer, {field: checkpoint.offset}, checkpoint.states, checkpoint.values, expiries):
+        if not store.commit(
+            consumer, {partition.field: checkpoint.offset}, checkpoint.states, checkpoint.values, expiries
+        ):
             continue  # another member committed the partition meanwhile: its state is newer
         for document in checkpoint.documents:
             version = stored_version(document.document)
@@ -194,8 +195,8 @@ def resume_from_checkpoints(
         log.warning(
             "resumed_from_checkpoint",
             consumer=consumer,
-            topic=partition[0],
-            partition=partition[1],
+            topic=partition.topic,
+            partition=partition.partition,
             offset=checkpoint.offset,
             scopes=len(checkpoint.states),
         )

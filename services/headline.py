@@ -18,6 +18,7 @@ from schemas.policy_docs import (
     POLICY_DOCUMENTS,
     AdmissionPolicy,
     BfioPolicy,
+    EbplusMode,
     EbplusPolicy,
     FleetoptPolicy,
     PolicyDocument,
@@ -61,7 +62,7 @@ def headline(document: PolicyDocument) -> list[Headline]:
     if isinstance(document, EbplusPolicy):
         p = document.payload
         return [
-            Headline(name="ebplus_exclusive", value=1.0 if p.mode == "EB" else 0.0, shown=f"mode {p.mode}"),
+            Headline(name="ebplus_exclusive", value=1.0 if p.mode is EbplusMode.EB else 0.0, shown=f"mode {p.mode}"),
             Headline(name="ebplus_k", value=float(p.k), shown=f"k {p.k}"),
             Headline(name="ebplus_n", value=float(p.n), shown=f"N {p.n}"),
         ]

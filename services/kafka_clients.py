@@ -33,7 +33,7 @@ from kafka import ConsumerRebalanceListener, KafkaConsumer, KafkaProducer, Topic
 from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
-from schemas.names import CHECKPOINT_MAX_BYTES
+from schemas.names import CHECKPOINT_MAX_BYTES, Partition
 from services.backends import kafka_answers
 from services.engine_partitions import EnginePartitioner
 from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
@@ -257,7 +257,7 @@ class KafkaLogView:
     def __init__(self, consumer: KafkaConsumer) -> None:
         self._consumer = consumer
 
-    def highwater(self, partition: tuple[str, int]) -> int | None:
+    def highwater(self, partition: Partition) -> int | None:
         """The partition's end offset as the last fetch response gave it; None when it is behind the position.
 
         A fetch response's end behind what this consumer has already read from the partition says

@@ -47,12 +47,12 @@ from typing import Literal, Protocol
 
 import structlog
 
+from schemas.names import Partition
 from services.health import ServiceMetrics
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)
 
-Partition = tuple[str, int]  # (topic, partition)
 TopicLayout = tuple[str | None, frozenset[int]]  # (topic id, partition numbers) in a client's metadata
 ResetReason = Literal["topic_id_changed", "log_end_behind_applied"]
 LAYOUT_SETTLE_S = 10.0  # one metadata refresh (services/kafka_clients.py, METADATA_MAX_AGE_MS) after the last change
@@ -85,7 +85,7 @@ class LogReset:
     @property
     def field(self) -> str:
         """The partition's field in the applied-offsets hash."""
-        return f"{self.topic}:{self.partition}"
+        return Partition(self.topic, self.partition).field
 
 
 class LogWatch:
@@ -103,7 +103,7 @@ class LogWatch:
         self._recorded = self._store.log_ids(self._consumer)
         first_seen: dict[str, str] = {}
         for topic, partition in partitions:
-            field = f"{topic}:{partition}"
+            field = Partition(topic, partition).field
             topic_id = view.topic_id(topic)
             if field not in self._recorded and topic_id is not None:
                 first_seen[field] = topic_id
@@ -120,10 +120,10 @@ class LogWatch:
         resets: list[LogReset] = []
         first_seen: dict[str, str] = {}
         for (topic, partition), next_offset in sorted(next_offsets.items()):
-            field = f"{topic}:{partition}"
+            field = Partition(topic, partition).field
             topic_id = view.topic_id(topic)
             recorded = self._recorded.get(field)
-            high = view.highwater((topic, partition))
+            high = view.highwater(Partition(topic, partition))
             reason: ResetReason | None = None
             awaiting_id = recorded is None or self._superseded.get(field) == recorded
             if topic_id is not None and topic_id != recorded:

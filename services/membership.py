@@ -21,6 +21,7 @@ from collections.abc import Sequence
 import structlog
 from kafka import KafkaConsumer, TopicPartition
 
+from schemas.names import Partition
 from services.settings import KafkaClientTimeouts
 
 log = structlog.get_logger(__name__)
@@ -68,7 +69,7 @@ class FetchStallWatch:
         log.warning(
             "group_member_stalled",
             service=self._service,
-            partitions=[f"{tp.topic}:{tp.partition}" for tp in unfetched],
+            partitions=[Partition(tp.topic, tp.partition).field for tp in unfetched],
             stalled_s=round(now_s - self._since_s, 1),
             rule="rejoin the group under a fresh member id",
         )

@@ -8,9 +8,11 @@ import each other in a cycle).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Literal, Protocol
+
+from schemas.estimates import EngineRegistration
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -42,8 +44,8 @@ Trigger = EveryEvents | EverySeconds
 class TriggerSpec(Protocol):
     """What the fold reads of a registered policy (``PolicySpec`` is one): its kind, scope and trigger.
 
-    ``applies_to`` judges an engine on its registration (``EngineRegistered`` fields); None means
-    every engine.
+    ``applies_to`` judges an engine on its registration (None when it has not registered yet); an
+    ``applies_to`` of None means every engine.
     """
 
     @property
@@ -56,4 +58,4 @@ class TriggerSpec(Protocol):
     def trigger(self) -> Trigger: ...
 
     @property
-    def applies_to(self) -> Callable[[Mapping[str, Any]], bool] | None: ...
+    def applies_to(self) -> Callable[[EngineRegistration | None], bool] | None: ...

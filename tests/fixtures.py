@@ -46,7 +46,7 @@ def recorded_demo_plane(path: Path, *, duration_s: float = 20.0) -> OfflineContr
 
 def last_snapshot(plane: OfflineControlPlane, kind: str, scope: str) -> EstimateSnapshot:
     """The last snapshot the plane took for policy ``kind`` on ``scope`` (an engine id or ``fleet``)."""
-    taken = [s for s in plane.snapshots if s.scope == scope and s.trigger.startswith(f"{kind}:")]
+    taken = [s for s in plane.snapshots if s.scope == scope and s.trigger.kind == kind]
     assert taken, f"no {kind} snapshot of {scope}"
     return taken[-1]
 
@@ -60,7 +60,7 @@ def synthetic_engine_summary() -> EngineSummary:
     plane = OfflineControlPlane("dep", default_registry())
     for event in synthetic_stream(engines=1, requests=200):
         plane.publish(event)
-    estimates = [s for s in plane.snapshots if s.trigger.startswith("admission:")][-1].estimates
+    estimates = [s for s in plane.snapshots if s.trigger.kind == "admission"][-1].estimates
     assert isinstance(estimates, EngineSummary)
     return estimates
 

@@ -34,6 +34,7 @@ from schemas.estimates import EngineSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
+from schemas.snapshot_trigger import SnapshotTrigger
 from services.policy.registry import PolicyRegistry
 from services.policy.specs import default_registry
 from services.policy.wiring import admission_spec
@@ -85,7 +86,7 @@ def _wrap_us(folder: Folder) -> dict[str, float]:
                     snapshot_id=snapshot_id(engine_id, 1, summary),
                     version=1,
                     ts=1.0,
-                    trigger="bench",
+                    trigger=SnapshotTrigger(kind="admission", cause="bench"),
                     estimates=summary,
                 )
             best = min(best, (time.perf_counter() - started) / 200)

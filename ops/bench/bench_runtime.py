@@ -63,7 +63,7 @@ from kafka import KafkaConsumer, TopicPartition
 from ops.bench.backlog import ConsumedRecordView, first_fleet_events, fleet_events, publish_backlog
 from ops.bench.relay import RELAY_TOPIC, end_reader
 from schemas.events import Event, encode_event
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TopicSpec, policy_channel
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition, TopicSpec, policy_channel
 from schemas.policy_docs.base import SourceOffset
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
@@ -227,7 +227,7 @@ def _start_service(
 def _telemetry_ends(bootstrap: str) -> dict[str, int]:
     consumer = KafkaConsumer(bootstrap_servers=bootstrap)
     partitions = [TopicPartition(TELEMETRY_TOPIC, p) for p in consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()]
-    ends = {f"{tp.topic}:{tp.partition}": offset for tp, offset in consumer.end_offsets(partitions).items()}
+    ends = {Partition(tp.topic, tp.partition).field: offset for tp, offset in consumer.end_offsets(partitions).items()}
     consumer.close()
     return ends
 

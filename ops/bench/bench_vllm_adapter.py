@@ -45,6 +45,7 @@ from typing import Any
 
 import numpy as np
 
+from schemas.policy_docs.ebplus import EbplusMode
 from services.settings import Settings
 from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port
@@ -147,7 +148,7 @@ def _run(
         loggers = [TimedPlugin]
     if variant.startswith("ebplus-"):
         store = RedisStore.from_url(redis_url, deployment, 5.0)
-        mode = variant.removeprefix("ebplus-").upper()
+        mode = EbplusMode(variant.removeprefix("ebplus-").upper())
         document = pinned_ebplus(deployment, engine_id, 1, mode, now_s=time.time(), valid_for_s=3600.0)
         store.put_policy("ebplus", engine_id, 1, document.model_dump_json())
         store.close()

@@ -30,7 +30,7 @@ from policies.ebplus.online_update import update_threshold
 from policies.ebplus.params import EbplusParams, RhsThreshold
 from policies.ebplus.tbt_guard import apply_tbt_guard, mb_step_budget_tokens, tbt_guard
 from schemas.errors import InvalidInputError
-from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
+from schemas.policy_docs.ebplus import EbplusFallback, EbplusMode, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 
 PROBE_CALIB_ID = "probe"
 
@@ -63,7 +63,7 @@ def _probe(inputs: EbplusInputs, prev: EbplusState, params: EbplusParams) -> Dec
     Deviation: not in the paper or its code, which always have a calibration.
     """
     payload = EbplusPayload(
-        mode="EB",
+        mode=EbplusMode.EB,
         theta=params.theta_default,
         k=max(1, math.floor(params.theta_default * inputs.max_num_seqs)),
         n=inputs.max_num_seqs,
@@ -73,7 +73,7 @@ def _probe(inputs: EbplusInputs, prev: EbplusState, params: EbplusParams) -> Dec
         mu_l_tokens=inputs.mu_l_tokens,
         mu_o_tokens=inputs.mu_o_tokens,
         calib_id=PROBE_CALIB_ID,
-        fallback=EbplusFallback(mode="MB", theta=params.theta_default, n=inputs.max_num_seqs),
+        fallback=EbplusFallback(mode=EbplusMode.MB, theta=params.theta_default, n=inputs.max_num_seqs),
     )
     diagnostics: dict[str, DiagnosticValue] = {
         "calib_id": PROBE_CALIB_ID,
@@ -263,7 +263,7 @@ def decide(
         mu_l_tokens=inputs.mu_l_tokens,
         mu_o_tokens=inputs.mu_o_tokens,
         calib_id=calib_id,
-        fallback=EbplusFallback(mode="MB", theta=params.theta_default, n=inputs.max_num_seqs),
+        fallback=EbplusFallback(mode=EbplusMode.MB, theta=params.theta_default, n=inputs.max_num_seqs),
         mb_token_budget_tokens=mb_budget,
     )
     state = EbplusState(

@@ -167,10 +167,10 @@ def select_mode(
             delta_to_mb_s_per_token=to_mb,
         )
     target: EbplusMode = current
-    if current == "MB" and signal_s_per_token > to_eb:
-        target = "EB"
-    elif current == "EB" and signal_s_per_token < to_mb:
-        target = "MB"
+    if current is EbplusMode.MB and signal_s_per_token > to_eb:
+        target = EbplusMode.EB
+    elif current is EbplusMode.EB and signal_s_per_token < to_mb:
+        target = EbplusMode.MB
     switched = target != current
     return ModeChoice(
         mode=target,

@@ -45,7 +45,7 @@ class EbplusParams:
     cooldown_evaluations: int = 3  # code VLLM_PD_MODE_COOLDOWN = 3
     n_obs_min: float = 16.0  # code VLLM_PD_MODE_SWITCH_N_THRESHOLD = 16 (drain gate)
     surge_factor: float = 2.0  # code: evaluate at once when demand > 2 N_obs
-    cold_start_mode: EbplusMode = "MB"  # code VLLM_PD_AUTO_COLD_START_MODE = mb
+    cold_start_mode: EbplusMode = EbplusMode.MB  # code VLLM_PD_AUTO_COLD_START_MODE = mb
     # Governor: a profile to assume while an engine has no cost model of its own (no known registered
     # profile, no online fits yet); its decisions then say "assumed". None (the default): EB+ probes EB
     # until the engine's exclusive steps are fitted, so no engine is governed with costs it did not declare.

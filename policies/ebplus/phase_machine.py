@@ -26,7 +26,7 @@ import math
 from dataclasses import dataclass, replace
 
 from schemas.errors import InvalidInputError
-from schemas.policy_docs.ebplus import EbplusPayload, EbplusPolicy, KvGate
+from schemas.policy_docs.ebplus import EbplusMode, EbplusPayload, EbplusPolicy, KvGate
 
 N_UPDATE_COOLDOWN_S = 2.0  # code VLLM_PD_N_UPDATE_COOLDOWN: N recovery at most every 2 s
 _ESCAPE_FLOOR_SEQS = 16  # code: escape N floor max(16, max_num_seqs / 10)
@@ -237,7 +237,7 @@ def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload |
     """
     if payload is None:
         return _mixed(view, fallback=True)
-    if payload.mode == "MB":
+    if payload.mode is EbplusMode.MB:
         return _mixed(view, fallback=False)
     theta, cap = payload.theta, max(1, min(payload.n, view.max_num_seqs))
     current = state if state is not None else PhaseState()

@@ -194,12 +194,12 @@ def apply_tbt_guard(
         guard: the guard's judgement for this evaluation.
         cooldown_evaluations: evaluations blocked after a switch.
     """
-    if not guard.blocks_eb or choice.mode != "EB":
+    if not guard.blocks_eb or choice.mode is not EbplusMode.EB:
         return choice
-    leaving = current == "EB"
+    leaving = current is EbplusMode.EB
     return replace(
         choice,
-        mode="MB",
+        mode=EbplusMode.MB,
         switched=leaving,
         cooldown_remaining=cooldown_evaluations if leaving else 0,
         reason="tbt_guard",

@@ -9,13 +9,43 @@ smoothed values live in ``EbplusState``.
 
 from __future__ import annotations
 
-from typing import Literal
+from enum import StrEnum
+from typing import Annotated, Literal
 
-from pydantic import Field
+from pydantic import BeforeValidator, Field
 
 from schemas.policy_docs.base import ContractModel, PolicyDocument
 
-EbplusMode = Literal["EB", "MB"]
+
+class EbplusMode(StrEnum):
+    """EB+'s batching mode (Eq. 8): ``EB``, exclusive batching EB(k); ``MB``, mixed batching.
+
+    The one spelling in Python and the one written, in policy documents and in step reports' ``scheduler_mode``.
+    Step reports spelt the modes ``eb`` and ``mb`` before issue 32; those are read as these.
+    """
+
+    EB = "EB"
+    MB = "MB"
+
+    @classmethod
+    def named(cls, text: str) -> EbplusMode | None:
+        """The mode ``text`` names in either spelling (``EB`` or ``eb``); None when it names none."""
+        upper = text.upper()
+        return cls(upper) if upper in cls._value2member_map_ else None
+
+
+def _read_mode(value: object) -> object:
+    """Read a mode's name in either spelling; refuse another string with the names it may take."""
+    if isinstance(value, str) and not isinstance(value, EbplusMode):
+        mode = EbplusMode.named(value)
+        if mode is None:
+            msg = f"mode must be EB or MB (eb and mb read the same), got {value[:40]!r}"
+            raise ValueError(msg)
+        return mode
+    return value
+
+
+ModeField = Annotated[EbplusMode, BeforeValidator(_read_mode)]
 
 
 class KvGate(ContractModel):
@@ -33,7 +63,7 @@ class KvGate(ContractModel):
 class EbplusFallback(ContractModel):
     """What an engine runs when its EB+ policy is missing or past valid_until (spec section 8 P12)."""
 
-    mode: EbplusMode = "MB"
+    mode: ModeField = EbplusMode.MB
     theta: float = Field(default=0.7, gt=0.0, lt=1.0)
     n: int = Field(ge=1, le=1_000_000, description="batch size N, sequences (the engine's max_num_seqs)")
 
@@ -41,7 +71,7 @@ class EbplusFallback(ContractModel):
 class EbplusPayload(ContractModel):
     """What an engine obeys: mode, threshold and batch size, KV gate, fallback, MB step budget."""
 
-    mode: EbplusMode = Field(description="EB: exclusive batching EB(k); MB: mixed batching")
+    mode: ModeField = Field(description="EB: exclusive batching EB(k); MB: mixed batching")
     theta: float = Field(gt=0.0, lt=1.0, description="smoothed threshold theta*^ = k/N the ratio test uses")
     k: int = Field(ge=1, le=1_000_000, description="switch to refill once k slots are idle")
     n: int = Field(ge=1, le=1_000_000, description="batch size N (memory-safe N*), sequences; a hard cap")
@@ -64,7 +94,7 @@ class EbplusPayload(ContractModel):
 class EbplusState(ContractModel):
     """What the next EB+ decision reads back: Algorithm 1's smoothed values and the hysteresis."""
 
-    mode: EbplusMode = "MB"
+    mode: ModeField = EbplusMode.MB
     theta_hat: float | None = Field(default=None, gt=0.0, lt=1.0, description="EMA of theta*; None before update 1")
     n_hat: int | None = Field(default=None, ge=1, description="last N-hat*, sequences; None before update 1")
     last_update_completions: int | None = Field(
@@ -123,7 +153,7 @@ class EbplusParamsInput(ContractModel):
     sticky_factor: float | None = Field(default=None, ge=1.0, le=100.0)
     cooldown_evaluations: int | None = Field(default=None, ge=0, le=1000)
     n_obs_min: float | None = Field(default=None, ge=0.0)
-    cold_start_mode: EbplusMode | None = None
+    cold_start_mode: ModeField | None = None
     calibration_id: str | None = Field(default=None, min_length=1, max_length=128)
     tbt_guard: bool | None = None
     mb_step_budget: bool | None = None

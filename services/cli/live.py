@@ -20,7 +20,7 @@ from pathlib import Path
 
 from kafka import TopicPartition
 
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition
 from services.kafka_factory import kafka_consumer
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -124,9 +124,7 @@ def _wait_for_services(state: StackState, deployment: str, timeout_s: float, set
         while time.monotonic() < deadline:
             ends = consumer.end_offsets(telemetry + estimates)
             applied = store.applied_offsets("stream")
-            stream_done = all(
-                applied.get(f"{tp.topic}:{tp.partition}", -1) >= ends[tp] - 1 for tp in telemetry if ends[tp] > 0
-            )
+            stream_done = all(applied.get(Partition(*tp).field, -1) >= ends[tp] - 1 for tp in telemetry if ends[tp] > 0)
             policy_done = all((policy_group.committed(tp) or 0) >= ends[tp] for tp in estimates if ends[tp] > 0)
             if stream_done and policy_done:
                 return True

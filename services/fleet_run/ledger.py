@@ -19,6 +19,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from schemas.names import DECISIONS_TOPIC, TELEMETRY_TOPIC
+from schemas.steps import scheduler_mode_label
 from services.kafka_factory import PLAINTEXT
 from services.replay.replay import read_topic
 from services.settings import KafkaSecurity
@@ -111,7 +112,7 @@ def ledger_of(decisions: Iterable[bytes], telemetry: Iterable[bytes], deployment
         if event_type == "policy.applied" and event.get("applied", True) and event.get("kind") in applied:
             applied[str(event["kind"])].setdefault(source, set()).add(int(event["version"]))
         elif event_type == "step":
-            mode = str(event.get("scheduler_mode") or "unknown")
+            mode = scheduler_mode_label(str(event.get("scheduler_mode") or "unknown"))
             counts = modes.setdefault(source, {})
             counts[mode] = counts.get(mode, 0) + 1
         elif event_type == "gateway.queued":

@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.estimates import EngineSummary
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_pattern, estimate_scope_of, offsets_key
+from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition, estimate_pattern, estimate_scope_of, offsets_key
 from services.headline import headline, parse_document
 from services.inspection.scaling import PoolStatus, collect_pool_status
 from services.kafka_clients import reader, require_topic
@@ -214,7 +214,7 @@ def consumer_status(
             partitions = require_topic(consumer, topic, bootstrap)
             ends = consumer.end_offsets(partitions)
             offsets = applied.get(service, {})
-            done = {tp: offsets.get(f"{tp.topic}:{tp.partition}", -1) + 1 for tp in partitions}
+            done = {tp: offsets.get(Partition(tp.topic, tp.partition).field, -1) + 1 for tp in partitions}
             # Per partition and never below 0: the Tansu broker reports an end offset that can trail
             # the last record's offset + 1 (by the records of its last batch); Kafka's is exact.
             lag = sum(max(0, int(ends[tp]) - done[tp]) for tp in partitions)

@@ -44,7 +44,7 @@ from services.health import ServiceMetrics
 from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry, PolicySpec
-from services.policy.runner import Outcome, decide_from_snapshot, snapshot_kind
+from services.policy.runner import Outcome, decide_from_snapshot
 from services.policy.wiring.bfio import BFIO_KIND, DpGroups
 from services.store.memory_store import stored_version
 from services.store.protocol import Store
@@ -211,7 +211,7 @@ class DecisionMaker:
 
     def stage(self, snapshot: EstimateSnapshot) -> Handled:
         """Decide from ``snapshot`` (or fold it into its fleet aggregator) without writing; return what followed."""
-        spec = self.policy_set.registry.get(snapshot_kind(snapshot))
+        spec = self.policy_set.registry.get(snapshot.trigger.kind)
         handled = Handled()
         if spec.scope == "fleet":
             silence = snapshot.estimates if isinstance(snapshot.estimates, FleetSilence) else None

@@ -44,6 +44,7 @@ from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord, SnapshotProducer
 from schemas.signing import PolicyKeyring, sign_snapshot, snapshot_signature_problem
+from schemas.snapshot_trigger import SnapshotTrigger
 from services.headline import parse_document
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord
@@ -416,7 +417,7 @@ class PolicyHandler:
             snapshot_id=snapshot_id(FLEET_SCOPE, version, silence),
             version=version,
             ts=(slots[1] + 1) * aggregator.slot_s,
-            trigger=f"{kind}:silence",
+            trigger=SnapshotTrigger(kind=kind, cause="silence"),
             estimates=silence,
         )
         self._sink.send(ESTIMATES_TOPIC, FLEET_SCOPE.encode(), self._signed(declaration))
@@ -457,7 +458,7 @@ class PolicyHandler:
             self._dead_letter(record, f"no policy for this snapshot: {exc}", "trigger")
             return
         except Exception as exc:  # one snapshot's failure must not stop its scope or the service
-            log.warning("decision_failed", scope=snapshot.scope, trigger=snapshot.trigger, error=repr(exc)[:300])
+            log.warning("decision_failed", scope=snapshot.scope, trigger=str(snapshot.trigger), error=repr(exc)[:300])
             self._dead_letter(record, f"decision failed: {type(exc).__name__}: {exc}", None)
             return
         for fleet_snapshot in handled.fleet_snapshots:
@@ -474,7 +475,7 @@ class PolicyHandler:
                     "shadow_decision_failed",
                     shadow=shadow.name,
                     scope=snapshot.scope,
-                    trigger=snapshot.trigger,
+                    trigger=str(snapshot.trigger),
                     error=repr(exc)[:300],
                 )
                 continue

@@ -8,12 +8,13 @@ parameters bound, and the document type it produces. The registry refuses duplic
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
 from policies.decision import Decision
 from schemas.errors import ConfigError
+from schemas.estimates import EngineRegistration
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import EstimateSnapshot
 from services.triggers import Trigger
@@ -30,9 +31,9 @@ class PolicySpec:
         document_type: the pydantic document class.
         inputs_from_snapshot: builds the decide inputs from a snapshot; None when data is too thin.
         decide: the pure decide function with its parameters bound: (inputs, previous, now_s).
-        applies_to: which engines the policy is for, judged on the engine's registration
-            (``EngineRegistered`` fields); None means every engine. Engines it does not apply to
-            are never snapshotted for it.
+        applies_to: which engines the policy is for, judged on the engine's registration (None
+            while the engine has not registered); None means every engine. Engines it does not
+            apply to are never snapshotted for it.
         unchanged: whether a decision pushes nothing new over the previous document; such a
             decision is not published until the previous document is half way to its expiry
             (services/policy/runner.py). None: every decision is published.
@@ -44,20 +45,20 @@ class PolicySpec:
     document_type: type[PolicyDocument]
     inputs_from_snapshot: Callable[[EstimateSnapshot], Any]
     decide: Callable[[Any, Any, float], Decision[Any, Any]]
-    applies_to: Callable[[Mapping[str, Any]], bool] | None = None
+    applies_to: Callable[[EngineRegistration | None], bool] | None = None
     unchanged: Callable[[Any, Decision[Any, Any]], bool] | None = None
 
 
-def engine_obeys(kind: str) -> Callable[[Mapping[str, Any]], bool]:
+def engine_obeys(kind: str) -> Callable[[EngineRegistration | None], bool]:
     """An ``applies_to`` for a policy that an engine's scheduler or router must obey to be worth deciding.
 
     An engine whose registration lists the kinds it obeys (``obeys``) gets documents of those kinds only;
-    one that declares nothing (an engine that predates the field) gets every kind, as before.
+    one that declares nothing (an engine that predates the field, or one not registered yet) gets every
+    kind, as before.
     """
 
-    def applies(engine: Mapping[str, Any]) -> bool:
-        obeys = engine.get("obeys")
-        return not isinstance(obeys, list) or kind in obeys
+    def applies(engine: EngineRegistration | None) -> bool:
+        return engine is None or engine.obeys is None or kind in engine.obeys
 
     return applies
 

@@ -30,11 +30,6 @@ class Outcome:
     skipped: str | None
 
 
-def snapshot_kind(snapshot: EstimateSnapshot) -> str:
-    """Return the policy kind a snapshot was taken for (its trigger reads ``kind:rule``)."""
-    return snapshot.trigger.split(":", 1)[0]
-
-
 def _already_decided(previous: PolicyDocument | None, snapshot: EstimateSnapshot) -> bool:
     if previous is None:
         return False

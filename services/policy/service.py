@@ -59,7 +59,7 @@ from kafka.errors import KafkaError
 
 from policies.fleetopt.kernels import warm_up as warm_up_fleetopt
 from schemas.errors import BackendUnavailableError
-from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER
+from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER, Partition
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.checkpoints import (
@@ -224,7 +224,7 @@ class PolicyService:
             self._store,
             CONSUMER_NAME,
             self._checkpoint_source,
-            [(tp.topic, tp.partition) for tp in partitions],
+            [Partition(tp.topic, tp.partition) for tp in partitions],
             self._log_view,
         )
         applied = self._store.applied_offsets(CONSUMER_NAME)
@@ -235,10 +235,10 @@ class PolicyService:
         self._applied = applied
         self._committed_states = self.handler.states()
         for tp in partitions:
-            position = self._applied.get(f"{tp.topic}:{tp.partition}")
+            position = self._applied.get(Partition(tp.topic, tp.partition).field)
             if position is not None:
                 self._consumer.seek(tp, position + 1)
-        self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
+        self._log_watch.assigned(self._log_view, [Partition(tp.topic, tp.partition) for tp in partitions])
         self._consumer.resume(*partitions)
         self._unpositioned = []
         self.outage.succeeded("redis")
@@ -357,11 +357,12 @@ class PolicyService:
 
     def _on_current_logs(self, records: list[ConsumerRecord]) -> list[ConsumerRecord]:
         """Rebuild every partition found on a new log (read again from its beginning); keep the others' records."""
-        next_offsets: dict[tuple[str, int], int] = {}
+        next_offsets: dict[Partition, int] = {}
         for tp in self._consumer.assignment():
-            applied = self._applied.get(f"{tp.topic}:{tp.partition}")
+            partition = Partition(tp.topic, tp.partition)
+            applied = self._applied.get(partition.field)
             if applied is not None:
-                next_offsets[(tp.topic, tp.partition)] = applied + 1
+                next_offsets[partition] = applied + 1
         resets = self._log_watch.check(self._log_view, next_offsets)
         for reset in resets:
             self._rebuild(reset)
@@ -398,7 +399,7 @@ class PolicyService:
         batch = PendingBatch(started_s=self._clock())
         try:
             for record in records:
-                field_name = f"{record.topic}:{record.partition}"
+                field_name = Partition(record.topic, record.partition).field
                 if record.offset <= self._applied.get(field_name, -1):
                     self.counters.skipped_offsets += 1
                     continue
@@ -433,7 +434,11 @@ class PolicyService:
             return
         fleet_partition = self.fleet_partition()
         topic_id = self._log_view.topic_id(ESTIMATES_TOPIC)
-        owned = sorted(tp for tp in self._consumer.assignment() if f"{tp.topic}:{tp.partition}" in self._applied)
+        owned = sorted(
+            partition
+            for partition in (Partition(tp.topic, tp.partition) for tp in self._consumer.assignment())
+            if partition.field in self._applied
+        )
         try:
             documents = self._store.policy_documents()
         except BackendUnavailableError as exc:
@@ -441,8 +446,8 @@ class PolicyService:
             return
         self._checkpoints.write(
             {
-                (tp.topic, tp.partition): PartitionState(
-                    offset=self._applied[f"{tp.topic}:{tp.partition}"],
+                tp: PartitionState(
+                    offset=self._applied[tp.field],
                     topic_id=topic_id,
                     states=self.handler.partition_states(tp.partition, fleet=tp.partition == fleet_partition),
                     documents=self._documents_of(tp.partition, documents, fleet_partition),

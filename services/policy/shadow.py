@@ -17,7 +17,7 @@ from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.config import PolicySet
 from services.policy.registry import PolicySpec
-from services.policy.runner import decide_from_snapshot, snapshot_kind
+from services.policy.runner import decide_from_snapshot
 
 SHADOW_STATE_PREFIX = "shadow-"
 
@@ -37,7 +37,7 @@ class ShadowPolicy:
 
     def on_snapshot(self, snapshot: EstimateSnapshot, fleet_snapshots: list[EstimateSnapshot]) -> list[DecisionRecord]:
         """Decide ``snapshot`` (or, for a fleet policy, the fleet snapshots it closed) as the shadow."""
-        spec = self.policy_set.registry.get(snapshot_kind(snapshot))
+        spec = self.policy_set.registry.get(snapshot.trigger.kind)
         if spec.scope == "fleet":
             return [r for s in fleet_snapshots if (r := self._decide(spec, s)) is not None]
         summary = snapshot.estimates

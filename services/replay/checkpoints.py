@@ -6,9 +6,8 @@ import structlog
 from pydantic import ValidationError
 
 from schemas.errors import InvalidInputError
-from schemas.names import CHECKPOINTS_TOPIC
+from schemas.names import CHECKPOINTS_TOPIC, Partition
 from schemas.records import StateCheckpoint
-from services.log_reset import Partition
 from services.replay.replay import read_topic
 from services.settings import KafkaSecurity
 
@@ -36,7 +35,7 @@ def read_checkpoints(
                 unreadable += 1
                 continue
             if checkpoint.deployment == deployment and checkpoint.consumer == consumer:
-                found[(checkpoint.topic, checkpoint.partition)] = checkpoint
+                found[Partition(checkpoint.topic, checkpoint.partition)] = checkpoint
     except InvalidInputError as exc:
         log.warning("checkpoints_topic_missing", topic=CHECKPOINTS_TOPIC, reason=str(exc)[:300])
         return {}

@@ -60,7 +60,15 @@ from kafka import KafkaProducer
 from schemas.engines import PolicyApplied
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event, parse_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, STREAM_CONSUMER, TELEMETRY_TOPIC, ack_key, estimate_key
+from schemas.names import (
+    DEADLETTER_TOPIC,
+    ESTIMATES_TOPIC,
+    STREAM_CONSUMER,
+    TELEMETRY_TOPIC,
+    Partition,
+    ack_key,
+    estimate_key,
+)
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
 from schemas.signing import PolicyKeyring, sign_snapshot
@@ -83,8 +91,6 @@ FOREIGN_SOURCES_LOGGED = 1000  # (deployment, engine) pairs warned about once ea
 RAW_BYTES_KEPT = 70_000  # of a dead letter's value: DeadLetter.raw's bound (a byte decodes to at most one character)
 UNADMITTED_RETENTION_S = 600
 FLEET_KEY = b"fleet"  # the key of every fleet contribution: one partition, one order, one owner
-
-Partition = tuple[str, int]  # (topic, partition), the one spelling both runtimes convert to
 
 
 class ConsumerView(Protocol):
@@ -136,11 +142,6 @@ def _holds_contributions(stored: str) -> bool:
     return isinstance(state, dict) and bool(state.get("held_contributions"))
 
 
-def tp_field(topic: str, partition: int) -> str:
-    """The field of a partition in the applied-offsets hash: ``topic:partition``."""
-    return f"{topic}:{partition}"
-
-
 def read_record(record: ConsumedRecord) -> Event | DeadLetter:
     """Turn one consumed record into the event to fold, or the dead letter that says why it is none.
 
@@ -148,7 +149,7 @@ def read_record(record: ConsumedRecord) -> Event | DeadLetter:
     or not JSON, an oversized value, JSON of the wrong types or of another schema.
     """
     try:
-        return parse_event(record.value, source=f"{tp_field(record.topic, record.partition)}@{record.offset}")
+        return parse_event(record.value, source=f"{Partition(record.topic, record.partition).field}@{record.offset}")
     except InvalidInputError as exc:
         return dead_letter(record.value, exc, read_position(record))
 
@@ -167,11 +168,6 @@ def dead_letter(value: object, exc: InvalidInputError, position: SourceOffset) -
 def read_position(record: ConsumedRecord) -> SourceOffset:
     """Where ``record`` was read."""
     return SourceOffset(topic=record.topic, partition=record.partition, offset=record.offset)
-
-
-def _partition_of(field_name: str) -> Partition:
-    topic, _, partition = field_name.rpartition(":")
-    return topic, int(partition)
 
 
 class TelemetryBatches:
@@ -248,10 +244,10 @@ class TelemetryBatches:
         """
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
         self._folded = dict(self._applied)
-        assigned = sorted(partitions)
-        positions = {tp: self._applied[tp_field(*tp)] + 1 for tp in assigned if tp_field(*tp) in self._applied}
+        assigned = sorted(Partition(*tp) for tp in partitions)
+        positions = {tp: self._applied[tp.field] + 1 for tp in assigned if tp.field in self._applied}
         holding = self._load_holding(assigned, partition_count)
-        log.info("partitions_assigned", partitions=sorted(partition for _, partition in assigned), holding=holding)
+        log.info("partitions_assigned", partitions=sorted(tp.partition for tp in assigned), holding=holding)
         return positions
 
     def _load_holding(self, assigned: list[Partition], partition_count: int) -> int:
@@ -265,12 +261,11 @@ class TelemetryBatches:
         numbers = {partition for topic, partition in assigned if topic == TELEMETRY_TOPIC}
         if partition_count <= 0 or not numbers:
             return 0
-        candidates = {
-            engine: tp_field(TELEMETRY_TOPIC, engine_partition(engine, partition_count))
-            for engine in self._store.estimate_scopes(SUMMARY_NAME)
+        placed = {
+            engine: engine_partition(engine, partition_count) for engine in self._store.estimate_scopes(SUMMARY_NAME)
         }
         return self._load_if_holding(
-            {engine: tp for engine, tp in candidates.items() if _partition_of(tp)[1] in numbers}
+            {engine: Partition(TELEMETRY_TOPIC, number).field for engine, number in placed.items() if number in numbers}
         )
 
     def _load_if_holding(self, candidates: dict[str, str]) -> int:
@@ -339,18 +334,23 @@ class TelemetryBatches:
         except BackendUnavailableError as exc:
             log.warning("commit_failed_on_revocation", error=str(exc)[:300])
             self._discard(set(), {})
-        revoked = {tp_field(*tp) for tp in partitions}
+        revoked = {Partition(*tp).field for tp in partitions}
         engines = [e for e, tp in self._engine_partition.items() if tp in revoked]
         self._folder.drop(engines)
         for engine in engines:
             del self._engine_partition[engine]
         self._dropped = {e: tp for e, tp in self._dropped.items() if tp not in revoked}
-        log.info("partitions_revoked", partitions=sorted(_partition_of(tp)[1] for tp in revoked), engines=len(engines))
+        log.info(
+            "partitions_revoked",
+            partitions=sorted(Partition.parse(tp).partition for tp in revoked),
+            engines=len(engines),
+        )
 
     def next_offsets(self) -> dict[Partition, int]:
         """The next offset to fold of each assigned partition that has folded or applied one."""
         folded = self._folded
-        return {tp: folded[tp_field(*tp)] + 1 for tp in self._consumer.assigned() if tp_field(*tp) in folded}
+        assigned = [Partition(*tp) for tp in self._consumer.assigned()]
+        return {tp: folded[tp.field] + 1 for tp in assigned if tp.field in folded}
 
     def forget_partition(self, partition: Partition) -> dict[str, int]:
         """Drop what was folded from ``partition`` and not committed, and its engines (a log reset).
@@ -358,7 +358,7 @@ class TelemetryBatches:
         Returns:
             The snapshot version each dropped engine had reached in memory.
         """
-        field_name = tp_field(*partition)
+        field_name = Partition(*partition).field
         for offsets in (self._applied, self._folded, self._pending_offsets, self._pending_from):
             offsets.pop(field_name, None)
         engines = sorted(e for e, tp in self._engine_partition.items() if tp == field_name)
@@ -406,13 +406,13 @@ class TelemetryBatches:
         touched: set[str] = set()
         batch_from: dict[str, int] = {}
         for record in records:
-            tp = tp_field(record.topic, record.partition)
+            tp = Partition(record.topic, record.partition).field
             if record.offset > self._folded.get(tp, -1):
                 batch_from[tp] = min(batch_from.get(tp, record.offset), record.offset)
         try:
             self._reload()
             for record in records:
-                tp = tp_field(record.topic, record.partition)
+                tp = Partition(record.topic, record.partition).field
                 if record.offset <= self._folded.get(tp, -1):
                     self.counters.skipped += 1
                     continue
@@ -505,8 +505,9 @@ class TelemetryBatches:
         rewind: dict[Partition, int] = {}
         for field_name, first in starts.items():
             self._folded[field_name] = first - 1
-            if _partition_of(field_name) in assigned:
-                rewind[_partition_of(field_name)] = first
+            partition = Partition.parse(field_name)
+            if partition in assigned:
+                rewind[partition] = first
         self._pending_offsets.clear()
         self._pending_from.clear()
         self._pending_engines.clear()
@@ -557,8 +558,9 @@ class TelemetryBatches:
         for field_name in offsets:
             applied = self._applied.get(field_name, -1)
             self._folded[field_name] = applied
-            if _partition_of(field_name) in assigned:
-                rewind[_partition_of(field_name)] = applied + 1
+            partition = Partition.parse(field_name)
+            if partition in assigned:
+                rewind[partition] = applied + 1
         self._consumer.rewind(rewind)
         return False
 
@@ -577,7 +579,7 @@ class TelemetryBatches:
         behind: list[float] = []
         now_s = self._clock()
         for partition in self._consumer.assigned():
-            tp = tp_field(*partition)
+            tp = Partition(*partition).field
             high = self._consumer.highwater(partition)
             if high is not None and self._folded.get(tp, -1) + 1 >= high:
                 folded_at = self._partition_folded_at.get(tp)  # set with _partition_ts, at every fold
@@ -643,7 +645,7 @@ class TelemetryBatches:
         for tp in self._consumer.assigned():
             high = self._consumer.highwater(tp)
             if high is not None:
-                lag += max(0, high - self._folded.get(tp_field(*tp), -1) - 1)
+                lag += max(0, high - self._folded.get(Partition(*tp).field, -1) - 1)
         self._metrics.lag.set(lag)
         self._metrics.progressed()
 

@@ -35,8 +35,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from pydantic import JsonValue
-
 from estimators import (
     AsymmetricEma,
     CountWindowMean,
@@ -94,7 +92,7 @@ class EngineEstimates:
     def __init__(self, engine_id: str, limits: GuardLimits = DEFAULT_LIMITS) -> None:
         self.engine_id = engine_id
         self.guard = EventGuard(limits)
-        self.engine: dict[str, JsonValue] = {}
+        self.engine: EngineRegistration | None = None
         self.trigger_counts: dict[str, int] = {}
         self.last_fired_ts: dict[str, float] = {}
         self.snapshot_version = 0
@@ -173,24 +171,7 @@ class EngineEstimates:
             if event.tbt_slo_s is not None:
                 self.tbt_slo_s[event.tier] = event.tbt_slo_s
         elif isinstance(event, EngineRegistered):
-            self.engine = event.model_dump(
-                mode="json",
-                include={
-                    "model",
-                    "gpu",
-                    "hardware_profile",
-                    "pool",
-                    "max_num_seqs",
-                    "max_num_batched_tokens",
-                    "max_model_len",
-                    "kv_blocks_total",
-                    "block_size_tokens",
-                    "dp_size",
-                    "scheduler",
-                    "obeys",
-                    "dp_group",
-                },
-            )
+            self.engine = EngineRegistration.of(event)
 
     def _fold_step(self, step: StepReport) -> None:
         self.in_flight.step(num_decode_requests=step.num_decode_requests)
@@ -240,8 +221,8 @@ class EngineEstimates:
         """One report of a rank that steps on its own: its latest load, all ranks' imbalance, its own step time."""
         assert rank.dp_rank is not None
         self.rank_loads[rank.dp_rank] = float(rank.load_tokens)
-        dp_size = self.engine.get("dp_size")
-        ranks = max(dp_size if isinstance(dp_size, int) else 1, max(self.rank_loads) + 1)
+        dp_size = self.engine.dp_size if self.engine is not None else 1
+        ranks = max(dp_size, max(self.rank_loads) + 1)
         self.dp_load.update([self.rank_loads.get(g, 0.0) for g in range(ranks)])
         if rank.local_compute_s > 0.0:
             self.step_model.update(max_rank_load_tokens=float(rank.load_tokens), duration_s=rank.local_compute_s)
@@ -289,7 +270,7 @@ class EngineEstimates:
         completions = self.completions.snapshot()
         return EngineSummary(
             engine_id=self.engine_id,
-            engine=self._registration(),
+            engine=self.engine,
             ts_s=self.last_ts,
             events_folded=self.events_folded,
             completions_total=self.finished_total,
@@ -324,9 +305,6 @@ class EngineEstimates:
             seq_missing_events=self.guard.seq_missing,
             restarts=self.guard.restarts,
         )
-
-    def _registration(self) -> EngineRegistration | None:
-        return EngineRegistration.model_validate(self.engine) if self.engine else None
 
     def _last_step(self) -> LastStep | None:
         step = self.last_step
@@ -427,7 +405,7 @@ class EngineEstimates:
         return {
             "format": FORMAT,
             "engine_id": self.engine_id,
-            "engine": self.engine,
+            "engine": {} if self.engine is None else self.engine.model_dump(mode="json"),
             "guard": self.guard.to_dict(),
             "trigger_counts": self.trigger_counts,
             "last_fired_ts": self.last_fired_ts,
@@ -476,7 +454,7 @@ class EngineEstimates:
         state = cls(str(data["engine_id"]), limits)
         if "guard" in data:
             state.guard = EventGuard.from_dict(data["guard"], limits)
-        state.engine = data["engine"]
+        state.engine = EngineRegistration.model_validate(data["engine"]) if data["engine"] else None
         state.trigger_counts = {str(k): int(v) for k, v in data["trigger_counts"].items()}
         state.last_fired_ts = {str(k): float(v) for k, v in data["last_fired_ts"].items()}
         state.snapshot_version = int(data["snapshot_version"])

@@ -71,7 +71,7 @@ from kafka.errors import KafkaError
 from mode.types.signals import BaseSignalT
 
 from schemas.errors import BackendUnavailableError, GovernorError
-from schemas.names import TELEMETRY_TOPIC
+from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.health import ServiceMetrics
@@ -85,7 +85,7 @@ from services.settings import (
     KafkaClientTimeouts,
 )
 from services.store.protocol import Store
-from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
+from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
 from services.triggers import TriggerSpec
@@ -177,7 +177,7 @@ class _FaustConsumerView:
         self._app = app
 
     def assigned(self) -> list[Partition]:
-        return [(tp.topic, tp.partition) for tp in self._app.consumer.assignment()]
+        return [Partition(tp.topic, tp.partition) for tp in self._app.consumer.assignment()]
 
     def highwater(self, partition: Partition) -> int | None:
         high: int | None = self._app.consumer.highwater(TP(*partition))
@@ -455,7 +455,7 @@ class FaustStreamProcessor:
                     self._metrics.batch_failed()
                 await asyncio.sleep(self.outage.failed(exc, exc.backend))
                 continue
-            await self._app.consumer.seek_wait({tp: positions.get((tp.topic, tp.partition), 0) for tp in assigned})
+            await self._app.consumer.seek_wait({tp: positions.get(Partition(*tp), 0) for tp in assigned})
             self._app.consumer.resume_partitions(assigned)
             self._unpositioned = set()
             self._last_records_at = self._clock()
@@ -493,13 +493,13 @@ class FaustStreamProcessor:
     def _read_positions(self, assigned: set[TP]) -> dict[Partition, int]:
         """The batch handling's resume positions of ``assigned`` (it reads Redis, and may raise)."""
         count = self._view.partitions(TELEMETRY_TOPIC)
-        return self._batches.resume_positions(((tp.topic, tp.partition) for tp in assigned), count)
+        return self._batches.resume_positions((Partition(tp.topic, tp.partition) for tp in assigned), count)
 
     async def _on_revoked(self, sender: object, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
         revoked: set[TP] = args[0]
         if not self._fenced_worker:
             before = self._commit_marks()
-            self._batches.revoked((tp.topic, tp.partition) for tp in revoked)
+            self._batches.revoked(Partition(tp.topic, tp.partition) for tp in revoked)
             self._settle_commits(before)
 
     def _fenced(self) -> None:

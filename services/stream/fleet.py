@@ -89,6 +89,7 @@ from schemas.estimates import FleetContribution, FleetJoin, FleetSilence, FleetS
 from schemas.events import Event
 from schemas.records import EstimateSnapshot
 from schemas.requests import RequestArrived, RequestFinished
+from schemas.snapshot_trigger import SnapshotTrigger
 from services.stream.snapshot_id import snapshot_id
 
 FORMAT = 2
@@ -393,7 +394,7 @@ class FleetAggregator:
             snapshot_id=snapshot_id("fleet", self.version, estimates),
             version=self.version,
             ts=ts,
-            trigger=f"{self.kind}:fleet slot {slot}",
+            trigger=SnapshotTrigger(kind=self.kind, cause=f"fleet slot {slot}"),
             offsets=[],
             estimates=estimates,
         )

@@ -20,10 +20,12 @@ from collections.abc import Iterable
 
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
-from schemas.estimates import FleetContribution, FleetJoin
+from schemas.estimates import EngineRegistration, FleetContribution, FleetJoin
 from schemas.events import Event
+from schemas.names import Partition
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
+from schemas.snapshot_trigger import SnapshotTrigger
 from services.settings import REGISTRATION_GRACE_S
 from services.stream.estimates import EngineEstimates
 from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
@@ -64,7 +66,7 @@ class Folder:
         self._folded_through: dict[str, dict[str, int]] = {}
         self._first_ts: dict[str, float] = {}
         self._held: dict[str, list[EstimateSnapshot]] = {}
-        self._applicable: dict[str, tuple[object, list[TriggerSpec]]] = {}
+        self._applicable: dict[str, tuple[EngineRegistration | None, list[TriggerSpec]]] = {}
 
     def has(self, engine_id: str) -> bool:
         """True when the engine's estimates are in memory."""
@@ -129,7 +131,7 @@ class Folder:
         estimates = self.engines.get(engine_id)
         if estimates is None:
             return False
-        if estimates.engine:
+        if estimates.engine is not None:
             return True
         first_ts = self._first_ts.get(engine_id)
         last_ts = estimates.last_ts
@@ -144,7 +146,7 @@ class Folder:
         window: whatever it already holds is skipped.
         """
         folded = self._folded_through.get(engine_id, {})
-        last = folded.get(f"{position.topic}:{position.partition}")
+        last = folded.get(Partition(position.topic, position.partition).field)
         return last is not None and position.offset <= last
 
     def summary_json(self, engine_id: str) -> str:
@@ -202,7 +204,8 @@ class Folder:
         engine_id = event.engine_id
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
-        self._folded_through.setdefault(engine_id, {})[f"{position.topic}:{position.partition}"] = position.offset
+        field = Partition(position.topic, position.partition).field
+        self._folded_through.setdefault(engine_id, {})[field] = position.offset
         return self.engines[engine_id].admit(event)
 
     def apply(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
@@ -264,7 +267,7 @@ class Folder:
                 snapshot_id=snapshot_id(estimates.engine_id, version, summary),
                 version=version,
                 ts=event.ts,
-                trigger=f"{spec.kind}:{trigger}",
+                trigger=SnapshotTrigger(kind=spec.kind, cause=trigger),
                 offsets=[position],
                 estimates=summary,
             )
@@ -304,7 +307,7 @@ class Folder:
             snapshot_id=snapshot_id(estimates.engine_id, version, summary),
             version=version,
             ts=ts,
-            trigger=f"{spec.kind}:{spec.trigger.describe()}",
+            trigger=SnapshotTrigger(kind=spec.kind, cause=spec.trigger.describe()),
             offsets=[position],
             estimates=summary,
         )

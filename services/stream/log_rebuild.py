@@ -24,7 +24,10 @@ import json
 from typing import Any
 
 import structlog
+from pydantic import ValidationError
 
+from schemas.estimates import EngineRegistration
+from schemas.names import Partition
 from services.engine_partitions import engine_partition
 from services.log_reset import LogReset
 from services.store.protocol import Store
@@ -41,8 +44,18 @@ def reset_state(engine_id: str, stored: str | None, snapshot_version: int) -> st
     old = _readable(stored)
     if old is not None:
         fresh.snapshot_version = max(snapshot_version, int(old.get("snapshot_version", 0)))
-        fresh.engine = old.get("engine", {})
+        fresh.engine = _registration(old.get("engine"))
     return json.dumps(fresh.to_dict(), separators=(",", ":"))
+
+
+def _registration(stored: object) -> EngineRegistration | None:
+    """The stored registration; None when there is none or it cannot be read (the reset loses only that)."""
+    if not isinstance(stored, dict) or not stored:
+        return None
+    try:
+        return EngineRegistration.model_validate(stored)
+    except ValidationError:
+        return None
 
 
 def _readable(stored: str | None) -> dict[str, Any] | None:
@@ -67,7 +80,7 @@ def rebuild_partition(batches: TelemetryBatches, store: Store, reset: LogReset, 
 
     The caller then reads the partition from the new log's beginning.
     """
-    in_memory = batches.forget_partition((reset.topic, reset.partition))
+    in_memory = batches.forget_partition(Partition(reset.topic, reset.partition))
     stored_engines = [
         engine
         for engine in store.estimate_scopes(SUMMARY_NAME)

@@ -39,7 +39,7 @@ from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
 from schemas.errors import BackendUnavailableError
-from schemas.names import TELEMETRY_TOPIC
+from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.checkpoints import CheckpointSource, CheckpointWriter, resume_from_checkpoints
@@ -69,7 +69,7 @@ from services.settings import (
 )
 from services.store.protocol import Store
 from services.stream.batch_size import BatchSizer
-from services.stream.batches import CONSUMER_NAME, Partition, StreamCounters, TelemetryBatches
+from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
 from services.stream.state_checkpoints import stream_checkpoint_states
@@ -88,7 +88,7 @@ class _KafkaConsumerView:
         self.ends = PartitionEnds(consumer)
 
     def assigned(self) -> list[Partition]:
-        return [(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        return [Partition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
 
     def highwater(self, partition: Partition) -> int | None:
         return self.ends.highwater(TopicPartition(*partition))
@@ -198,21 +198,21 @@ class StreamProcessor:
             self._store,
             CONSUMER_NAME,
             self._checkpoint_source,
-            [(tp.topic, tp.partition) for tp in partitions],
+            [Partition(tp.topic, tp.partition) for tp in partitions],
             self._log_view,
             expire_s=math.ceil(self._retention_s),
         )
-        positions = self._batches.resume_positions(((tp.topic, tp.partition) for tp in partitions), count)
+        positions = self._batches.resume_positions((Partition(tp.topic, tp.partition) for tp in partitions), count)
         for (topic, partition), offset in positions.items():
             self._consumer.seek(TopicPartition(topic, partition), offset)
-        self._log_watch.assigned(self._log_view, [(tp.topic, tp.partition) for tp in partitions])
+        self._log_watch.assigned(self._log_view, [Partition(tp.topic, tp.partition) for tp in partitions])
         self._consumer.resume(*partitions)
         self._unpositioned = []
         self.outage.succeeded("redis")
 
     def on_revoked(self, partitions: list[TopicPartition]) -> None:
         """Commit, then forget the engines of revoked partitions."""
-        self._batches.revoked((tp.topic, tp.partition) for tp in partitions)
+        self._batches.revoked(Partition(tp.topic, tp.partition) for tp in partitions)
 
     def stop(self) -> None:
         """Ask ``run`` to return after the current batch."""
@@ -287,7 +287,7 @@ class StreamProcessor:
             states = stream_checkpoint_states(
                 self._store,
                 self._deployment,
-                sorted((tp.topic, tp.partition) for tp in self._consumer.assignment()),
+                sorted(Partition(tp.topic, tp.partition) for tp in self._consumer.assignment()),
                 len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()),
                 self._log_view.topic_id(TELEMETRY_TOPIC),
             )

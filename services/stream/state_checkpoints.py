@@ -12,12 +12,11 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
-from schemas.names import estimate_key
+from schemas.names import Partition, estimate_key
 from services.checkpoints import PartitionState
 from services.engine_partitions import engine_partition
-from services.log_reset import Partition
 from services.store.protocol import Store
-from services.stream.batches import CONSUMER_NAME, SUMMARY_NAME, tp_field
+from services.stream.batches import CONSUMER_NAME, SUMMARY_NAME
 
 
 def stream_checkpoint_states(
@@ -33,16 +32,16 @@ def stream_checkpoint_states(
         BackendUnavailableError: Redis failed.
     """
     applied = store.applied_offsets(CONSUMER_NAME)
-    wanted = {tp: applied[tp_field(*tp)] for tp in partitions if tp_field(*tp) in applied}
+    wanted = {tp: applied[tp.field] for tp in partitions if tp.field in applied}
     if not wanted or partition_count <= 0:
         return {}
     engines: dict[int, list[str]] = defaultdict(list)
     for engine in store.estimate_scopes(SUMMARY_NAME):
         engines[engine_partition(engine, partition_count)].append(engine)
     found: dict[Partition, PartitionState] = {}
-    for (topic, partition), offset in sorted(wanted.items()):
-        scopes = sorted(engines.get(partition, []))
-        found[(topic, partition)] = PartitionState(
+    for tp, offset in sorted(wanted.items()):
+        scopes = sorted(engines.get(tp.partition, []))
+        found[tp] = PartitionState(
             offset=offset,
             topic_id=topic_id,
             states=store.load_states(CONSUMER_NAME, scopes),

@@ -23,6 +23,7 @@ from services.settings import Settings
 from services.stack.kafka_broker import locate_kafka
 from services.stack.launcher import BrokerKind, StackState, stack_down, stack_up
 from services.stack.processes import free_port
+from tests.integration.processes import reap_children
 
 
 def _require_broker(broker: BrokerKind) -> None:
@@ -93,3 +94,10 @@ def deployment(stack: StackState) -> Iterator[str]:
 def stack_dir(stack: StackState, tmp_path: Path) -> Path:
     """A fresh state folder (for tests that start their own stack)."""
     return tmp_path
+
+
+@pytest.fixture(autouse=True)
+def _no_child_outlives_its_test() -> Iterator[None]:
+    """Kill the service processes a test started and left running (it failed before stopping them)."""
+    yield
+    reap_children()

@@ -20,6 +20,22 @@ from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 
 ROOT = Path(__file__).resolve().parents[2]
+_STARTED: list[subprocess.Popen[bytes]] = []  # every child started here, until ``reap_children``
+
+
+def reap_children() -> list[int]:
+    """Kill the children started here that still run (a test that failed before it stopped them); return their pids.
+
+    Left running, they would go on writing to the broker and Redis under the next test, and pytest
+    reports their ``Popen`` objects' ``ResourceWarning`` as a failure of whichever test collects them.
+    """
+    running = [process for process in _STARTED if process.poll() is None]
+    for process in running:
+        process.kill()
+    for process in running:
+        process.wait(timeout=30)
+    _STARTED.clear()
+    return [process.pid for process in running]
 
 
 def start_stream(
@@ -76,7 +92,9 @@ def start_service(
     if idle_exit_s is not None:
         argv += ["--idle-exit-s", str(idle_exit_s)]
     with log_path.open("ab") as log:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    _STARTED.append(process)
+    return process
 
 
 def start_crash_driver(
@@ -97,7 +115,9 @@ def start_crash_driver(
         *flags,
     ]
     with log_path.open("ab") as log:
-        return subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+        process = subprocess.Popen(argv, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
+    _STARTED.append(process)
+    return process
 
 
 def applied_total(store: RedisStore) -> int:

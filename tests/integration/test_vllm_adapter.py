@@ -29,6 +29,7 @@ from schemas.engines import EngineRegistered
 from schemas.events import Event, parse_event
 from schemas.names import TELEMETRY_TOPIC, estimate_key
 from schemas.policy_docs.base import InputsDigest
+from schemas.policy_docs.ebplus import EbplusMode
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy, SlaiState
 from schemas.requests import RequestFinished
 from schemas.steps import StepReport
@@ -343,12 +344,16 @@ def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
     decided = governed.get_policy("ebplus", "vllm-eb")
     assert decided is not None, "the policy service decided EB+ from the engine's own telemetry"
 
-    for version, mode, budget in ((100, "EB", None), (101, "MB", None), (102, "MB", MB_STEP_BUDGET_TOKENS)):
+    for version, mode, budget in (
+        (100, EbplusMode.EB, None),
+        (101, EbplusMode.MB, None),
+        (102, EbplusMode.MB, MB_STEP_BUDGET_TOKENS),
+    ):
         document = pinned_ebplus(deployment, "vllm-eb", version, mode, now_s=time.time(), mb_token_budget_tokens=budget)
         assert governed.put_policy("ebplus", "vllm-eb", version, document.model_dump_json())
         _await_ack(engine, "ebplus", version)
         _serve(engine, 48, prefix=f"{mode}-{version}", seed=version)
-    stale = pinned_ebplus(deployment, "vllm-eb", 103, "EB", now_s=time.time(), valid_for_s=0.5)
+    stale = pinned_ebplus(deployment, "vllm-eb", 103, EbplusMode.EB, now_s=time.time(), valid_for_s=0.5)
     assert governed.put_policy("ebplus", "vllm-eb", 103, stale.model_dump_json())
     _await_ack(engine, "ebplus", 103)
     time.sleep(1.0)
@@ -359,14 +364,14 @@ def test_ebplus_scheduler_feeds_a_decision_and_obeys_eb_then_mb_then_falls_back(
     by_version: dict[int, list[StepReport]] = {}
     for step in steps:
         by_version.setdefault(step.policy_versions.get("ebplus", 0), []).append(step)
-    eb = [s for s in by_version[100] if s.scheduler_mode == "eb"]
+    eb = [s for s in by_version[100] if s.scheduler_mode == EbplusMode.EB]
     assert len(eb) > 20
     assert all(s.batch_kind in ("prefill", "decode") for s in eb), "EB runs exclusive prefill and decode batches"
     assert {s.batch_kind for s in eb} == {"prefill", "decode"}
-    mb = [s for s in by_version[101] if s.scheduler_mode == "mb"]
+    mb = [s for s in by_version[101] if s.scheduler_mode == EbplusMode.MB]
     assert any(s.batch_kind == "mixed" for s in mb), "MB mixes prefills into decode batches"
     assert max(_step_tokens(s) for s in mb) > MB_STEP_BUDGET_TOKENS, "without a budget a step takes in more"
-    bounded = [s for s in by_version[102] if s.scheduler_mode == "mb"]
+    bounded = [s for s in by_version[102] if s.scheduler_mode == EbplusMode.MB]
     assert any(s.batch_kind == "mixed" for s in bounded)
     assert max(_step_tokens(s) for s in bounded) <= MB_STEP_BUDGET_TOKENS, "MB steps keep to the document's budget"
     stale_steps = by_version[103]

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import json
 
-from schemas.names import TELEMETRY_TOPIC
+from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.records import CheckpointDocument, StateCheckpoint
 from services.checkpoints import resume_from_checkpoints, usable
-from services.log_reset import Partition
 from services.store.memory_store import MemoryStore
 
 FIELD = f"{TELEMETRY_TOPIC}:3"
@@ -42,15 +41,15 @@ def _checkpoint(offset: int = 41, topic_id: str | None = "log-a") -> StateCheckp
 
 
 def _source(*checkpoints: StateCheckpoint) -> dict[Partition, StateCheckpoint]:
-    return {(c.topic, c.partition): c for c in checkpoints}
+    return {Partition(c.topic, c.partition): c for c in checkpoints}
 
 
 def test_a_partition_without_an_applied_offset_resumes_with_the_states_values_documents_and_offset() -> None:
     store = MemoryStore()
     resumed = resume_from_checkpoints(
-        store, "stream", lambda: _source(_checkpoint()), [(TELEMETRY_TOPIC, 3)], Logs("log-a"), expire_s=60
+        store, "stream", lambda: _source(_checkpoint()), [Partition(TELEMETRY_TOPIC, 3)], Logs("log-a"), expire_s=60
     )
-    assert resumed == [(TELEMETRY_TOPIC, 3)]
+    assert resumed == [Partition(TELEMETRY_TOPIC, 3)]
     assert store.applied_offsets("stream") == {FIELD: 41}
     assert store.load_states("stream", ["eng-1"]) == {"eng-1": '{"state": 1}'}
     assert store.load_values(["gov:dep:est:eng-1:summary"]) == {"gov:dep:est:eng-1:summary": '{"summary": 1}'}
@@ -65,7 +64,7 @@ def test_a_partition_with_an_applied_offset_keeps_it_and_the_source_is_not_read(
     def never() -> dict[Partition, StateCheckpoint]:
         raise AssertionError("read the checkpoints of a partition Redis holds")
 
-    assert resume_from_checkpoints(store, "stream", never, [(TELEMETRY_TOPIC, 3)], Logs("log-a")) == []
+    assert resume_from_checkpoints(store, "stream", never, [Partition(TELEMETRY_TOPIC, 3)], Logs("log-a")) == []
     assert store.applied_offsets("stream") == {FIELD: 5}
     assert store.load_states("stream", ["eng-1"]) == {"eng-1": "mine"}
 
@@ -73,7 +72,7 @@ def test_a_partition_with_an_applied_offset_keeps_it_and_the_source_is_not_read(
 def test_a_checkpoint_of_another_log_is_not_used() -> None:
     store = MemoryStore()
     resumed = resume_from_checkpoints(
-        store, "stream", lambda: _source(_checkpoint()), [(TELEMETRY_TOPIC, 3)], Logs("log-b")
+        store, "stream", lambda: _source(_checkpoint()), [Partition(TELEMETRY_TOPIC, 3)], Logs("log-b")
     )
     assert resumed == []
     assert store.applied_offsets("stream") == {}
@@ -89,4 +88,4 @@ def test_usable_needs_the_same_topic_id_where_both_are_known_and_an_offset_below
 
 def test_no_source_resumes_nothing() -> None:
     store = MemoryStore()
-    assert resume_from_checkpoints(store, "stream", None, [(TELEMETRY_TOPIC, 3)], Logs("log-a")) == []
+    assert resume_from_checkpoints(store, "stream", None, [Partition(TELEMETRY_TOPIC, 3)], Logs("log-a")) == []

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 
 from schemas.policy_docs.base import InputsDigest
-from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, EbplusState, KvGate
+from schemas.policy_docs.ebplus import EbplusFallback, EbplusMode, EbplusPayload, EbplusPolicy, EbplusState, KvGate
 from services.settings import default_environment
 
 TINY_MODEL_DIR = Path(__file__).resolve().parent / "tiny_model"
@@ -100,7 +100,7 @@ def pinned_ebplus(
     deployment: str,
     engine_id: str,
     version: int,
-    mode: str,
+    mode: EbplusMode,
     *,
     now_s: float,
     valid_for_s: float = 600.0,
@@ -116,7 +116,7 @@ def pinned_ebplus(
         valid_until=now_s + valid_for_s,
         inputs=InputsDigest(snapshot_id="pinned"),
         payload=EbplusPayload(
-            mode="EB" if mode == "EB" else "MB",
+            mode=mode,
             theta=0.5,
             k=8,
             n=16,

@@ -70,14 +70,12 @@ from policies.slai.deadline import last_schedulable_time
 from policies.slai.decide import offset_rule_of
 from policies.slai.offset_rule import offset_for_kv_use
 from schemas.policy_docs.base import PolicyDocument
-from schemas.policy_docs.ebplus import EbplusPolicy
+from schemas.policy_docs.ebplus import EbplusMode, EbplusPolicy
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy
 from services.engines.stream import EventBuilder, StepCounts
 from services.engines.vllm.connect import EngineLink, finish_reason_name, request_track
 from services.settings import EngineSettings
 
-EB_MODE = "eb"
-MB_MODE = "mb"
 SLAI_MODE = "slai"
 STOCK_MODE = "stock"
 
@@ -118,7 +116,7 @@ class InFlightBatch:
 
     Attributes:
         scheduled_s: wall time its ``schedule`` call started, seconds.
-        scheduler_mode: what the scheduler ran for it (``eb``, ``mb``, ``slai``, ``stock``).
+        scheduler_mode: what the scheduler ran for it (``EB``, ``MB``: an ``EbplusMode``; ``slai``, ``stock``).
         num_prefill_requests: requests that computed prompt tokens.
         sum_prefill_tokens: prompt tokens computed.
         num_decode_requests: requests that decoded one token.
@@ -414,9 +412,9 @@ class EbplusScheduler(GovernorScheduler):
                     throttle_prefills=throttle_prefills,
                     token_budget=budget,
                 )
-            self.scheduler_mode = STOCK_MODE if payload is None else MB_MODE
+            self.scheduler_mode = STOCK_MODE if payload is None else EbplusMode.MB
             return output
-        self.scheduler_mode = EB_MODE
+        self.scheduler_mode = EbplusMode.EB
         if kind is StepKind.PREFILL:
             output = self.schedule_only(
                 lambda request: not is_decoding(request),

@@ -27,15 +27,14 @@ the ranks' BF-IO snapshots by group, as fleet contributions are keyed, would rem
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 import numpy as np
 
 from estimators import fine_bin_edges_tokens
 from policies.bfio import BfioInputs, BfioParams, SelfCheckWindow, SurvivalTable
 from policies.bfio import decide as decide_bfio
-from schemas.estimates import EngineSummary, SurvivalSummary
+from schemas.estimates import EngineRegistration, EngineSummary, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec, engine_obeys
@@ -230,10 +229,11 @@ def bfio_spec(params: BfioParams | None = None, *, interval_s: float = BFIO_INTE
     )
 
 
-def is_dp_engine(engine: Mapping[str, Any]) -> bool:
+def is_dp_engine(engine: EngineRegistration | None) -> bool:
     """True for a rank of a ``dp_group`` (the gateway obeys BF-IO for it), and for an engine registered with
-    more than one data-parallel rank whose router obeys BF-IO."""
-    if isinstance(engine.get("dp_group"), str):
+    more than one data-parallel rank whose router obeys BF-IO; False for an engine not registered yet."""
+    if engine is None:
+        return False
+    if engine.dp_group is not None:
         return True
-    dp_size = engine.get("dp_size")
-    return isinstance(dp_size, int) and dp_size > 1 and engine_obeys(BFIO_KIND)(engine)
+    return engine.dp_size > 1 and engine_obeys(BFIO_KIND)(engine)

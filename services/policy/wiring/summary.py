@@ -28,7 +28,7 @@ def engine_summary(snapshot: EstimateSnapshot) -> EngineSummary:
     """
     summary = snapshot.estimates
     if not isinstance(summary, EngineSummary):
-        msg = f"snapshot {snapshot.trigger!r} of {snapshot.scope} carries a {summary.summary_type} summary"
+        msg = f"snapshot {str(snapshot.trigger)!r} of {snapshot.scope} carries a {summary.summary_type} summary"
         raise InvalidInputError(msg, field="estimates.summary_type", value=summary.summary_type)
     return summary
 
@@ -41,9 +41,8 @@ def fleet_summary(snapshot: EstimateSnapshot) -> FleetSummary:
     """
     summary = snapshot.estimates
     if not isinstance(summary, FleetSummary):
-        msg = (
-            f"snapshot {snapshot.trigger!r} of {snapshot.scope} carries a {summary.summary_type} summary, not a fleet's"
-        )
+        trigger = str(snapshot.trigger)
+        msg = f"snapshot {trigger!r} of {snapshot.scope} carries a {summary.summary_type} summary, not a fleet's"
         raise InvalidInputError(msg, field="estimates.summary_type", value=summary.summary_type)
     return summary
 

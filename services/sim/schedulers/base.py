@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from schemas.policy_docs.base import PolicyDocument
+from schemas.policy_docs.ebplus import EbplusMode
 from services.sim.request import SimRequest
 
 
@@ -53,14 +54,14 @@ class BatchPlan:
         decodes: running, prefill-complete requests that decode one token each.
         prefills: (request, chunk tokens); a request from ``waiting`` listed here is admitted.
         preempted: running requests that lose their KV (recompute) before the batch runs.
-        mode: the scheduler's mode for the step report (``mb``, ``sarathi``, ``eb``...).
+        mode: the scheduler's mode for the step report (``EbplusMode.MB``, the mixed batch of vLLM v1; ``sarathi``...).
         exclusive: prefill and decode run in separate phases (EB), which the timing model prices apart.
     """
 
     decodes: tuple[SimRequest, ...] = ()
     prefills: tuple[tuple[SimRequest, int], ...] = ()
     preempted: tuple[SimRequest, ...] = ()
-    mode: str = "mb"
+    mode: str = EbplusMode.MB
     exclusive: bool = False
 
     @property

@@ -26,8 +26,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from policies.slai import BuilderParams, PrefillOrder, SchedulerKind, SlaiParams
+from schemas.policy_docs.ebplus import EbplusMode
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.packing import MB_MODE_LABEL, pack_decode_first
+from services.sim.schedulers.packing import pack_decode_first
 from services.sim.schedulers.slai import BuilderScheduler, BuilderSetting
 
 
@@ -42,7 +43,7 @@ class MixedChunkedScheduler:
 
     def schedule(self, view: EngineView) -> BatchPlan:
         """Decodes first, then prefill chunks under the token budget (see ``pack_decode_first``)."""
-        return pack_decode_first(view, mode=MB_MODE_LABEL)
+        return pack_decode_first(view, mode=EbplusMode.MB)
 
 
 class FixedBuilderScheduler(BuilderScheduler):

@@ -29,12 +29,10 @@ from dataclasses import dataclass, field
 from policies.ebplus import EngineView as PhaseView
 from policies.ebplus import PhaseState, PhaseStep, StepKind, advance, live_payload
 from schemas.errors import InvalidInputError
-from schemas.policy_docs.ebplus import EbplusFallback, EbplusPayload, EbplusPolicy, KvGate
+from schemas.policy_docs.ebplus import EbplusFallback, EbplusMode, EbplusPayload, EbplusPolicy, KvGate
 from services.sim.request import SimRequest
 from services.sim.schedulers.base import BatchPlan, EngineView
-from services.sim.schedulers.packing import MB_MODE_LABEL, pack_decode_first, pack_decodes, pack_prefills
-
-EB_MODE_LABEL = "eb"
+from services.sim.schedulers.packing import pack_decode_first, pack_decodes, pack_prefills
 
 
 def phase_view(view: EngineView) -> PhaseView:
@@ -72,7 +70,7 @@ def decode_plan(view: EngineView, *, preempt_prefills: bool) -> BatchPlan:
     packed = pack_decodes(candidates, free_blocks=free, budget_tokens=view.token_budget_tokens, block_size_tokens=bs)
     preempted.extend(packed.preempted)
     decodes = packed.decodes
-    return BatchPlan(decodes=tuple(decodes), preempted=tuple(preempted), mode=EB_MODE_LABEL, exclusive=True)
+    return BatchPlan(decodes=tuple(decodes), preempted=tuple(preempted), mode=EbplusMode.EB, exclusive=True)
 
 
 def prefill_plan(view: EngineView, *, admit_seqs: int) -> BatchPlan:
@@ -89,16 +87,16 @@ def prefill_plan(view: EngineView, *, admit_seqs: int) -> BatchPlan:
         admit_seqs=min(admit_seqs, view.max_num_seqs - len(view.running)),
         block_size_tokens=view.block_size_tokens,
     )
-    return BatchPlan(prefills=tuple(prefills), mode=EB_MODE_LABEL, exclusive=True)
+    return BatchPlan(prefills=tuple(prefills), mode=EbplusMode.EB, exclusive=True)
 
 
 def plan_for(view: EngineView, step: PhaseStep, *, mb_budget_tokens: int | None = None) -> BatchPlan:
     """Turn one phase-machine step into the engine's batch (MIXED steps under ``mb_budget_tokens``, if set)."""
     action = step.action
     if action.kind is StepKind.MIXED:
-        return pack_decode_first(view, mode=MB_MODE_LABEL, budget_tokens=mb_budget_tokens)
+        return pack_decode_first(view, mode=EbplusMode.MB, budget_tokens=mb_budget_tokens)
     if action.kind is StepKind.IDLE:
-        return BatchPlan(mode=EB_MODE_LABEL, exclusive=True)
+        return BatchPlan(mode=EbplusMode.EB, exclusive=True)
     if action.kind is StepKind.PREFILL:
         plan = prefill_plan(view, admit_seqs=action.admit_seqs)
         if not plan.empty:
@@ -168,7 +166,7 @@ class FixedEbScheduler:
             msg = f"FixedEbScheduler needs 0 < theta < 1 and n_seqs >= 1, got theta={self.theta}, n={self.n_seqs}"
             raise InvalidInputError(msg, field="theta", value=(self.theta, self.n_seqs))
         self._payload = EbplusPayload(
-            mode="EB",
+            mode=EbplusMode.EB,
             theta=self.theta,
             k=max(1, int(self.theta * self.n_seqs)),
             n=self.n_seqs,

@@ -23,8 +23,6 @@ from itertools import chain
 from services.sim.request import SimRequest, blocks_for_tokens
 from services.sim.schedulers.base import BatchPlan, EngineView
 
-MB_MODE_LABEL = "mb"  # the step report's label of a vLLM v1 mixed batch
-
 
 def extra_blocks(request: SimRequest, new_tokens: int, block_size_tokens: int) -> int:
     """KV blocks ``request`` needs beyond those it holds to compute ``new_tokens`` more tokens."""

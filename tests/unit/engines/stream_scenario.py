@@ -9,6 +9,7 @@ same JSON byte for byte.
 from __future__ import annotations
 
 from schemas.policy_docs.base import PolicyDocument
+from schemas.policy_docs.ebplus import EbplusMode
 from services.engines.stream import EngineStream, RequestTrack, StepCounts
 
 REGISTRATION: dict[str, object] = {
@@ -24,7 +25,7 @@ REGISTRATION: dict[str, object] = {
 }
 
 
-def _counts(duration_s: float, prefill: int, decode: int, *, mode: str | None = "mb") -> StepCounts:
+def _counts(duration_s: float, prefill: int, decode: int, *, mode: str | None = EbplusMode.MB) -> StepCounts:
     return StepCounts(
         duration_s=duration_s,
         num_prefill_requests=1 if prefill else 0,

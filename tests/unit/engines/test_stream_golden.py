@@ -1,8 +1,10 @@
 """Moving event building off the engine's step path changed no event: same inputs, same JSON, byte for byte.
 
 The golden file was written by the stream as it was when every event was built on the caller's
-thread (commit e493519); the deferred stream builds them on the thread that drains it (the
-publisher's, in an engine) and must give the same bytes, as must the synchronous stream.
+thread (commit e493519), but for its two step reports' ``scheduler_mode``: ``MB`` rather than ``mb``
+since issue 32 spelt EB+'s modes one way (``EbplusMode``). The deferred stream builds them on the
+thread that drains it (the publisher's, in an engine) and must give the same bytes, as must the
+synchronous stream.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import threading
 from pathlib import Path
 
 from schemas.events import encode_event
+from schemas.policy_docs.ebplus import EbplusMode
 from services.engines.stream import EngineStream
 from services.engines.vllm.drive import pinned_ebplus
 from services.sdk.envelope import EnvelopeStamper
@@ -24,7 +27,7 @@ def _events(*, deferred: bool) -> tuple[list[str], EngineStream]:
     sink = ListSink()
     stamper = EnvelopeStamper(engine_id="vllm-7", deployment="dep", source_epoch=1_700_000_000_000)
     stream = EngineStream(stamper=stamper, sink=sink, deferred=deferred)
-    drive(stream, pinned_ebplus("dep", "vllm-7", 3, "EB", now_s=100.0))
+    drive(stream, pinned_ebplus("dep", "vllm-7", 3, EbplusMode.EB, now_s=100.0))
     return [encode_event(event).decode() for event in sink.events], stream
 
 
@@ -42,7 +45,7 @@ class TestStreamGolden:
         sink = ListSink()
         stamper = EnvelopeStamper(engine_id="vllm-7", deployment="dep", source_epoch=1_700_000_000_000)
         stream = EngineStream(stamper=stamper, sink=sink, deferred=True)
-        drive(stream, pinned_ebplus("dep", "vllm-7", 3, "EB", now_s=100.0))
+        drive(stream, pinned_ebplus("dep", "vllm-7", 3, EbplusMode.EB, now_s=100.0))
         assert sink.events == []
         assert stream.pending()
         assert stream.policy_versions == {"ebplus": 3}  # the step path sees its ack at once
@@ -62,7 +65,7 @@ class TestStreamGolden:
 
         drainer = threading.Thread(target=drain_until_done)
         drainer.start()
-        drive(stream, pinned_ebplus("dep", "vllm-7", 3, "EB", now_s=100.0))
+        drive(stream, pinned_ebplus("dep", "vllm-7", 3, EbplusMode.EB, now_s=100.0))
         done.set()
         drainer.join(timeout=10.0)
         assert [encode_event(event).decode() for event in sink.events] == _golden()

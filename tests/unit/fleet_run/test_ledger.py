@@ -89,7 +89,7 @@ class TestLedgerOf:
         telemetry = [
             _event("step", "rank-0", scheduler_mode="eb"),
             _event("step", "rank-0", scheduler_mode="mb"),
-            _event("step", "rank-0", scheduler_mode="eb"),
+            _event("step", "rank-0", scheduler_mode="EB"),
             _event("step", "short-0", scheduler_mode=None),
             _event("gateway.queued", "gw", request_id="s0-governed-burst-4", pool="short", queue_depth=1),
             _event("gateway.queued", "gw", request_id="s0-governed-burst-9", pool="short", queue_depth=2),
@@ -100,7 +100,7 @@ class TestLedgerOf:
         ledger = ledger_of(decisions, telemetry, DEP)
         assert ledger.activity("admission").levels == {"busy": 1, "ok": 1, "overloaded": 2}
         assert ledger.activity("ebplus").levels == {}
-        assert ledger.scheduler_steps == {"rank-0": {"eb": 2, "mb": 1}, "short-0": {"unknown": 1}}
+        assert ledger.scheduler_steps == {"rank-0": {"EB": 2, "MB": 1}, "short-0": {"unknown": 1}}
         assert ledger.queued == {"s0-governed-burst": 2}
         assert ledger.shed == {
             "s0-governed-burst": {"deadline": 1, "queue_full": 1},

@@ -8,7 +8,7 @@ import pytest
 
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES, log_bin_edges_tokens
 from schemas.engines import EngineRegistered
-from schemas.estimates import StepModelFit, SurvivalSummary
+from schemas.estimates import EngineRegistration, StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.runner import decide_from_snapshot
@@ -87,7 +87,7 @@ class TestBfioSpec:
         assert [t.traffic_class for t in document.payload.survival_tables] == ["default"]
 
     def test_only_dp_engines_are_snapshotted_for_it(self, demo_plane: OfflineControlPlane) -> None:
-        assert {s.scope for s in demo_plane.snapshots if s.trigger.startswith("bfio:")} == {"dp-0"}
+        assert {s.scope for s in demo_plane.snapshots if s.trigger.kind == "bfio"} == {"dp-0"}
 
 
 def _rank(
@@ -190,10 +190,29 @@ class TestDpGroups:
         assert inputs.num_ranks == 1
 
     def test_ranks_of_a_group_are_snapshotted_whatever_their_scheduler_obeys(self) -> None:
-        assert is_dp_engine({"dp_size": 1, "dp_group": "dp-a", "obeys": ["ebplus"]})
-        assert not is_dp_engine({"dp_size": 1, "dp_group": None, "obeys": None})
-        assert not is_dp_engine({"dp_size": 4, "obeys": ["ebplus"]})
-        assert is_dp_engine({"dp_size": 4, "obeys": ["bfio"]})
+        assert is_dp_engine(_registration(dp_size=1, dp_group="dp-a", obeys=["ebplus"]))
+        assert not is_dp_engine(_registration(dp_size=1, dp_group=None, obeys=None))
+        assert not is_dp_engine(_registration(dp_size=4, obeys=["ebplus"]))
+        assert is_dp_engine(_registration(dp_size=4, obeys=["bfio"]))
+        assert is_dp_engine(_registration(dp_size=4, obeys=None)), "an engine that declares nothing obeys every kind"
+
+    def test_an_engine_not_registered_yet_is_not_snapshotted(self) -> None:
+        assert not is_dp_engine(None)
+
+
+def _registration(*, dp_size: int, dp_group: str | None = None, obeys: list[str] | None) -> EngineRegistration:
+    return EngineRegistration(
+        model="m",
+        gpu="g",
+        max_num_seqs=16,
+        max_num_batched_tokens=2048,
+        max_model_len=4096,
+        kv_blocks_total=100,
+        block_size_tokens=16,
+        dp_size=dp_size,
+        dp_group=dp_group,
+        obeys=obeys,
+    )
 
 
 def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -> None:
@@ -203,7 +222,7 @@ def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -
         rank = int(event.engine_id[-1])
         registered = isinstance(event, EngineRegistered)
         plane.publish(event.model_copy(update={"dp_group": "dp-x", "dp_rank": rank}) if registered else event)
-    taken = {s.scope for s in plane.snapshots if s.trigger.startswith("bfio:")}
+    taken = {s.scope for s in plane.snapshots if s.trigger.kind == "bfio"}
     assert taken == {"eng-0", "eng-1"}, "each rank's telemetry is snapshotted for BF-IO"
     bundles = [r for r in plane.decisions if r.kind == "bfio"]
     assert bundles
@@ -213,7 +232,7 @@ def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -
     assert stored is not None
     document = BfioPolicy.model_validate_json(stored)
     assert document.version == len(bundles)
-    rank_snapshots = [s for s in plane.snapshots if s.trigger.startswith("bfio:")]
+    rank_snapshots = [s for s in plane.snapshots if s.trigger.kind == "bfio"]
     assert len(bundles) == len({int(s.ts) for s in rank_snapshots}) < len(rank_snapshots), "one bundle per 1 s slot"
     latest = {s.scope: engine_summary(s).survival for s in rank_snapshots}
     (table,) = document.payload.survival_tables

@@ -168,5 +168,5 @@ class TestEbplusSpec:
 
     def test_the_demo_stream_decides_eb_plus_from_its_snapshots(self, demo_plane: OfflineControlPlane) -> None:
         decided = {d.scope for d in demo_plane.decisions if d.kind == "ebplus" and d.accepted}
-        snapshotted = {s.scope for s in demo_plane.snapshots if s.trigger.startswith("ebplus:")}
+        snapshotted = {s.scope for s in demo_plane.snapshots if s.trigger.kind == "ebplus"}
         assert decided == snapshotted != set()

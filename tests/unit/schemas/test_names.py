@@ -14,6 +14,7 @@ from schemas.names import (
     IDENTIFIER_PATTERN,
     POLICY_CONSUMER,
     STREAM_CONSUMER,
+    Partition,
     ack_key,
     estimate_key,
     estimate_pattern,
@@ -165,3 +166,24 @@ def test_no_engine_id_builds_a_service_key_or_another_engines_key(
     assert services.isdisjoint(mine)
     if other != engine:
         assert set(engine_keys(deployment, other, kinds)).isdisjoint(mine)
+
+
+class TestPartition:
+    def test_the_field_is_topic_colon_partition(self) -> None:
+        assert Partition("gov.telemetry", 3).field == "gov.telemetry:3"
+
+    def test_parse_reads_back_the_field(self) -> None:
+        assert Partition.parse("gov.telemetry:3") == Partition("gov.telemetry", 3)
+
+    @given(topic=st.text(min_size=1, max_size=40), number=st.integers(min_value=0, max_value=2**31))
+    def test_parse_reads_back_any_field_the_topic_ends_at_the_last_colon(self, topic: str, number: int) -> None:
+        assert Partition.parse(Partition(topic, number).field) == Partition(topic, number)
+
+    def test_a_partition_equals_the_tuple_kafka_clients_use(self) -> None:
+        assert Partition("t", 1) == ("t", 1)
+        assert {("t", 1): 5}[Partition("t", 1)] == 5
+
+    @pytest.mark.parametrize("field", ["gov.telemetry", ":3", "gov.telemetry:", "gov.telemetry:-1", "t:x", "t:³"])
+    def test_a_field_without_a_topic_or_a_number_is_refused(self, field: str) -> None:
+        with pytest.raises(InvalidInputError, match="topic:partition"):
+            Partition.parse(field)

@@ -116,7 +116,7 @@ class TestEbCycle:
         steps = _steps(events)
         assert [s.batch_kind for s in steps] == CYCLE_KINDS
         assert [round(s.duration_s, 9) for s in steps] == CYCLE_DURATIONS_S
-        assert {s.scheduler_mode for s in steps} == {"eb"}
+        assert {s.scheduler_mode for s in steps} == {"EB"}
         assert sum(isinstance(e, RequestFinished) for e in events) == 6
 
     def test_ebplus_under_a_pushed_eb_document_runs_the_same_cycle(self) -> None:
@@ -145,7 +145,7 @@ class TestFallback:
         scheduler = EbplusScheduler()
         events, _ = _run(scheduler, _requests())
         steps = _steps(events)
-        assert {s.scheduler_mode for s in steps} == {"mb"}
+        assert {s.scheduler_mode for s in steps} == {"MB"}
         # The first step prefills r0's 8 prompt tokens (r = 0): mixed price 0.1 * 8.
         assert steps[0].duration_s == pytest.approx(0.8)
         assert scheduler.fallback_steps == len(steps)
@@ -154,7 +154,7 @@ class TestFallback:
     def test_pushed_mb_mode_runs_mixed_batching_without_fallback(self) -> None:
         scheduler = EbplusScheduler()
         events, _ = _run(scheduler, _requests(), source=StaticPolicySource([_policy("MB")]))
-        assert {s.scheduler_mode for s in _steps(events)} == {"mb"}
+        assert {s.scheduler_mode for s in _steps(events)} == {"MB"}
         assert scheduler.fallback_steps == 0
 
     def test_pushed_mb_budget_bounds_every_mixed_step(self) -> None:
@@ -176,9 +176,9 @@ class TestFallback:
         steps = _steps(events)
         starts = [s.ts - s.duration_s for s in steps]
         modes = [s.scheduler_mode for s in steps]
-        assert modes == ["eb" if start <= 0.05 else "mb" for start in starts]
-        assert modes[0] == "eb"
-        assert modes[-1] == "mb"
+        assert modes == ["EB" if start <= 0.05 else "MB" for start in starts]
+        assert modes[0] == "EB"
+        assert modes[-1] == "MB"
 
 
 class TestLimits:

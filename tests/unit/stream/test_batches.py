@@ -18,7 +18,7 @@ from kafka.errors import KafkaTimeoutError
 from schemas.errors import BackendUnavailableError
 from schemas.estimates import EngineSummary, FleetContribution
 from schemas.events import encode_event
-from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
+from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition, estimate_key
 from schemas.records import EstimateSnapshot
 from services.delivery import no_checkpoint
 from services.engine_partitions import engine_partition
@@ -30,7 +30,6 @@ from services.stream.batches import (
     CONSUMER_NAME,
     SUMMARY_NAME,
     UNADMITTED_RETENTION_S,
-    Partition,
     TelemetryBatches,
 )
 from services.stream.fleet import FleetAggregator

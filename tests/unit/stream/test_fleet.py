@@ -71,7 +71,7 @@ class TestFleetAggregator:
         aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=1)
         assert aggregator.add(self.contributions[0]) == []  # a: slot 0, grace not yet passed
         closed = aggregator.add(self.contributions[1])  # a: slot 1 closes slot 0 (only a is known)
-        assert [s.trigger for s in closed] == ["fleetopt:fleet slot 0"]
+        assert [str(s.trigger) for s in closed] == ["fleetopt:fleet slot 0"]
 
     def test_merged_slots_do_not_depend_on_the_interleaving_of_engines(self) -> None:
         by_slot = sorted(self.contributions, key=lambda s: (_index(s), s.scope))
@@ -163,7 +163,7 @@ class TestFleetAggregatorContract:
         idle_b = _contribution("b", 1, 1, [100]).model_copy(update={"ts": 4 * 60.0 + 1.0})  # b idle in slots 2 and 3
         aggregator.add(idle_b)
         closed = [s for i in (1, 2, 3) for s in aggregator.add(_contribution("a", i, 1, [100]))]
-        assert [s.trigger for s in closed] == [f"fleetopt:fleet slot {i}" for i in (1, 2, 3)]
+        assert [str(s.trigger) for s in closed] == [f"fleetopt:fleet slot {i}" for i in (1, 2, 3)]
 
     def test_the_input_share_is_read_on_a_one_percent_grid(self) -> None:
         plane = replay_offline(synthetic_stream(engines=2, requests=4000, seed=3), default_registry())
@@ -406,7 +406,7 @@ class TestFleetJoin:
     def test_the_processor_sends_each_engines_join_before_its_first_contribution(self) -> None:
         events = synthetic_stream(engines=2, requests=400, deployment="d")
         offline = replay_offline(events, default_registry(fleet_slot_s=5.0))
-        fleet = [s for s in offline.snapshots if s.trigger.startswith("fleetopt:") and s.scope != "fleet"]
+        fleet = [s for s in offline.snapshots if s.trigger.kind == "fleetopt" and s.scope != "fleet"]
         firsts = {}
         for snapshot in fleet:
             firsts.setdefault(snapshot.scope, snapshot.estimates.summary_type)

@@ -11,6 +11,7 @@ import pytest
 
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES
 from schemas.engines import EngineRegistered
+from schemas.envelope import Envelope
 from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
@@ -34,7 +35,7 @@ class TestFolder:
     def test_ebplus_snapshot_fires_at_every_hundredth_completion_of_an_engine(self) -> None:
         events = synthetic_stream(engines=1, requests=250)
         folder = Folder("dep", default_registry())
-        ebplus = [s for s in _fold_all(folder, events) if s.trigger.startswith("ebplus:")]
+        ebplus = [s for s in _fold_all(folder, events) if s.trigger.kind == "ebplus"]
         assert [engine_summary(s).completions_total for s in ebplus] == [100, 200]
         assert [s.version for s in ebplus] == sorted({s.version for s in ebplus})
 
@@ -43,19 +44,19 @@ class TestFolder:
         registration = events[0]
         assert isinstance(registration, EngineRegistered)
         events[0] = registration.model_copy(update={"scheduler": "slai", "obeys": ["slai"]})
-        kinds = {s.trigger.split(":")[0] for s in _fold_all(Folder("dep", default_registry()), events)}
+        kinds = {s.trigger.kind for s in _fold_all(Folder("dep", default_registry()), events)}
         assert "slai" in kinds
         assert "admission" in kinds
         assert "ebplus" not in kinds
 
     def test_engine_that_declares_nothing_gets_every_engine_kind(self) -> None:
-        kinds = {s.trigger.split(":")[0] for s in _fold_all(Folder("dep", default_registry()), synthetic_stream())}
+        kinds = {s.trigger.kind for s in _fold_all(Folder("dep", default_registry()), synthetic_stream())}
         assert {"admission", "ebplus", "slai"} <= kinds
 
     def test_admission_snapshot_fires_every_five_seconds_of_event_time(self) -> None:
         events = synthetic_stream(engines=1, requests=400)
         folder = Folder("dep", default_registry())
-        times = [s.ts for s in _fold_all(folder, events) if s.trigger.startswith("admission:")]
+        times = [s.ts for s in _fold_all(folder, events) if s.trigger.kind == "admission"]
         assert len(times) >= 3
         assert all(later - earlier >= 5.0 for earlier, later in itertools.pairwise(times))
 
@@ -87,6 +88,24 @@ class TestFolder:
         assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=0, offset=len(events)))
         assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=1, offset=0))
         assert resumed.state_json("eng-0") == folder.state_json("eng-0")
+
+    def test_the_stored_registration_keeps_the_fields_of_the_event_by_their_names(self) -> None:
+        """The stored state's ``engine`` stays the JSON object it was when the registration was a dict."""
+        events = synthetic_stream(engines=1, requests=5)
+        registered = next(e for e in events if isinstance(e, EngineRegistered))
+        folder = Folder("dep", default_registry())
+        _fold_all(folder, events)
+        state = json.loads(folder.state_json("eng-0"))
+        envelope = {*Envelope.model_fields, "event_type", "endpoint_url"}
+        assert state["engine"] == registered.model_dump(mode="json", exclude=envelope)
+        assert EngineEstimates.from_dict(state).engine == folder.engines["eng-0"].engine
+
+    def test_an_engine_not_registered_stores_an_empty_registration(self) -> None:
+        events = [e for e in synthetic_stream(engines=1, requests=5) if not isinstance(e, EngineRegistered)]
+        folder = Folder("dep", default_registry())
+        _fold_all(folder, events)
+        assert json.loads(folder.state_json("eng-0"))["engine"] == {}
+        assert EngineEstimates.from_dict(json.loads(folder.state_json("eng-0"))).engine is None
 
     def test_snapshots_carry_the_triggering_position_and_a_content_hash(self) -> None:
         events = synthetic_stream(engines=2, requests=300)

@@ -52,38 +52,52 @@ class TestCrossoverSignal:
 class TestSelectMode:
     def test_mb_enters_eb_only_above_delta(self) -> None:
         assert (
-            select_mode(current="MB", signal_s_per_token=1.1e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS).mode
+            select_mode(
+                current=EbplusMode.MB, signal_s_per_token=1.1e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS
+            ).mode
             == "EB"
         )
         assert (
-            select_mode(current="MB", signal_s_per_token=0.9e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS).mode
+            select_mode(
+                current=EbplusMode.MB, signal_s_per_token=0.9e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS
+            ).mode
             == "MB"
         )
 
     def test_eb_is_sticky_until_signal_falls_below_minus_three_delta(self) -> None:
         assert (
-            select_mode(current="EB", signal_s_per_token=-2.9e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS).mode
+            select_mode(
+                current=EbplusMode.EB, signal_s_per_token=-2.9e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS
+            ).mode
             == "EB"
         )
         assert (
-            select_mode(current="EB", signal_s_per_token=-3.1e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS).mode
+            select_mode(
+                current=EbplusMode.EB, signal_s_per_token=-3.1e-5, n_obs=100, cooldown_remaining=0, **HYSTERESIS
+            ).mode
             == "MB"
         )
 
     def test_a_switch_starts_the_cooldown(self) -> None:
-        choice = select_mode(current="MB", signal_s_per_token=1.0, n_obs=100, cooldown_remaining=0, **HYSTERESIS)
+        choice = select_mode(
+            current=EbplusMode.MB, signal_s_per_token=1.0, n_obs=100, cooldown_remaining=0, **HYSTERESIS
+        )
         assert (choice.switched, choice.cooldown_remaining, choice.reason) == (True, 3, "switched")
 
     def test_cooldown_blocks_and_counts_down(self) -> None:
-        choice = select_mode(current="EB", signal_s_per_token=-1.0, n_obs=100, cooldown_remaining=2, **HYSTERESIS)
+        choice = select_mode(
+            current=EbplusMode.EB, signal_s_per_token=-1.0, n_obs=100, cooldown_remaining=2, **HYSTERESIS
+        )
         assert (choice.mode, choice.cooldown_remaining, choice.reason) == ("EB", 1, "cooldown")
 
     def test_drain_gate_blocks_switching_below_n_obs_min(self) -> None:
-        choice = select_mode(current="MB", signal_s_per_token=1.0, n_obs=15.9, cooldown_remaining=0, **HYSTERESIS)
+        choice = select_mode(
+            current=EbplusMode.MB, signal_s_per_token=1.0, n_obs=15.9, cooldown_remaining=0, **HYSTERESIS
+        )
         assert (choice.mode, choice.reason) == ("MB", "drain_gate")
 
     @given(
-        st.sampled_from(["EB", "MB"]),
+        st.sampled_from(list(EbplusMode)),
         st.lists(st.floats(min_value=-1e-3, max_value=1e-3), min_size=2, max_size=30),
         st.lists(st.floats(min_value=0.0, max_value=5000.0), min_size=30, max_size=30),
     )
