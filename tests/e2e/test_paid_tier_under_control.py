@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from schemas.engines import PolicyApplied
+from schemas.policy_docs.ebplus import EbplusMode
 from schemas.steps import StepReport
 from services.sdk.protocol import ListSink
 from services.sim.compare import Control, run_offline_arm
@@ -77,7 +78,7 @@ def test_governed_mixed_steps_fit_the_paid_slo_once_a_document_is_held(scenario:
     assert set(first_document_s) == {"rtx-0", "rtx-1"}
     governed_steps = [e for e in events.events if isinstance(e, StepReport) and e.ts > first_document_s[e.engine_id]]
     assert governed_steps
-    assert {step.scheduler_mode for step in governed_steps} == {"mb"}
+    assert {step.scheduler_mode for step in governed_steps} == {EbplusMode.MB}
     assert max(step.duration_s for step in governed_steps) <= PAID_TBT_SLO_S
 
 
