@@ -109,10 +109,21 @@ def admin() -> Iterator[AdminStandIn]:
     server.close()
 
 
+def _slot_ports() -> int:
+    """A first port whose slots (it and the next two) are free, below the kernel's ephemeral range.
+
+    A port ``free_port`` gives lies in the ephemeral range, where the next one can be taken by any
+    process's outgoing connection (another xdist worker's) before a replica binds it: a replica then
+    failed with "Address already in use". Below the range only a listener picks ports.
+    """
+    for base in range(20_000 + (os.getpid() % 1_000) * 9, 32_000, 3):
+        if not any(port_open("127.0.0.1", base + slot) for slot in range(3)):
+            return base
+    raise AssertionError("no three free ports in a row below 32000")
+
+
 def spec(tmp_path: Path, **changes: object) -> LocalEngineSpec:
-    port = free_port()
-    while port_open("127.0.0.1", port + 1) or port_open("127.0.0.1", port + 2):
-        port = free_port()
+    port = _slot_ports()
     command = [sys.executable, str(STAND_IN), "{port}", str(tmp_path / "busy-{engine_id}")]
     fields: dict[str, object] = {
         "command": command,
