@@ -117,6 +117,22 @@ def estimate_scope_of(deployment: str, name: str, key: str) -> str | None:
     return scope if _IDENTIFIER.fullmatch(scope) is not None else None
 
 
+def policy_pattern(deployment: str) -> str:
+    """SCAN pattern of every current policy document: ``gov:{deployment}:policy:*``."""
+    return f"{_namespace(deployment, 'policy')}:*"
+
+
+def policy_of_key(deployment: str, key: str) -> tuple[str, str] | None:
+    """The (kind, scope) of a policy key (as ``policy_key`` builds it), or None for any other key."""
+    prefix = f"{_namespace(deployment, 'policy')}:"
+    if not key.startswith(prefix):
+        return None
+    kind, _, scope = key[len(prefix) :].partition(":")
+    if _IDENTIFIER.fullmatch(kind) is None or _IDENTIFIER.fullmatch(scope) is None:
+        return None
+    return kind, scope
+
+
 def state_key(deployment: str, consumer: str, scope: str) -> str:
     """Key of one state a consumer commits with its offsets.
 

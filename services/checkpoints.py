@@ -77,7 +77,6 @@ class CheckpointWriter:
         self._interval_s = interval_s
         self._clock = clock
         self._last_s = clock()
-        self.written = 0
 
     def due(self) -> bool:
         """Whether the next commit should be followed by checkpoints."""
@@ -114,12 +113,10 @@ class CheckpointWriter:
         except BackendUnavailableError as exc:
             log.warning("checkpoint_failed", consumer=self._consumer, partitions=len(partitions), error=str(exc)[:300])
             return
-        self.written += len(partitions)
         log.info(
             "checkpoint_written",
             consumer=self._consumer,
-            partitions=sorted(partition for _, partition in partitions),
-            offsets={f"{topic}:{partition}": state.offset for (topic, partition), state in sorted(partitions.items())},
+            offsets={tp.field: state.offset for tp, state in sorted(partitions.items())},
         )
 
 

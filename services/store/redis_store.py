@@ -24,6 +24,8 @@ from schemas.names import (
     policy_channel,
     policy_history_key,
     policy_key,
+    policy_of_key,
+    policy_pattern,
     state_key,
 )
 from schemas.policy_docs.base import MAX_VERSION
@@ -225,14 +227,14 @@ class RedisStore:
 
         Keys ``policy_key`` cannot have built (not two identifiers after the namespace) are left out.
         """
-        prefix = policy_key(self._deployment, "k", "s").removesuffix("k:s")
-        keys = self._call("SCAN", lambda: sorted(self._client.scan_iter(match=f"{prefix}*", count=1000)))
+        pattern = policy_pattern(self._deployment)
+        keys = self._call("SCAN", lambda: sorted(self._client.scan_iter(match=pattern, count=1000)))
         assert isinstance(keys, list)
-        named = {}
-        for key in keys:
-            kind, _, scope = key.decode(errors="replace").removeprefix(prefix).partition(":")
-            if kind and scope and ":" not in scope:
-                named[key.decode()] = (kind, scope)
+        named = {
+            key: kind_scope
+            for key in (raw.decode(errors="replace") for raw in keys)
+            if (kind_scope := policy_of_key(self._deployment, key)) is not None
+        }
         values = self.load_values(list(named))
         return {named[key]: value for key, value in values.items()}
 

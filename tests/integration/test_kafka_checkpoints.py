@@ -42,26 +42,18 @@ def stack(kafka_stack: StackState) -> StackState:
     return kafka_stack
 
 
-def _stream(stack: StackState, deployment: str, *, interval_s: float, source: CheckpointSource | None) -> None:
-    store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
-    processor = StreamProcessor(
-        deployment=deployment,
-        bootstrap=stack.kafka_bootstrap,
-        store=store,
-        registry=default_registry(),
-        checkpoint_interval_s=interval_s,
-        checkpoint_source=source,
-    )
-    try:
-        processor.run(idle_exit_s=4.0)
-    finally:
-        processor.close()
-        store.close()
+SERVICES: dict[str, type[StreamProcessor] | type[PolicyService]] = {
+    STREAM_CONSUMER: StreamProcessor,
+    POLICY_CONSUMER: PolicyService,
+}
 
 
-def _policy(stack: StackState, deployment: str, *, interval_s: float, source: CheckpointSource | None) -> None:
+def _run(
+    stack: StackState, deployment: str, consumer: str, *, interval_s: float, source: CheckpointSource | None
+) -> None:
+    """Run the ``consumer`` service (stream or policy) until it idles out, with those checkpoint settings."""
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
-    service = PolicyService(
+    service = SERVICES[consumer](
         deployment=deployment,
         bootstrap=stack.kafka_bootstrap,
         store=store,
@@ -112,8 +104,8 @@ def test_a_rebuild_after_the_telemetry_expired_resumes_from_checkpoints_and_matc
     first, second = events[: len(events) // 2], events[len(events) // 2 :]
 
     publish_all(stack.kafka_bootstrap, first)
-    _stream(stack, deployment, interval_s=EVERY_COMMIT_S, source=None)
-    _policy(stack, deployment, interval_s=EVERY_COMMIT_S, source=None)
+    _run(stack, deployment, STREAM_CONSUMER, interval_s=EVERY_COMMIT_S, source=None)
+    _run(stack, deployment, POLICY_CONSUMER, interval_s=EVERY_COMMIT_S, source=None)
     _, first_ends = _telemetry_bounds(stack.kafka_bootstrap)
     written = _source(stack, deployment, STREAM_CONSUMER)()
     assert written, "the stream processor wrote checkpoints"
@@ -124,8 +116,8 @@ def test_a_rebuild_after_the_telemetry_expired_resumes_from_checkpoints_and_matc
     assert _source(stack, deployment, POLICY_CONSUMER)(), "the policy service wrote checkpoints"
 
     publish_all(stack.kafka_bootstrap, second)
-    _stream(stack, deployment, interval_s=0.0, source=None)
-    _policy(stack, deployment, interval_s=0.0, source=None)
+    _run(stack, deployment, STREAM_CONSUMER, interval_s=0.0, source=None)
+    _run(stack, deployment, POLICY_CONSUMER, interval_s=0.0, source=None)
     live_summaries = _summaries(redis_client, deployment)
     live_decisions = logged_decisions(stack.kafka_bootstrap, deployment)
     live_records = len(read_decisions(stack.kafka_bootstrap, deployment))
@@ -141,12 +133,12 @@ def test_a_rebuild_after_the_telemetry_expired_resumes_from_checkpoints_and_matc
     assert all(starts[tp] == offset for tp, offset in first_ends.items()), "the first half's telemetry is gone"
 
     _wipe(redis_client, deployment)
-    _stream(stack, deployment, interval_s=0.0, source=None)
+    _run(stack, deployment, STREAM_CONSUMER, interval_s=0.0, source=None)
     assert _summaries(redis_client, deployment) != live_summaries, "the second half alone folds other estimates"
 
     _wipe(redis_client, deployment)
-    _stream(stack, deployment, interval_s=0.0, source=_source(stack, deployment, STREAM_CONSUMER))
-    _policy(stack, deployment, interval_s=0.0, source=_source(stack, deployment, POLICY_CONSUMER))
+    _run(stack, deployment, STREAM_CONSUMER, interval_s=0.0, source=_source(stack, deployment, STREAM_CONSUMER))
+    _run(stack, deployment, POLICY_CONSUMER, interval_s=0.0, source=_source(stack, deployment, POLICY_CONSUMER))
     assert _summaries(redis_client, deployment) == live_summaries
     assert len(read_decisions(stack.kafka_bootstrap, deployment)) > live_records, "the rebuild decided again"
     assert logged_decisions(stack.kafka_bootstrap, deployment) == live_decisions
