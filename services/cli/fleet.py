@@ -382,7 +382,12 @@ def run_up(args: argparse.Namespace) -> int:
     started = time.monotonic()
     try:
         state = stack_up(
-            settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s, settings.redis_security()
+            settings.state_dir,
+            settings.redis_url,
+            None,
+            settings.kafka_timeout_s,
+            settings.redis_security(),
+            broker=settings.broker,
         )
         settings = settings.model_copy(update={"redis_url": state.redis_url})
         print(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}", flush=True)

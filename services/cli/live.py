@@ -181,7 +181,14 @@ def run_governed_live(
         shadows: ``NAME=CONFIG`` shadow policies the policy service decides beside the live one.
     """
     deployment = scenario.deployment
-    state = stack_up(settings.state_dir, settings.redis_url, None, settings.kafka_timeout_s, settings.redis_security())
+    state = stack_up(
+        settings.state_dir,
+        settings.redis_url,
+        None,
+        settings.kafka_timeout_s,
+        settings.redis_security(),
+        broker=settings.broker,
+    )
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
     services = {

@@ -11,6 +11,8 @@ tests/integration/test_kafka_broker.py.
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -101,3 +103,18 @@ def _no_child_outlives_its_test() -> Iterator[None]:
     """Kill the service processes a test started and left running (it failed before stopping them)."""
     yield
     reap_children()
+
+
+@pytest.fixture
+def busy_core() -> Iterator[None]:
+    """A CPU burner (a child busy-looping in Python) beside the test, which then runs on a loaded machine.
+
+    The log-is-the-truth tests must hold when the services fall behind their input and their fetches
+    come back late, not only on a quiet machine: this makes one core busy whatever else runs.
+    """
+    burner = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        yield
+    finally:
+        burner.kill()
+        burner.wait(timeout=30)

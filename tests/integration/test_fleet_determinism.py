@@ -4,6 +4,8 @@ A recorded demo stream is folded three ways on the real broker and Redis: paced 
 run beside the publisher, at full speed with the services started after it, and again after every
 key of that deployment is deleted (both services re-read their topics from the start, as after a
 Redis loss). The FleetOpt decisions (version and payload) must be the same each time.
+Each test runs with one core kept busy by a CPU burner (``busy_core``): the agreement must not
+depend on a quiet machine.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from services.store.redis_store import RedisStore
 from tests.fixtures import DEMO_FLEET_SLOT_S, recorded_sim_stream
 from tests.integration.processes import start_service
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("busy_core")]
 
 PACED_SPEED = 4.0  # event-time seconds per wall second while the services run beside the publisher
 

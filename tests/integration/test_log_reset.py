@@ -8,6 +8,7 @@ the restart is folded and the policies keep deciding; none is skipped silently.
 A topic recreated with more partitions than the stream processor was assigned (a client created it
 with the broker's default count first) is read on all of them: the processor rejoins its group
 under a fresh member id when its topic's layout changes.
+Both run with one core kept busy by a CPU burner (``busy_core``).
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from services.stream.processor import StreamProcessor
 from tests.integration.processes import applied_total, log_resets, running_in_thread, wait_until
 from tests.unit.stream.synthetic import synthetic_stream
 
-pytestmark = [pytest.mark.integration, pytest.mark.slow]
+pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("busy_core")]
 
 
 def _publish(bootstrap: str, events: list[Event]) -> None:
