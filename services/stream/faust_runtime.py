@@ -54,6 +54,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
+import math
 import tempfile
 import time
 from collections.abc import Callable, Iterable, Mapping
@@ -74,6 +75,7 @@ from schemas.errors import BackendUnavailableError, GovernorError
 from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
+from services.checkpoints import CheckpointSource, CheckpointWriter, resume_from_checkpoints
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord, record_producer
 from services.log_reset import LogWatch
@@ -88,6 +90,7 @@ from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
+from services.stream.state_checkpoints import stream_checkpoint_states
 from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
@@ -222,7 +225,17 @@ class FaustStreamProcessor:
         kafka_timeouts: KafkaClientTimeouts = LOCAL_BROKER_TIMEOUTS,
         limits: GuardLimits = DEFAULT_LIMITS,
         keyring: PolicyKeyring | None = None,
+        checkpoint_interval_s: float = 0.0,
+        checkpoint_source: CheckpointSource | None = None,
     ) -> None:
+        """Build the app, its agent and timer; the checkpoint settings are the kafka runtime's.
+
+        With ``checkpoint_interval_s`` above 0 the committed state of each assigned partition is
+        written to ``gov.checkpoints`` after a commit that often; with ``checkpoint_source`` a
+        partition with no applied offset in Redis resumes from its checkpoint (services/checkpoints.py).
+        aiokafka gives no topic ids, so this runtime's checkpoints carry none and are matched to the
+        log by their offset alone (below the log's end).
+        """
         for name in QUIET_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
         self._clock = clock
@@ -259,6 +272,12 @@ class FaustStreamProcessor:
         )
         self._store = store
         self._metrics = metrics
+        self._deployment = deployment
+        self._retention_s = lifecycle.retention_s
+        self._checkpoints = CheckpointWriter(
+            self._producer, deployment=deployment, consumer=CONSUMER_NAME, interval_s=checkpoint_interval_s, clock=clock
+        )
+        self._checkpoint_source = checkpoint_source
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._log_reset = False
         self._app.resume_positions = self._resume_positions
@@ -405,6 +424,24 @@ class FaustStreamProcessor:
             self._fenced()
         elif self.counters.commits > before.commits or self.counters.commits_refused > before.refused:
             self._uncommitted.clear()
+            self._write_checkpoints()
+
+    def _write_checkpoints(self) -> None:
+        """Write each assigned partition's committed state to ``gov.checkpoints`` when the interval is up."""
+        if not self._checkpoints.due():
+            return
+        try:
+            states = stream_checkpoint_states(
+                self._store,
+                self._deployment,
+                sorted(self._view.assigned()),
+                self._view.partitions(TELEMETRY_TOPIC),
+                None,
+            )
+        except BackendUnavailableError as exc:
+            log.warning("checkpoint_failed", consumer=CONSUMER_NAME, error=str(exc)[:300])
+            return
+        self._checkpoints.write(states)
 
     async def _tick(self) -> None:
         if self._stopping or self._fenced_worker or self._turn.locked():
@@ -491,9 +528,21 @@ class FaustStreamProcessor:
         return {TP(topic, partition): offset for (topic, partition), offset in positions.items()}
 
     def _read_positions(self, assigned: set[TP]) -> dict[Partition, int]:
-        """The batch handling's resume positions of ``assigned`` (it reads Redis, and may raise)."""
-        count = self._view.partitions(TELEMETRY_TOPIC)
-        return self._batches.resume_positions((Partition(tp.topic, tp.partition) for tp in assigned), count)
+        """The batch handling's resume positions of ``assigned``, after the checkpoints of those with none in Redis.
+
+        Raises:
+            BackendUnavailableError: Redis or the broker failed.
+        """
+        partitions = [Partition(tp.topic, tp.partition) for tp in assigned]
+        resume_from_checkpoints(
+            self._store,
+            CONSUMER_NAME,
+            self._checkpoint_source,
+            partitions,
+            self._view,
+            expire_s=math.ceil(self._retention_s),
+        )
+        return self._batches.resume_positions(partitions, self._view.partitions(TELEMETRY_TOPIC))
 
     async def _on_revoked(self, sender: object, /, *args: Any, signal: BaseSignalT[Any], **kwargs: Any) -> None:
         revoked: set[TP] = args[0]

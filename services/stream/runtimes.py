@@ -11,8 +11,6 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
-import structlog
-
 from schemas.errors import ConfigError
 from schemas.signing import PolicyKeyring
 from services.checkpoints import CheckpointSource
@@ -33,8 +31,6 @@ from services.triggers import TriggerSpec
 
 if TYPE_CHECKING:
     from services.stream.faust_runtime import FaustStreamProcessor
-
-log = structlog.get_logger(__name__)
 
 Runtime = Literal["kafka", "faust"]
 RUNTIMES: tuple[Runtime, ...] = ("kafka", "faust")
@@ -59,9 +55,6 @@ def stream_processor(
 ) -> StreamProcessor | FaustStreamProcessor:
     """A stream processor of ``deployment`` on ``runtime`` (kafka: kafka-python; faust: faust-streaming).
 
-    The faust runtime neither writes nor reads state checkpoints (services/checkpoints.py) yet: asked
-    to, it says so once at start.
-
     Raises:
         ConfigError: the faust runtime without faust-streaming installed (the ``faust`` extra), or with
             Kafka SASL or TLS settings, which it does not take yet (faust's aiokafka clients name them
@@ -79,9 +72,6 @@ def stream_processor(
             raise ConfigError(msg)
         from services.stream.faust_runtime import FaustStreamProcessor  # imports faust: only where it runs
 
-        if checkpoint_interval_s > 0:
-            log.warning("checkpoints_not_on_faust", runtime=runtime, checkpoint_interval_s=checkpoint_interval_s)
-
         return FaustStreamProcessor(
             deployment=deployment,
             bootstrap=bootstrap,
@@ -93,6 +83,8 @@ def stream_processor(
             limits=limits,
             commit_interval_s=commit_interval_s,
             keyring=keyring,
+            checkpoint_interval_s=checkpoint_interval_s,
+            checkpoint_source=checkpoint_source,
         )
     return StreamProcessor(
         deployment=deployment,

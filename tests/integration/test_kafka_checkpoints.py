@@ -6,6 +6,7 @@ processor and the policy service then resume from their last checkpoints on ``go
 taken after the first half, and read the second half from the log: every engine's estimates and
 every policy decision equal those of the live run over both halves. Without the checkpoints the
 same rebuild folds the second half alone and its estimates differ, which is what checkpoints are for.
+The faust runtime of the stream processor writes and reads the same checkpoints.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from services.policy.specs import default_registry
 from services.replay.checkpoints import read_checkpoints
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
+from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
 from tests.integration.decision_streams import logged_decisions
 from tests.integration.publishing import publish_all
@@ -42,18 +44,20 @@ def stack(kafka_stack: StackState) -> StackState:
     return kafka_stack
 
 
-SERVICES: dict[str, type[StreamProcessor] | type[PolicyService]] = {
+FAUST = "faust"  # the stream processor on its faust runtime
+SERVICES: dict[str, type[StreamProcessor] | type[PolicyService] | type[FaustStreamProcessor]] = {
     STREAM_CONSUMER: StreamProcessor,
     POLICY_CONSUMER: PolicyService,
+    FAUST: FaustStreamProcessor,
 }
 
 
 def _run(
-    stack: StackState, deployment: str, consumer: str, *, interval_s: float, source: CheckpointSource | None
+    stack: StackState, deployment: str, service_name: str, *, interval_s: float, source: CheckpointSource | None
 ) -> None:
-    """Run the ``consumer`` service (stream or policy) until it idles out, with those checkpoint settings."""
+    """Run the service ``service_name`` names until it idles out, with those checkpoint settings."""
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
-    service = SERVICES[consumer](
+    service = SERVICES[service_name](
         deployment=deployment,
         bootstrap=stack.kafka_bootstrap,
         store=store,
@@ -97,6 +101,17 @@ def _wipe(client: redis.Redis, deployment: str) -> None:
         client.delete(*keys)
 
 
+def _expire_up_to(bootstrap: str, ends: dict[TopicPartition, int]) -> None:
+    """Delete the telemetry before ``ends``, as retention would: the log's start moves to them."""
+    admin = KafkaAdminClient(bootstrap_servers=bootstrap)
+    try:
+        admin.delete_records({tp: offset for tp, offset in ends.items() if offset > 0})
+    finally:
+        admin.close()
+    starts, _ = _telemetry_bounds(bootstrap)
+    assert all(starts[tp] == offset for tp, offset in ends.items()), "the telemetry before them is gone"
+
+
 def test_a_rebuild_after_the_telemetry_expired_resumes_from_checkpoints_and_matches_the_live_run(
     stack: StackState, deployment: str, redis_client: redis.Redis
 ) -> None:
@@ -124,14 +139,7 @@ def test_a_rebuild_after_the_telemetry_expired_resumes_from_checkpoints_and_matc
     assert all(live_summaries.values())
     assert live_decisions
 
-    admin = KafkaAdminClient(bootstrap_servers=stack.kafka_bootstrap)
-    try:
-        admin.delete_records({tp: offset for tp, offset in first_ends.items() if offset > 0})
-    finally:
-        admin.close()
-    starts, _ = _telemetry_bounds(stack.kafka_bootstrap)
-    assert all(starts[tp] == offset for tp, offset in first_ends.items()), "the first half's telemetry is gone"
-
+    _expire_up_to(stack.kafka_bootstrap, first_ends)
     _wipe(redis_client, deployment)
     _run(stack, deployment, STREAM_CONSUMER, interval_s=0.0, source=None)
     assert _summaries(redis_client, deployment) != live_summaries, "the second half alone folds other estimates"
@@ -142,3 +150,30 @@ def test_a_rebuild_after_the_telemetry_expired_resumes_from_checkpoints_and_matc
     assert _summaries(redis_client, deployment) == live_summaries
     assert len(read_decisions(stack.kafka_bootstrap, deployment)) > live_records, "the rebuild decided again"
     assert logged_decisions(stack.kafka_bootstrap, deployment) == live_decisions
+
+
+def test_the_faust_runtime_writes_checkpoints_and_a_rebuild_from_them_matches_the_live_estimates(
+    stack: StackState, deployment: str, redis_client: redis.Redis
+) -> None:
+    """The faust worker checkpoints the first half; after it expired, a faust rebuild equals the live fold."""
+    events = synthetic_stream(engines=ENGINES, requests=400, deployment=deployment, seed=3)
+    first, second = events[: len(events) // 2], events[len(events) // 2 :]
+
+    publish_all(stack.kafka_bootstrap, first)
+    _run(stack, deployment, FAUST, interval_s=EVERY_COMMIT_S, source=None)
+    _, first_ends = _telemetry_bounds(stack.kafka_bootstrap)
+    written = _source(stack, deployment, STREAM_CONSUMER)()
+    assert {engine for checkpoint in written.values() for engine in checkpoint.states} == {
+        f"eng-{i}" for i in range(ENGINES)
+    }
+    assert all(checkpoint.topic_id is None for checkpoint in written.values()), "aiokafka gives no topic ids"
+
+    publish_all(stack.kafka_bootstrap, second)
+    _run(stack, deployment, FAUST, interval_s=0.0, source=None)
+    live_summaries = _summaries(redis_client, deployment)
+    assert all(live_summaries.values())
+
+    _expire_up_to(stack.kafka_bootstrap, first_ends)
+    _wipe(redis_client, deployment)
+    _run(stack, deployment, FAUST, interval_s=0.0, source=_source(stack, deployment, STREAM_CONSUMER))
+    assert _summaries(redis_client, deployment) == live_summaries
