@@ -124,13 +124,27 @@ def policy_pattern(deployment: str) -> str:
 
 def policy_of_key(deployment: str, key: str) -> tuple[str, str] | None:
     """The (kind, scope) of a policy key (as ``policy_key`` builds it), or None for any other key."""
-    prefix = f"{_namespace(deployment, 'policy')}:"
+    return _pair_of_key(f"{_namespace(deployment, 'policy')}:", key)
+
+
+def ack_pattern(deployment: str) -> str:
+    """SCAN pattern of every engine's last acknowledgement: ``gov:{deployment}:ack:*``."""
+    return f"{_namespace(deployment, 'ack')}:*"
+
+
+def ack_of_key(deployment: str, key: str) -> tuple[str, str] | None:
+    """The (kind, engine id) of an acknowledgement key (as ``ack_key`` builds it), or None for any other key."""
+    return _pair_of_key(f"{_namespace(deployment, 'ack')}:", key)
+
+
+def _pair_of_key(prefix: str, key: str) -> tuple[str, str] | None:
+    """The two identifiers after ``prefix`` in ``key`` (``{prefix}{first}:{second}``), or None when it is not so."""
     if not key.startswith(prefix):
         return None
-    kind, _, scope = key[len(prefix) :].partition(":")
-    if _IDENTIFIER.fullmatch(kind) is None or _IDENTIFIER.fullmatch(scope) is None:
+    first, _, second = key[len(prefix) :].partition(":")
+    if _IDENTIFIER.fullmatch(first) is None or _IDENTIFIER.fullmatch(second) is None:
         return None
-    return kind, scope
+    return first, second
 
 
 def state_key(deployment: str, consumer: str, scope: str) -> str:
@@ -187,6 +201,17 @@ def ack_key(deployment: str, kind: str, engine_id: str) -> str:
 def offsets_key(deployment: str, consumer: str) -> str:
     """Hash of applied Kafka offsets per ``topic:partition``: ``gov:{deployment}:offsets:{consumer}``."""
     return f"{_namespace(deployment, 'offsets')}:{key_part(consumer, 'consumer')}"
+
+
+OFFSETS_PATTERN = "gov:*:offsets:*"  # SCAN pattern of every deployment's applied offsets
+
+
+def deployment_of_offsets_key(key: str) -> str | None:
+    """The deployment of an applied-offsets key (as ``offsets_key`` builds it), or None for any other key."""
+    parts = key.split(":")
+    if len(parts) != 4 or parts[0] != "gov" or parts[2] != "offsets" or _IDENTIFIER.fullmatch(parts[1]) is None:
+        return None
+    return parts[1]
 
 
 def log_ids_key(deployment: str, consumer: str) -> str:

@@ -3,7 +3,8 @@
 For each broker (Tansu, Apache Kafka) a local stack is started in a fresh state folder (what
 ``governor stack up`` runs, its broker and an embedded Valkey on free ports), and both services run
 as processes (``governor run stream`` and ``governor run policy``, the settings ``governor run``
-takes by default; ``GOVERNOR_BROKER`` names the broker). After ``--warmup`` seconds (both join their
+takes by default; ``GOVERNOR_BROKER`` names the broker, ``--stream-runtime`` the stream processor's
+runtime, kafka or faust). After ``--warmup`` seconds (both join their
 groups) each one's CPU time (utime + stime of /proc/<pid>/stat, all its threads) is read at the
 start and the end of ``--seconds`` without a single record: the figure is that CPU time over the
 wall time, in % of one core. The load average of the machine is given with each figure (it is
@@ -17,7 +18,8 @@ each timed from publishing the event that triggered it (the stream processor wok
 policy service woke and decided).
 
     PYTHONPATH=. python ops/bench/bench_idle.py [--seconds 60] [--warmup 20] [--rounds 1]
-        [--brokers tansu kafka] [--wake-bursts 8] [--wake-gap-s 3] [--out out/bench/bench_idle.json]
+        [--brokers tansu kafka] [--stream-runtime kafka|faust] [--wake-bursts 8] [--wake-gap-s 3]
+        [--out out/bench/bench_idle.json]
 """
 
 from __future__ import annotations
@@ -56,7 +58,7 @@ def _cpu_s(pid: int) -> float:
 
 
 def _start_service(
-    name: str, bootstrap: str, redis_url: str, deployment: str, broker: BrokerKind
+    name: str, bootstrap: str, redis_url: str, deployment: str, *, broker: BrokerKind, runtime: str
 ) -> subprocess.Popen[bytes]:
     """``governor run {name}`` as a process with the settings ``governor run`` takes by default on ``broker``."""
     argv = [
@@ -76,7 +78,7 @@ def _start_service(
         "--log-level",
         "warning",
     ]
-    env = {**os.environ, "GOVERNOR_BROKER": broker}
+    env = {**os.environ, "GOVERNOR_BROKER": broker, "GOVERNOR_STREAM_RUNTIME": runtime}
     return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
 
 
@@ -179,7 +181,15 @@ def _run(broker: BrokerKind, args: argparse.Namespace, run: int) -> dict[str, ob
         services: list[subprocess.Popen[bytes]] = []
         try:
             services = [
-                _start_service(name, state.kafka_bootstrap, state.redis_url, deployment, broker) for name in SERVICES
+                _start_service(
+                    name,
+                    state.kafka_bootstrap,
+                    state.redis_url,
+                    deployment,
+                    broker=broker,
+                    runtime=args.stream_runtime,
+                )
+                for name in SERVICES
             ]
             time.sleep(args.warmup)
             for name, service in zip(SERVICES, services, strict=True):
@@ -193,7 +203,7 @@ def _run(broker: BrokerKind, args: argparse.Namespace, run: int) -> dict[str, ob
                 service.terminate()
                 service.wait(timeout=30)
             stack_down(state_dir)
-    return {"broker": broker, "idle": idle, "wake": wake}
+    return {"broker": broker, "stream_runtime": args.stream_runtime, "idle": idle, "wake": wake}
 
 
 def _median(values: object) -> str:
@@ -209,6 +219,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=float, default=20.0)
     parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--brokers", nargs="+", choices=("tansu", "kafka"), default=["tansu", "kafka"])
+    parser.add_argument("--stream-runtime", choices=("kafka", "faust"), default="kafka")
     parser.add_argument("--wake-bursts", type=int, default=8)
     parser.add_argument("--wake-gap-s", type=float, default=3.0)
     parser.add_argument("--out", type=Path, default=Path("out/bench/bench_idle.json"))
@@ -224,7 +235,7 @@ def main() -> int:
             assert isinstance(wake, dict)
             cpu = " ".join(f"{name}={pct:.2f}%" for name, pct in idle["cpu_pct"].items())
             print(
-                f"{broker:5} idle {cpu} of a core over {idle['wall_s']:.0f} s "
+                f"{broker:5} ({args.stream_runtime} runtime) idle {cpu} of a core over {idle['wall_s']:.0f} s "
                 f"(load {idle['load_before']:.1f}->{idle['load_after']:.1f}); after {args.wake_gap_s:.0f} s quiet: "
                 f"snapshot {_median(wake['to_snapshot_ms'])}, decision {_median(wake['to_decision_ms'])} (medians)"
             )

@@ -21,7 +21,20 @@ from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.estimates import EngineSummary
-from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition, estimate_pattern, estimate_scope_of, offsets_key
+from schemas.names import (
+    ESTIMATES_TOPIC,
+    OFFSETS_PATTERN,
+    TELEMETRY_TOPIC,
+    Partition,
+    ack_of_key,
+    ack_pattern,
+    deployment_of_offsets_key,
+    estimate_pattern,
+    estimate_scope_of,
+    offsets_key,
+    policy_of_key,
+    policy_pattern,
+)
 from services.headline import headline, parse_document
 from services.inspection.scaling import PoolStatus, collect_pool_status
 from services.kafka_clients import reader, require_topic
@@ -160,7 +173,7 @@ class _RedisReader:
 
 def known_deployments(reader: _RedisReader) -> list[str]:
     """Deployments that have keys in Redis (any service committed offsets for them)."""
-    return sorted({key.split(":")[1] for key in reader.keys("gov:*:offsets:*")})
+    return sorted({d for key in reader.keys(OFFSETS_PATTERN) if (d := deployment_of_offsets_key(key)) is not None})
 
 
 def _policy_status(
@@ -193,13 +206,12 @@ def _policy_status(
 
 def _acks(reader: _RedisReader, deployment: str) -> dict[tuple[str, str], int]:
     """(kind, engine) -> the version the engine last acknowledged as applied."""
-    prefix = f"gov:{deployment}:ack:"
     acks: dict[tuple[str, str], int] = {}
-    for key, raw in reader.values(reader.keys(prefix + "*")).items():
-        kind, _, engine = key.removeprefix(prefix).partition(":")
+    for key, raw in reader.values(reader.keys(ack_pattern(deployment))).items():
+        pair = ack_of_key(deployment, key)
         ack = json.loads(raw)
-        if ack.get("applied", True):
-            acks[(kind, engine)] = int(ack["version"])
+        if pair is not None and ack.get("applied", True):
+            acks[pair] = int(ack["version"])
     return acks
 
 
@@ -250,9 +262,8 @@ def collect_status(
     """
     reader = _RedisReader(redis_url, redis_timeout_s, redis_security)
     try:
-        prefix = f"gov:{deployment}:"
         summaries = reader.values(reader.keys(estimate_pattern(deployment, SUMMARY_NAME)))
-        documents = reader.values([k for k in reader.keys(prefix + "policy:*") if not k.endswith(":history")])
+        documents = reader.values(reader.keys(policy_pattern(deployment)))
         applied = {service: reader.offsets(offsets_key(deployment, service)) for service, _topic in SERVICE_TOPICS}
         if not summaries and not documents and not any(applied.values()):
             others = ", ".join(known_deployments(reader)) or "none"
@@ -270,7 +281,10 @@ def collect_status(
     newest = max(times) if times else None
     by_scope: dict[str, list[PolicyStatus]] = {}
     for key, raw in documents.items():
-        kind, _, scope = key.removeprefix(prefix + "policy:").partition(":")
+        of_key = policy_of_key(deployment, key)
+        if of_key is None:
+            continue
+        kind, scope = of_key
         reference = clocks[scope].ts if scope in clocks else newest
         status = _policy_status(kind, scope, raw, reference, acks, engine=scope in clocks)
         by_scope.setdefault(scope, []).append(status)

@@ -88,12 +88,22 @@ def config_scope(partition: int) -> str:
     return partition_scope(CONFIG_STATE_SCOPE, partition)
 
 
+def scope_parts(scope: str) -> tuple[str, int]:
+    """The (state name, partition) of a store scope as ``partition_scope`` builds it: its one inverse.
+
+    A scope with no ``:N`` suffix (or ``:0``, which ``partition_scope`` never writes) is the whole
+    name on partition 0.
+    """
+    name, colon, partition = scope.rpartition(":")
+    if colon and partition.isdigit() and partition != "0":
+        return name, int(partition)
+    return scope, 0
+
+
 def _scope_partition(name: str, scope: str) -> int | None:
     """The partition whose state ``name`` the store scope ``scope`` is, or None when it is not one."""
-    if scope == name:
-        return 0
-    prefix, _, partition = scope.rpartition(":")
-    return int(partition) if prefix == name and partition.isdigit() and partition != "0" else None
+    state, partition = scope_parts(scope)
+    return partition if state == name else None
 
 
 def _config_records(configs_state: str) -> list[PolicyConfigRecord]:

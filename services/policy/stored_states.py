@@ -26,7 +26,7 @@ import structlog
 
 from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER
 from services.policy.decisions import FLEET_STATE_PREFIX
-from services.policy.handler import PolicyHandler, config_scope, ledger_scope
+from services.policy.handler import PolicyHandler, config_scope, ledger_scope, scope_parts
 from services.policy.shadow import SHADOW_STATE_PREFIX
 from services.store.protocol import Store
 
@@ -75,6 +75,5 @@ def _upgraded(scope: str, upgraded: list[int], fleet_partition: int | None) -> b
     if scope.startswith(FLEET_STATE_PREFIX):
         return fleet_partition in upgraded
     if scope.startswith(SHADOW_STATE_PREFIX):
-        _, colon, partition = scope.rpartition(":")
-        return (int(partition) if colon else 0) in upgraded
+        return scope_parts(scope)[1] in upgraded
     return False

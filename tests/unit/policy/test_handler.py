@@ -29,6 +29,8 @@ from services.policy.handler import (
     PolicyHandler,
     config_scope,
     ledger_scope,
+    partition_scope,
+    scope_parts,
 )
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
@@ -432,3 +434,17 @@ class TestFleetSilenceDeclarations:
         assert aggregator.closed_through == 6
         assert handler.overdue() == {}
         assert sink.on(DEADLETTER_TOPIC) == []
+
+
+@given(
+    name=st.from_regex(r"[a-z][a-z0-9-]{0,20}", fullmatch=True),
+    partition=st.integers(min_value=0, max_value=10_000),
+)
+def test_scope_parts_reads_back_every_scope_partition_scope_builds(name: str, partition: int) -> None:
+    assert scope_parts(partition_scope(name, partition)) == (name, partition)
+
+
+def test_scope_parts_reads_a_scope_with_no_partition_suffix_as_the_whole_name_on_partition_0() -> None:
+    assert scope_parts("shadow-canary") == ("shadow-canary", 0)
+    assert scope_parts("policy-ledger:0") == ("policy-ledger:0", 0)  # partition_scope never writes :0
+    assert scope_parts("policy-config:x1") == ("policy-config:x1", 0)

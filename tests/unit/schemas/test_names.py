@@ -12,10 +12,14 @@ from schemas.envelope import MAX_ID_CHARS, EngineId, Identifier, Label
 from schemas.errors import InvalidInputError
 from schemas.names import (
     IDENTIFIER_PATTERN,
+    OFFSETS_PATTERN,
     POLICY_CONSUMER,
     STREAM_CONSUMER,
     Partition,
     ack_key,
+    ack_of_key,
+    ack_pattern,
+    deployment_of_offsets_key,
     estimate_key,
     estimate_pattern,
     estimate_scope_of,
@@ -25,6 +29,8 @@ from schemas.names import (
     policy_channel,
     policy_history_key,
     policy_key,
+    policy_of_key,
+    policy_pattern,
     state_key,
 )
 from services.policy.decisions import FLEET_STATE_PREFIX
@@ -147,6 +153,19 @@ class TestKeyBuilders:
         assert estimate_scope_of("dep", "summary", estimate_key("dep", "eng-7", "summary")) == "eng-7"
         assert estimate_scope_of("dep", "summary", "gov:dep:est:a:b:summary") is None
         assert estimate_scope_of("dep", "summary", "gov:dep:est::summary") is None
+
+    def test_the_ack_policy_and_offsets_keys_read_back_their_parts_and_nothing_else(self) -> None:
+        assert ack_pattern("dep") == "gov:dep:ack:*"
+        assert ack_of_key("dep", ack_key("dep", "ebplus", "eng-0")) == ("ebplus", "eng-0")
+        assert ack_of_key("dep", "gov:dep:ack:ebplus:eng-0:extra") is None
+        assert ack_of_key("dep", policy_key("dep", "ebplus", "eng-0")) is None
+        assert policy_pattern("dep") == "gov:dep:policy:*"
+        assert policy_of_key("dep", policy_key("dep", "slai", "eng-1")) == ("slai", "eng-1")
+        assert policy_of_key("dep", "gov:dep:policy:slai:eng-1:history") is None
+        assert OFFSETS_PATTERN == "gov:*:offsets:*"
+        assert deployment_of_offsets_key(offsets_key("dep-2", STREAM_CONSUMER)) == "dep-2"
+        assert deployment_of_offsets_key("gov:dep:offsets:stream:extra") is None
+        assert deployment_of_offsets_key(ack_key("dep", "ebplus", "eng-0")) is None
 
 
 @given(
