@@ -8,9 +8,9 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts) and saturated
   load (Poisson 8,000 req/s, the queue far beyond the visible pool), 3 s runs
   (``--seconds`` sets another length of simulated time; the guard part keeps its 4 s), for
-  FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's 4 x waiting + running (each row with
-  its balance ratio and the longest wait of a top-1% prompt), BF-IO with the default parameters
-  (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (the default weights, decay 0.86 as in the reference
+  FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's DP score (waiting + running,
+  KV-weighted; each row with its balance ratio and the longest wait of a top-1% prompt), BF-IO with the
+  default parameters (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (the default weights, decay 0.86 as in the reference
   code), H = 20 with uniform weights (the paper's pure sum, ``bfio_h20_uniform``), and H = 20 with the
   reference code's new-request convention (a request
   admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both decay and
