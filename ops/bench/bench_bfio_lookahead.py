@@ -8,9 +8,9 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   and bursty load (2,000 req/s calm, 4,000 req/s bursts, mean 1 s calm and 0.5 s bursts) and saturated
   load (Poisson 8,000 req/s, the queue far beyond the visible pool), 3 s runs
   (``--seconds`` sets another length of simulated time; the guard part keeps its 4 s), for
-  FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's 4 x waiting + running (each row with
-  its balance ratio and the longest wait of a top-1% prompt), BF-IO with the default parameters
-  (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (the default weights, decay 0.86 as in the reference
+  FCFS, JSQ-by-load, round robin, JSQ by count, power of two, vLLM's DP score (waiting + running,
+  KV-weighted; each row with its balance ratio and the longest wait of a top-1% prompt), BF-IO with the
+  default parameters (``bfio_default``), H = 0, 1, 2, 4, 8 and 20 (the default weights, decay 0.86 as in the reference
   code), H = 20 with uniform weights (the paper's pure sum, ``bfio_h20_uniform``), and H = 20 with the
   reference code's new-request convention (a request
   admitted now counts its prompt at every offset, ``const_s``), and H = 20 with both decay and
@@ -21,7 +21,9 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   With ``--exact`` it adds H = 20 and H = 20
   ``ref`` predicted from the workload's own output survival curve (2M draws of its length generator)
   in place of the estimate: the best a predictor that knows only a request's age can do. Each
-  variant's row also gives its mean paired change against H = 0 over the same seeds.
+  variant's row also gives its mean paired change against H = 0 over the same seeds; a variant with the
+  online self-check (issue 31 item 4) also gives, per seed, when its bundle first moved to H = 0 and the
+  H in force at the end.
   ``--workloads`` and ``--variants`` run a subset.
 - ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
   pool, so waits count from arrival or from entering the candidate window), Poisson 8,000 req/s, 4 s,
@@ -188,6 +190,25 @@ def _balance(results: list[DpLoopResult]) -> dict[str, Any]:
     }
 
 
+def _self_check(params: BfioParams | None, results: list[DpLoopResult]) -> dict[str, Any]:
+    """Per seed: the event time the bundle first moved from the lookahead to H = 0 (None: never), and the H at the end.
+
+    Empty for a variant without the self-check, or a run whose first bundle has no lookahead (nothing to move).
+    """
+    if params is None or not params.self_check or params.horizon_steps == 0:
+        return {}
+    flips: list[float | None] = []
+    final: list[int] = []
+    for result in results:
+        stats = result.router_stats
+        if stats is None or not stats.bundle_horizons or stats.bundle_horizons[0] == 0:
+            return {}
+        horizons = stats.bundle_horizons
+        flips.append(next((t for h, t in zip(horizons, stats.bundle_adopted_s, strict=True) if h == 0), None))
+        final.append(horizons[-1])
+    return {"flip_to_h0_s_per_seed": flips, "final_horizon_per_seed": final}
+
+
 def lookahead(
     seeds: list[int],
     hints: bool,
@@ -212,18 +233,18 @@ def lookahead(
             values = [r.avg_imbalance_tokens / 1e4 for r in results]
             if label == "bfio_h0":
                 h0 = values
-            table[name][label] = {**_summary(values, h0 if label != "bfio_h0" else None), **_balance(results)}
+            summary = _summary(values, h0 if label != "bfio_h0" else None)
+            table[name][label] = {**summary, **_balance(results), **_self_check(params, results)}
             _print(name, label, table[name][label])
         for label, params, hint, patch in diagnoses:
             if variants and label not in variants:
                 continue
             with patch():
-                values = [
-                    _run("bfio", workload, seed, params, duration_s=seconds, length_hints=hint).avg_imbalance_tokens
-                    / 1e4
-                    for seed in seeds
+                results = [
+                    _run("bfio", workload, seed, params, duration_s=seconds, length_hints=hint) for seed in seeds
                 ]
-            table[name][label] = _summary(values, h0)
+            values = [r.avg_imbalance_tokens / 1e4 for r in results]
+            table[name][label] = {**_summary(values, h0), **_self_check(params, results)}
             _print(name, label, table[name][label])
     return table
 
@@ -260,6 +281,9 @@ def _print(workload: str, label: str, row: dict[str, Any]) -> None:
             f"  long-prompt wait {row['long_prompt_max_wait_s_mean']:.3f} s"
             f" (max {row['long_prompt_max_wait_s_max']:.3f})"
         )
+    if "flip_to_h0_s_per_seed" in row:
+        flips = ", ".join("-" if t is None else f"{t:.2f}" for t in row["flip_to_h0_s_per_seed"])
+        extra += f"  H=0 from [{flips}] s, H at end {row['final_horizon_per_seed']}"
     if row.get("paired_change_vs_h0") is not None:
         se = row["paired_change_se"]
         extra += f"  vs H=0 {row['paired_change_vs_h0']:+.1%}" + ("" if se is None else f" (se {se:.1%})")

@@ -13,15 +13,18 @@ Which variant is which (spec section 8 item 9):
 - ``jsq_load``: argmin of token load L_g, updated as requests are placed (the reference code's JSQ);
   also the router's fallback.
 - ``power_of_d``: d ranks with a free slot sampled uniformly, the one with the fewest requests wins.
-- ``vllm_dp_score``: vLLM's internal data-parallel balancing (spec section 3: score = 4 x waiting +
-  running per engine, the least score wins), with the requests placed this step counted as waiting
-  on their rank, ties to the lower KV use (token load).
+- ``vllm_dp_score``: vLLM's internal data-parallel balancing as of v0.27 (vLLM PR #49204, July 2026,
+  ``DPLBAsyncMPClient.get_core_engine_for_request``): score = waiting + running, plus a KV-pressure
+  penalty on the waiting count, waiting x 6 x max(0, kv_use - 0.5), so a waiting request weighs 1 at up
+  to 50% KV use and 4 at 100% (the older static 4 x waiting + running is the full-KV end of the ramp);
+  the least score wins, ties to the first rank in a scan order that starts one rank later per request.
 Ties go to the lowest rank index unless stated.
 
-Deviation (``vllm_dp_score``): since mid-2026 vLLM weights the waiting count by the engine's KV-cache
-pressure; here requests wait in one central pool and a rank's queue only holds what this step placed
-on it, so the waiting term is this step's placements at the published weight 4, and KV use enters as
-the tie-break (the form the KV-usage proposal for vLLM's balancer took).
+Deviation (``vllm_dp_score``): here requests wait in one central pool and a rank's queue only holds what
+this step placed on it, so the waiting term is this step's placements on the rank. KV use is read once
+per step (vLLM reads the coordinator's snapshot, published every 100 ms, so ours is fresher), and vLLM's
+in-flight floor (client count x the client's own in-flight requests) equals waiting + running with one
+router, so it adds nothing.
 """
 
 from __future__ import annotations
@@ -111,28 +114,45 @@ def jsq_load(prompt_tokens: FloatArray, free_slots: IntArray, rank_loads_tokens:
     return rank_of
 
 
+VLLM_KV_KNEE_FRAC = 0.5  # vLLM PR #49204: no waiting penalty up to 50% KV-cache use
+VLLM_KV_SLOPE = 6.0  # vLLM PR #49204: the penalty ramps to 3 x waiting at 100% use
+
+
 def vllm_dp_score(
-    num_waiting: int, free_slots: IntArray, running_counts: IntArray, rank_loads_tokens: FloatArray
+    num_waiting: int, free_slots: IntArray, running_counts: IntArray, kv_use_frac: FloatArray, *, start_rank: int = 0
 ) -> IntArray:
-    """vLLM's DP balancing: each FIFO request to the open rank of least 4 x placed + running, then least load.
+    """vLLM's DP balancing: each FIFO request to the open rank of least waiting + running + KV-pressure penalty.
+
+    The penalty is what vLLM adopted in 2026 (PR #49204): a queue on a rank short of KV cache drains
+    slowly, so each request waiting there counts ``VLLM_KV_SLOPE x max(0, kv_use - VLLM_KV_KNEE_FRAC)``
+    extra; below the knee the score is a plain count, which vLLM keeps so a burst spreads round robin.
+    Ties go to the first rank in scan order, and the scan starts one rank later for each request (vLLM's
+    rotating start index), so equal ranks take turns instead of rank 0 taking every tie.
 
     Args:
         num_waiting: N, the waiting requests in FIFO order.
         free_slots: shape (G,).
         running_counts: shape (G,), requests active on each rank.
-        rank_loads_tokens: shape (G,), L_g, the tie-break (a rank's KV use).
+        kv_use_frac: shape (G,), each rank's KV-cache use in 0..1, read once for the step.
+        start_rank: where the first request's scan starts; the caller advances it by the requests placed.
+
+    Returns:
+        rank_of, shape (N,): the rank per request, -1 where it keeps waiting.
     """
     cap = free_slots.astype(np.int64, copy=True)
-    placed = np.zeros_like(cap)
+    num_ranks = cap.shape[0]
+    placed = np.zeros(num_ranks, dtype=np.float64)
+    waiting_weight = 1.0 + VLLM_KV_SLOPE * np.maximum(0.0, kv_use_frac.astype(np.float64) - VLLM_KV_KNEE_FRAC)
+    running = running_counts.astype(np.float64)
     rank_of = np.full(num_waiting, -1, dtype=np.int64)
     for r in range(fillable_slots(num_waiting, free_slots)):
-        open_ranks = np.flatnonzero(cap > 0)
-        score = 4 * placed[open_ranks] + running_counts[open_ranks]
-        best = open_ranks[score == score.min()]
-        g = int(best[np.argmin(rank_loads_tokens[best])])
+        order = (start_rank + r + np.arange(num_ranks)) % num_ranks
+        order = order[cap[order] > 0]
+        score = running[order] + placed[order] * waiting_weight[order]
+        g = int(order[np.argmin(score)])
         rank_of[r] = g
         cap[g] -= 1
-        placed[g] += 1
+        placed[g] += 1.0
     return rank_of
 
 

@@ -201,6 +201,7 @@ class DpEngine(EngineCore):
                     active=len(self._active[g]),
                     free_slots=c.slots_per_rank - len(self._active[g]),
                     kv_free_tokens=c.kv_tokens_per_rank - self._reserved[g],
+                    kv_capacity_tokens=c.kv_tokens_per_rank,
                     requests=tuple(self._active[g]),
                     step_id=self._step_id,
                     now_s=now_s,

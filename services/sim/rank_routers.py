@@ -10,7 +10,8 @@ against the same code:
 - ``JsqLoadRankRouter``: ``jsq_load``, each request in FIFO order to the rank of least token load
   L_g (the reference code's JSQ, also BF-IO's fallback);
 - ``RoundRobinRankRouter``, ``JsqCountRankRouter``, ``PowerOfTwoRankRouter`` (power of d = 2, seeded)
-  and ``VllmScoreRankRouter`` (vLLM's 4 x waiting + running): the other baselines of spec section 3.
+  and ``VllmScoreRankRouter`` (vLLM's waiting + running with its 2026 KV-pressure weight on waiting): the
+  other baselines of spec section 3.
 
 ``BfioRankRouter`` (services/sim/routers_bfio.py) is the paper's router on the same interface.
 
@@ -41,9 +42,12 @@ IntArray = npt.NDArray[np.int64]
 class RankView:
     """What a router sees of one rank: its load L_g (tokens), active requests, free slots and KV room.
 
-    ``requests`` are the rank's active requests (read-only; BF-IO's lookahead needs each one's prompt
-    and age); ``step_id`` and ``now_s`` are the decode step and event time the view is taken at
-    (validity of pushed assignments and of the bundle, request ages).
+    ``kv_free_tokens`` is the room left after every active request's reservation (prompt + output);
+    ``kv_capacity_tokens`` is the rank's whole KV cache, so L_g / capacity is the KV use an engine reports
+    (the blocks its requests' contexts fill, as vLLM's ``kv_cache_usage``). ``requests`` are the rank's
+    active requests (read-only; BF-IO's lookahead needs each one's prompt and age); ``step_id`` and
+    ``now_s`` are the decode step and event time the view is taken at (validity of pushed assignments and
+    of the bundle, request ages).
     """
 
     rank: int
@@ -51,6 +55,7 @@ class RankView:
     active: int
     free_slots: int
     kv_free_tokens: int
+    kv_capacity_tokens: int
     requests: tuple[SimRequest, ...] = ()
     step_id: int = 0
     now_s: float = 0.0
@@ -177,12 +182,23 @@ class PowerOfTwoRankRouter(BaselineRankRouter):
 
 
 class VllmScoreRankRouter(BaselineRankRouter):
-    """vLLM's internal DP balancing (seed 003 section 3): least 4 x waiting + running, ties to lower KV use."""
+    """vLLM's internal DP balancing (seed 003 section 3, vLLM PR #49204): least waiting + running, the waiting
+    count weighted up by KV pressure, ties taken in turn.
+
+    The router keeps vLLM's rotating scan start across steps: it moves one rank on per request placed.
+    """
+
+    def __init__(self) -> None:
+        self._start_rank = 0
 
     def rank_of(self, front: Sequence[SimRequest], ranks: Sequence[RankView], free_slots: IntArray) -> IntArray:
-        """``policies.bfio.vllm_dp_score``."""
-        loads = np.fromiter((view.load_tokens for view in ranks), dtype=np.float64, count=len(ranks))
-        return vllm_dp_score(len(front), free_slots, _active_counts(ranks), loads)
+        """``policies.bfio.vllm_dp_score`` with each rank's KV use L_g / capacity, then the scan start advanced."""
+        kv_use = np.fromiter(
+            (view.load_tokens / view.kv_capacity_tokens for view in ranks), dtype=np.float64, count=len(ranks)
+        )
+        rank_of = vllm_dp_score(len(front), free_slots, _active_counts(ranks), kv_use, start_rank=self._start_rank)
+        self._start_rank = (self._start_rank + int(np.count_nonzero(rank_of >= 0))) % len(ranks)
+        return rank_of
 
 
 def _active_counts(ranks: Sequence[RankView]) -> IntArray:

@@ -72,6 +72,7 @@ class RouterStats:
             becoming visible with a ``visible_pool``.
         bundle_versions: bundle versions the router routed with, in order of adoption.
         bundle_horizons: the horizon H in force of each of those bundles (the self-check's choice among them).
+        bundle_adopted_s: the event time each of those bundles was first routed with (when a choice took effect).
     """
 
     steps: int = 0
@@ -83,6 +84,7 @@ class RouterStats:
     admissions: list[tuple[int, float]] = field(default_factory=list)
     bundle_versions: list[int] = field(default_factory=list)
     bundle_horizons: list[int] = field(default_factory=list)
+    bundle_adopted_s: list[float] = field(default_factory=list)
 
 
 class AssignmentSource(Protocol):
@@ -143,6 +145,7 @@ class BfioRankRouter:
             if self._router.policy is not previous:
                 self.stats.bundle_versions.append(policy.version)
                 self.stats.bundle_horizons.append(policy.payload.horizon_steps)
+                self.stats.bundle_adopted_s.append(ranks[0].now_s)
         now_s = ranks[0].now_s
         visible = waiting if self._visible_pool is None else waiting[: self._visible_pool]
         if not visible:

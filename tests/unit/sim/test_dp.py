@@ -1,4 +1,4 @@
-"""DP deployment: barrier timing by hand, rank reports, and the two baseline routers."""
+"""DP deployment: barrier timing by hand, rank reports, and the baseline routers."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from schemas.steps import RankStepReport, StepReport
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.dp import DpConfig, DpEngine
 from services.sim.metrics import MetricsRecorder
-from services.sim.rank_routers import FcfsRankRouter, JsqLoadRankRouter, RankRouter
-from services.sim.request import RequestSpec
+from services.sim.rank_routers import FcfsRankRouter, JsqLoadRankRouter, RankRouter, RankView, VllmScoreRankRouter
+from services.sim.request import RequestSpec, SimRequest
 from services.sim.routing import LeastLoadedRouter
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
@@ -74,3 +74,27 @@ class TestDpEngine:
         summary = metrics.summarize(10.0)
         assert (summary.arrived, summary.finished, summary.in_flight) == (9, 9, 0)
         assert summary.barrier_idle_frac is not None
+
+
+def _view(rank: int, *, load_tokens: int, active: int = 0) -> RankView:
+    return RankView(
+        rank=rank,
+        load_tokens=load_tokens,
+        active=active,
+        free_slots=8,
+        kv_free_tokens=1000,
+        kv_capacity_tokens=1000,
+    )
+
+
+class TestVllmScoreRankRouter:
+    def test_kv_use_is_load_over_capacity_and_the_scan_start_carries_over(self) -> None:
+        """Rank 0 holds 1000 of 1000 KV tokens (a placed request weighs 4), rank 1 none. First call, scan
+        from rank 0: 0 (a tie), then 1, 1, 1 (1 < 4, 2 < 4, 3 < 4). Four placed, so the next call scans
+        from rank 0 again and its one request ties to rank 0; a third call then starts at rank 1."""
+        router = VllmScoreRankRouter()
+        views = [_view(0, load_tokens=1000), _view(1, load_tokens=0)]
+        waiting = [SimRequest(spec) for spec in _requests([5] * 4, 3)]
+        assert router.assign(waiting, views, None) == [(0, 0), (1, 1), (2, 1), (3, 1)]
+        assert router.assign(waiting[:1], views, None) == [(0, 0)]
+        assert router.assign(waiting[:1], views, None) == [(0, 1)]

@@ -61,11 +61,32 @@ class TestPowerOfD:
 
 
 class TestVllmDpScore:
-    def test_placed_requests_weigh_four_running_ones_and_ties_go_to_the_lower_load(self) -> None:
-        """Running (3, 1, 1), loads (100, 50, 40): scores 3, 1, 1 -> rank 2 (lower load); then 3, 1, 5 -> 1;
-        3, 5, 5 -> 0; 7, 5, 5 -> 2 (lower load), now full; 7, 5 -> 1."""
-        rank_of = vllm_dp_score(5, np.array([2, 2, 2]), np.array([3, 1, 1]), np.array([100.0, 50.0, 40.0]))
-        np.testing.assert_array_equal(rank_of, [2, 1, 0, 2, 1])
+    def test_below_half_kv_use_a_placed_request_weighs_as_a_running_one(self) -> None:
+        """Running (3, 1, 1), KV use under 50%: scores from the rotating start 0 are 3, 1, 1 -> rank 1;
+        start 1: ranks 1, 2, 0 score 2, 1, 3 -> 2; start 2: ranks 2, 0, 1 score 2, 3, 2 -> 2 (first in
+        order), now full; start 0: ranks 0, 1 score 3, 2 -> 1, now full; then rank 0."""
+        rank_of = vllm_dp_score(5, np.array([2, 2, 2]), np.array([3, 1, 1]), np.array([0.1, 0.5, 0.2]))
+        np.testing.assert_array_equal(rank_of, [1, 2, 2, 1, 0])
+
+    def test_kv_pressure_weighs_a_placed_request_up_to_four(self) -> None:
+        """Two empty ranks, KV use 100% and 0%: a request placed on the full one weighs 1 + 6 x 0.5 = 4, so
+        after the first (a tie, taken at the start) the next three go to the other: 0 vs 4, then 1 vs 4,
+        then 2 vs 4. At equal KV use the ranks would alternate."""
+        rank_of = vllm_dp_score(4, np.array([4, 4]), np.array([0, 0]), np.array([1.0, 0.0]))
+        np.testing.assert_array_equal(rank_of, [0, 1, 1, 1])
+        even = vllm_dp_score(4, np.array([4, 4]), np.array([0, 0]), np.array([0.3, 0.3]))
+        np.testing.assert_array_equal(even, [0, 1, 0, 1])
+
+    def test_the_ramp_is_linear_above_half_kv_use(self) -> None:
+        """KV use 75%: a placed request weighs 1 + 6 x 0.25 = 2.5, so rank 0 (running 0) against rank 1
+        (running 5) wins at 0 and 2.5, ties at 5.0 (the third request's scan starts at rank 0) and loses at
+        7.5. Weight 1 would keep all four on rank 0, the static weight 4 would send the third to rank 1."""
+        rank_of = vllm_dp_score(4, np.array([4, 4]), np.array([0, 5]), np.array([0.75, 0.0]))
+        np.testing.assert_array_equal(rank_of, [0, 0, 0, 1])
+
+    def test_ties_rotate_from_the_start_rank(self) -> None:
+        rank_of = vllm_dp_score(4, np.full(3, 2), np.zeros(3, dtype=np.int64), np.zeros(3), start_rank=2)
+        np.testing.assert_array_equal(rank_of, [2, 0, 1, 2])
 
     def test_admits_exactly_the_free_slots(self) -> None:
         rank_of = vllm_dp_score(6, np.array([1, 0, 2]), np.array([0, 0, 0]), np.zeros(3))
