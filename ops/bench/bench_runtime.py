@@ -31,10 +31,11 @@ Figures (DESIGN section 9 targets, never asserted in tests):
    ``--relay-every``), so the services' latency reads against what the broker, the clients and the
    machine cost by themselves.
 
-Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL or an embedded Valkey),
-prints the figures and writes JSON to ``--out``.
+Runs on its own local stack (the broker ``GOVERNOR_BROKER`` names, Tansu or Apache Kafka, on a free
+port; the Redis at REDIS_URL or an embedded Valkey), prints the figures and writes JSON to ``--out``.
 
-    PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000] [--rate 1000 5000]
+    [GOVERNOR_BROKER=kafka] PYTHONPATH=. python ops/bench/bench_runtime.py [--seconds 60] [--estimate-rate 1000]
+        [--rate 1000 5000]
         [--runtimes kafka faust] [--publisher-linger-ms 5] [--service-fetch-wait-ms MS] [--service-linger-ms MS]
         [--latency-seconds 10] [--relay-every 100] [--out out/bench/runtime.json]
 
@@ -338,7 +339,7 @@ def _quarters_text(figures: dict[str, object]) -> str:
 def _fresh_stack(redis_url: str) -> Iterator[str]:
     """A broker of its own for one latency run (a fresh log, see ``_quarter_medians``); yields its bootstrap."""
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-latency-"))
-    state = stack_up(state_dir, redis_url, free_port())
+    state = stack_up(state_dir, redis_url, free_port(), broker=Settings.load({}).broker)
     try:
         yield state.kafka_bootstrap
     finally:
@@ -624,7 +625,9 @@ def main() -> int:
     parser.add_argument("--out", type=Path, default=Path("out/bench/runtime.json"))
     args = parser.parse_args()
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-"))
-    state = stack_up(state_dir, Settings.load({}).redis_url, free_port())
+    settings = Settings.load({})
+    state = stack_up(state_dir, settings.redis_url, free_port(), broker=settings.broker)
+    print(f"broker: {settings.broker} (GOVERNOR_BROKER)")
     try:
         run = uuid.uuid4().hex[:6]
         deployment = f"bench-ingest-{run}"
@@ -746,6 +749,7 @@ def main() -> int:
         stack_down(state_dir)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     report = {
+        "broker": settings.broker,
         "load_average": list(os.getloadavg()),
         "bare_consumer": bare,
         "ingest": ingest,
