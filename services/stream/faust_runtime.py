@@ -77,7 +77,7 @@ from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.checkpoints import CheckpointSource, CheckpointWriter, resume_from_checkpoints
 from services.health import ServiceMetrics
-from services.kafka_clients import ConsumedRecord, record_producer
+from services.kafka_clients import IDLE_AFTER_S, IDLE_FETCH_WAIT_MS, ConsumedRecord, record_producer
 from services.log_reset import LogWatch
 from services.settings import (
     DEFAULT_LIFECYCLE,
@@ -121,6 +121,7 @@ class _ShortPollConsumerThread(AIOKafkaConsumerThread):
         consumer = super()._create_worker_consumer(transport)
         app: _GovernorApp = self.app  # type: ignore[assignment]
         consumer._fetch_max_wait_ms = app.fetch_max_wait_ms
+        app.worker_consumer = consumer
         return consumer
 
 
@@ -161,6 +162,7 @@ class _GovernorApp(faust.App):
 
     resume_positions: Callable[[set[TP]], Mapping[TP, int] | None]
     fetch_max_wait_ms: int
+    worker_consumer: aiokafka.AIOKafkaConsumer | None = None  # the aiokafka consumer, once its thread built it
 
     def _new_consumer(self) -> ConsumerT:
         return _RedisPositionConsumer(
@@ -293,6 +295,7 @@ class FaustStreamProcessor:
         self._stop_requested = asyncio.Event()
         self._idle_exit_s: float | None = None
         self._last_records_at = clock()
+        self._records_at_s = time.monotonic()  # real time, as the fetches' waits run on it
         self._had_batch = False
         self._turn = asyncio.Lock()  # held by the agent or the timer while it folds, commits or retries
         self._uncommitted: list[ConsumedRecord] = []  # handed to the batch handling since the last commit
@@ -356,6 +359,8 @@ class FaustStreamProcessor:
             if self._stopping or self._fenced_worker:
                 continue
             records: list[ConsumedRecord] = [event.message for event in events]
+            self._records_at_s = time.monotonic()
+            self._pace_fetches(idle=False)
             async with self._turn:
                 self._last_records_at = self._clock()
                 self._had_batch = True
@@ -443,9 +448,25 @@ class FaustStreamProcessor:
             return
         self._checkpoints.write(states)
 
+    def _pace_fetches(self, *, idle: bool) -> None:
+        """Let the consumer's fetches wait ``IDLE_FETCH_WAIT_MS`` while idle, the configured wait otherwise.
+
+        The kafka runtime's ``IdlePace`` for this runtime: with the 10 ms wait an idle worker's
+        consumer thread sent fetches back to back and took about 8 % of a core with no record to
+        read. A held fetch is answered as soon as records arrive, and the first ones bring the
+        configured wait back. aiokafka's fetcher reads the wait whenever it builds a fetch and has
+        no setter for it, so this writes it there (from the app's thread: one attribute store).
+        """
+        consumer = self._app.worker_consumer
+        fetcher = None if consumer is None else consumer._fetcher
+        if fetcher is not None:
+            busy_ms = self._app.fetch_max_wait_ms
+            fetcher._fetch_max_wait_ms = max(busy_ms, IDLE_FETCH_WAIT_MS) if idle else busy_ms
+
     async def _tick(self) -> None:
         if self._stopping or self._fenced_worker or self._turn.locked():
             return
+        self._pace_fetches(idle=time.monotonic() - self._records_at_s > IDLE_AFTER_S)
         async with self._turn:
             if self._unpositioned:
                 await self._position_paused()
