@@ -1,6 +1,6 @@
 """Windowed sums of BF-IO's self-check reports: both decisions' realised imbalance per event-time slot.
 
-Issue 31 item 4 (policies/bfio/selfcheck.py). An engine reports, per period, the summed realised
+For the online self-check (policies/bfio/selfcheck.py). An engine reports, per period, the summed realised
 imbalance of the H = 0 and the lookahead decisions of the steps it judged; the stream processor keeps
 those sums in a ring of event-time slots (DESIGN.md section 4 principle 2: event time, so a replay of
 the log gives the same sums as the live stream), and the BF-IO decision compares the two over the

@@ -37,7 +37,7 @@ from estimators._input import check_format, require_count, require_finite, requi
 from schemas.errors import InvalidInputError, LateEventError
 
 DEFAULT_WINDOW_REQUESTS = 500  # seed-001 section 3.1: W = 500 (VLLM_PD_IFR_WINDOW_SIZE)
-DEFAULT_MAX_SURVIVAL_EDGES = 512  # ours, issue 31 item 3: a published table's bound (W = 500 event lengths fit)
+DEFAULT_MAX_SURVIVAL_EDGES = 512  # ours: a published table's bound (W = 500 event lengths fit)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,7 +196,7 @@ def fine_bin_edges_tokens(
 ) -> tuple[int, ...]:
     """Edges that publish a step survival function at token resolution, at most ``max_edges`` of them.
 
-    Issue 31 item 3: sampled on the log grid alone (4 edges per octave), a table is flat between
+    Why: sampled on the log grid alone (4 edges per octave), a table is flat between
     edges, so the router predicts every finish inside a bin at its upper edge (lumps 3-5 tokens apart
     from age 16 on, about 20 from age 64). A Kaplan-Meier curve drops only at its event lengths, so
     an edge at each of them (``drop_tokens``: ``SurvivalCurve.tokens``, or the edges of tables being
@@ -246,7 +246,7 @@ def smoothed_survival_table(
     risk). Every token 0..D - 1 is an edge, D as large as ``max_edges`` allows beside the grid's edges
     from D on, which follow. Bound: at most ``max_edges`` edges (D = 487 with the defaults).
 
-    This is the table the stream processor publishes (issue 31 item 3): with H = 20 over seeds 1-5 it
+    This is the table the stream processor publishes: with H = 20 over seeds 1-5 it
     read 7.7% below H = 0 on the Table 1 setting and level with it on bursts, where the log grid alone
     read -1.6% and +5.0% and the curve at its event lengths (``fine_survival_table``, unsmoothed) -4.7%
     and +9.9% (docs/policies/bfio.md, "Survival tables at token resolution").

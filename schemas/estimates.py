@@ -152,7 +152,7 @@ class StepModelFit(ContractModel):
 
 
 class SelfCheckSummary(ContractModel):
-    """BF-IO's online self-check over the window: both decisions' realised imbalance (issue 31 item 4).
+    """BF-IO's online self-check over the window: both decisions' realised imbalance.
 
     Sums of the engine's ``bfio.self_check`` reports whose event time falls in the last ``window_s``
     (docs/policies/bfio.md, "Online self-check").

@@ -154,7 +154,7 @@ def state_key(deployment: str, consumer: str, scope: str) -> str:
     (``scope`` is the engine id). Every other consumer's states are its own and live in a namespace no
     engine id reaches, ``gov:{deployment}:service-state:{consumer}:{scope}``; there ``scope`` is a name the
     service chose (``policy-ledger``, ``fleet-fleetopt``, ``policy-config:3``, ...), after the last fixed segment.
-    Before issue 34 those shared the engines' layout; ``legacy_state_key`` names where they were.
+    Before that namespace, those shared the engines' layout; ``legacy_state_key`` names where they were.
     """
     if consumer == STREAM_CONSUMER:
         return estimate_key(deployment, scope, "state")
@@ -162,7 +162,7 @@ def state_key(deployment: str, consumer: str, scope: str) -> str:
 
 
 def legacy_state_key(deployment: str, scope: str) -> str:
-    """Where the policy service kept its state ``scope`` before issue 34: ``gov:{deployment}:est:{scope}:state``.
+    """Where the policy service kept its state ``scope`` in the old layout: ``gov:{deployment}:est:{scope}:state``.
 
     The engines' layout, which an engine named ``policy-config`` shared. Nothing writes it any more;
     the policy service reads it once, on its first start after the upgrade, for the partitions whose

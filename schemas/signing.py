@@ -9,8 +9,8 @@ moves from the old key to the new one (docs/security.md).
 
 Estimate snapshots on ``gov.estimates`` are signed the same way, with the same key, by the service
 that took them (``producer``: the stream processor for engines' snapshots and fleet contributions,
-the policy service for the fleet snapshots it closes); the policy service decides from no other
-(issue 34 item 5). The producer is under the MAC, so a snapshot cannot be passed off as another
+the policy service for the fleet snapshots it closes); the policy service decides from no other.
+The producer is under the MAC, so a snapshot cannot be passed off as another
 service's.
 """
 

@@ -27,7 +27,7 @@ class BatchKind(StrEnum):
 def scheduler_mode_label(mode: str) -> str:
     """A step's scheduler mode with EB+'s modes in their one spelling (``eb`` reads ``EB``); other labels unchanged.
 
-    Engines before issue 32 wrote ``eb`` and ``mb``; readers of raw step JSON (services/fleet_run) count
+    Engines of earlier releases wrote ``eb`` and ``mb``; readers of raw step JSON (services/fleet_run) count
     both spellings as one mode through this.
     """
     ebplus = EbplusMode.named(mode)
@@ -104,7 +104,7 @@ class RankStepReport(Envelope):
 class BfioSelfCheckReport(Envelope):
     """BF-IO's online self-check over one period: both decisions of every judged step, by realised imbalance.
 
-    Issue 31 item 4 (docs/policies/bfio.md, "Online self-check"). At each step the DP router applies one
+    See docs/policies/bfio.md, "Online self-check". At each step the DP router applies one
     decision and shadows the other (H = 0 and the bundle's lookahead H); once the step's requests have
     finished or run past H, each decision is judged by the lookahead's objective
     R = sum_k omega_k Imbalance(k + h_k) (Eq. 2) over the requests it placed and the active ones, with

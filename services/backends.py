@@ -107,7 +107,7 @@ def wait_for_backends(
 class BackendOutage:
     """A running service's view of one outage: retry with doubling pauses, log once when it starts and once at recovery.
 
-    Services keep running through Kafka and Redis outages of any length (issue 15): the failed step
+    Services keep running through Kafka and Redis outages of any length: the failed step
     is retried after ``pause_s()`` (``FIRST_BACKOFF_S`` doubling up to ``max_backoff_s``). One
     ``backend_unavailable`` warning marks the start, one ``backend_recovered`` the end with how
     long it lasted and how many tries failed, so an outage reads as two lines, not a traceback per try.

@@ -1,6 +1,6 @@
 """``Delivery``: the records a batch produces, and proof that every one reached the broker.
 
-The outbox order of both services (issue 19 item 5) needs "flushed" to mean delivered: a snapshot
+The outbox order of both services needs "flushed" to mean delivered: a snapshot
 is on ``gov.estimates`` before the state that took it is committed, a decision record is on
 ``gov.policy.decisions`` before its document is written to Redis. ``KafkaProducer.flush`` returns
 once every record has *completed*, which includes failing; so ``Delivery`` keeps each send's future

@@ -2,7 +2,7 @@
 
 Settings (B = 72 slots, H = 20 on the dyadic grid, survival-based lookahead for every active request):
 
-- ``burst``: issue 8's production size, G = 32, 100 waiting, free slots Binomial(B, 0.02) per rank
+- ``burst``: a production size, G = 32, 100 waiting, free slots Binomial(B, 0.02) per rank
   (about 46 admissions per call);
 - ``table1-g16`` and ``table1-g32``: the paper's sizes with full refills (spec 5.3), G = 16 with the
   visible pool R = 64 and G = 32 with 128 waiting, free slots Binomial(B, N / (G B)) per rank, so about as

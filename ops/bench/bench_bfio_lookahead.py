@@ -1,4 +1,4 @@
-"""BF-IO lookahead and starvation-guard study (issue 13 item 4): closed-loop imbalance over seeds.
+"""BF-IO lookahead and starvation-guard study: closed-loop imbalance over seeds.
 
 Two parts, each over several seeds (mean +- standard deviation), imbalance (Eq. 2) measured before each
 step's admissions, the router on a frozen clock (deterministic), the bundle decided by the registered
@@ -22,7 +22,7 @@ step's admissions, the router on a frozen clock (deterministic), the bundle deci
   ``ref`` predicted from the workload's own output survival curve (2M draws of its length generator)
   in place of the estimate: the best a predictor that knows only a request's age can do. Each
   variant's row also gives its mean paired change against H = 0 over the same seeds; a variant with the
-  online self-check (issue 31 item 4) also gives, per seed, when its bundle first moved to H = 0 and the
+  online self-check also gives, per seed, when its bundle first moved to H = 0 and the
   H in force at the end.
   ``--workloads`` and ``--variants`` run a subset.
 - ``guard``: the starvation guard's cost where it can fire: the router sees the whole queue (no visible
@@ -67,7 +67,7 @@ SATURATED = WORKLOADS["saturated"]
 
 
 def _alone(**params: Any) -> BfioParams:
-    """A lookahead measured alone: its online self-check (issue 31 item 4) off, as every figure before it."""
+    """A lookahead measured alone: its online self-check off, as every figure before it."""
     return BfioParams(self_check=False, **params)
 
 

@@ -1,4 +1,4 @@
-"""BF-IO like for like with the authors' simulator (issue 31 item 1): their sim, their policy or our router.
+"""BF-IO like for like with the authors' simulator: their sim, their policy or our router.
 
 The reference code (github.com/Echoscd/Load-Balancing-Release, not part of this repository) is imported
 from a checkout given by ``--reference``. Its ``SchedulerSim`` runs the workload; its own BF-IO

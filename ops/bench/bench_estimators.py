@@ -1,4 +1,4 @@
-"""Observations folded per second for each estimator (issue 3 target: >= 200k/s for histogram and hazard window).
+"""Observations folded per second for each estimator (target: >= 200k/s for histogram and hazard window).
 
 Usage: ``python ops/bench/bench_estimators.py [--n 300000] [--out out/bench/estimators.json]``.
 Prints one line per estimator and writes the figures as JSON. Inputs are generated from a fixed seed.

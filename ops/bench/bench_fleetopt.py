@@ -1,6 +1,6 @@
 """Benchmark: FleetOpt planner latency for a full sweep (all B candidates x the gamma grid), p50/p99.
 
-Seed 002 section 6 claims the sweep takes under 1 ms; issue 16 targets p50 <= 1 ms and p99 <= 3 ms
+Seed 002 section 6 claims the sweep takes under 1 ms; our target is p50 <= 1 ms and p99 <= 3 ms
 in exact mode on the three shipped CDFs. Runs ``plan_fleet`` at lambda = 1000 req/s, prints wall
 and CPU (thread) time per workload with the load average, and writes JSON to ``--out`` (default
 out/bench/bench_fleetopt.json).

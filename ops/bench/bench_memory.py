@@ -5,7 +5,7 @@ A base window of simulator telemetry (``fleet-8``) is tiled in event time until 
 request ids, so the fleet looks like the same eight engines running on. The stream is produced to a
 local broker, then ``governor run stream`` and ``governor run policy`` run as processes; their RSS
 (VmRSS from /proc) is sampled when the stream processor has applied ``--first`` events and again
-when it has applied them all (and the policy service has gone idle). Target (issue: speed, item 5):
+when it has applied them all (and the policy service has gone idle). Target:
 RSS after 1M within 10% of RSS after 100k, per service.
 
 Runs on its own local stack (a broker on a free port, the Redis at REDIS_URL), prints the figures

@@ -77,7 +77,7 @@ from services.stream.batches import read_record
 from services.stream.fold import Folder
 from services.stream.runtimes import RUNTIMES, Runtime, stream_processor
 
-TARGET_EVENTS_PER_S = 50_000  # issue 16 item 1: one stream-processor process
+TARGET_EVENTS_PER_S = 50_000  # the target for one stream-processor process
 
 
 def bench_ingest(

@@ -1,6 +1,6 @@
 """Simulator speed: simulated engine-seconds per wall-second, offline, for the 8-engine fleet scenario.
 
-Target (issue 5): >= 100x real time. Events go to an in-memory ``ListSink`` (every schema event is
+Target: >= 100x real time. Events go to an in-memory ``ListSink`` (every schema event is
 built and validated, as in the offline loop mode). Prints the figures and writes JSON to ``--out``.
 
     PYTHONPATH=. .venv/bin/python ops/bench/bench_sim.py [--scenario fleet-8] [--duration-s 120]

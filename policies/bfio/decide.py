@@ -10,7 +10,7 @@ router solves with:
   section 2.9: H should not exceed the median remaining length), and 0 when no table is usable (without a
   predictive signal the paper's H = 0 is the safe choice, spec section 8 item 5); a new H replaces the
   old one only after ``horizon_confirmations`` decisions in a row propose it (hysteresis);
-- the online self-check (issue 31 item 4, ``policies.bfio.selfcheck``): with H > 0 and ``self_check`` on,
+- the online self-check (``policies.bfio.selfcheck``): with H > 0 and ``self_check`` on,
   the bundle carries the lookahead as ``self_check`` for the router to shadow, and the H in force is the
   lookahead or 0, whichever the engine's windowed realised imbalance favours beyond
   ``self_check_margin_frac`` (the side in force keeps its place inside the margin);

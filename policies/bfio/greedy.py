@@ -16,7 +16,7 @@ the earliest wins), and a round ends early when an assignment raises the envelop
 moves every rank's margin. Without the load tie-break equal scores send everything to rank 0 (section
 2.5). Requests flagged ``forced`` (the router's aging rule) are placed first, one per round.
 
-Implementation (issue 13 item 5): a round and an exchange move are compiled loops
+Implementation: a round and an exchange move are compiled loops
 (policies/bfio/kernels.py); this module keeps the budget between them, on the caller's clock, and the
 fallback. Their decisions are those of the numpy solver they replaced, checked on 2,240 instances
 (tests/unit/policies/bfio/test_bfio_solver_decisions.py), ties included.

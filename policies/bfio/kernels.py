@@ -2,9 +2,9 @@
 
 Why compiled: at the paper's sizes (G = 32, B = 72, about 123 admissions from 128 waiting) the numpy
 solver spent its time in some 35 array calls per greedy round, about 8 rounds a call, not in arithmetic,
-and missed its 1.5 ms budget on 21% of calls on a quiet machine and 76% on a loaded one (issue 13 item
-5). numba compiles these loops on their first call in a process and caches the machine code on disk,
-so a round costs its arithmetic.
+and missed its 1.5 ms budget on 21% of calls on a quiet machine and 76% on a loaded one. numba compiles
+these loops on their first call in a process and caches the machine code on disk, so a round costs
+its arithmetic.
 
 Both kernels work in place on the solver's arrays (loads, envelope, free slots, ``rank_of``) and use
 the score of specs/seed-003-bfio.md section 2.5, F_{r,g} = sum_h omega_h [v_r(h) - G (v_r(h) - m_g(h))^+],

@@ -90,7 +90,7 @@ class BfioParams:
     bundle_ttl_s: float = 30.0  # [DESIGN] spec 6.2: tier-1 loop every 100 ms to 5 s, several periods of slack
     horizon_confirmations: int = 2  # [DESIGN] hysteresis on H so a noisy median does not flap it
     assignment_ttl_steps: int = 50  # [DESIGN] spec 6.5: valid_until_step of a pushed assignment
-    self_check: bool = True  # [DESIGN] issue 31 item 4: lookahead on is judged against H = 0 live
+    self_check: bool = True  # [DESIGN] online self-check: lookahead on is judged against H = 0 live
     self_check_margin_frac: float = 0.001  # [DESIGN] docs/policies/bfio.md "Online self-check": gaps of 0.5-15%
     self_check_z: float = 2.0  # [DESIGN] docs/policies/bfio.md "Online self-check": one-sided 2.3% per look
     self_check_min_judged_steps: int = 200  # [DESIGN] about 2 s of steps at Table 1's load

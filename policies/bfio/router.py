@@ -19,7 +19,7 @@ plane pushed (section 6.5). It never blocks on the control plane:
   by JSQ-by-load. An exchange move starts only while the time left covers the costliest move of the
   last call that made one (``SolveBudget.move_reserve_s``), so the anytime phase ends within the
   budget.
-- online self-check (issue 31 item 4, policies/bfio/selfcheck.py): when the bundle carries ``self_check``
+- online self-check (policies/bfio/selfcheck.py): when the bundle carries ``self_check``
   the router also solves the other horizon on the same instance (H = 0 beside the lookahead, or the
   lookahead beside H = 0), after the applied routing is built and on its own budget, and returns it as
   ``Routing.shadow_rank_of`` for the engine to judge; the applied decision is unchanged by it.
@@ -419,7 +419,7 @@ class BfioRouter:
 
         The starvation guard counts a request's wait from the later of its arrival and the first step that
         offered it to the solver: the queueing before that is FIFO, the same under every policy, and
-        counting it would force FIFO admission whenever the queue is longer than the deadline (issue 13:
+        counting it would force FIFO admission whenever the queue is longer than the deadline (measured:
         most admissions forced on an overloaded setting). A request stays in the window until admitted
         (only requests before it leave), so the map is rebuilt from the window at each call.
         """

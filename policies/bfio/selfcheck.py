@@ -1,4 +1,4 @@
-"""BF-IO's online self-check: judge H = 0 against the configured H > 0 by realised imbalance (issue 31 item 4).
+"""BF-IO's online self-check: judge H = 0 against the configured H > 0 by realised imbalance.
 
 The router shadows one decision beside the one it applies at every step (``BfioRouter``: H = 0 beside
 the lookahead, or the lookahead beside H = 0 once H = 0 is in force). Once the placed requests' real

@@ -3,7 +3,7 @@
 Why compiled: a new input share (the fleet's windowed l_in / L) changes every per-length term, and
 tabulating them in numpy (some 15 array passes and a sequential running sum over 9 rows of 65,536
 lengths, with their temporaries) cost about 3 ms of a 4 ms sweep on a quiet machine and 9-17 ms on a
-loaded one (issue 33 item 5). One loop over the lengths that keeps the eight running sums in registers
+loaded one. One loop over the lengths that keeps the eight running sums in registers
 and stores them only at the lengths a sweep reads does the same float operations, in the same order,
 as numpy did: the sums are those of ``np.cumsum`` over the per-length rows, bit for bit.
 

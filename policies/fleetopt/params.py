@@ -42,7 +42,7 @@ class FleetoptParams:
         InvalidInputError: when a field is out of its physical range.
     """
 
-    mode: PlannerMode = PlannerMode.EXACT  # issue 9: exact is the default; paper reproduces the tables
+    mode: PlannerMode = PlannerMode.EXACT  # ours: exact is the default; paper reproduces the tables
     t_slo_s: float = 0.5  # seed 002 section 7.1: P99 TTFT target 500 ms
     rho_max: float = 0.85  # seed 002 Eq. 11: utilisation cap
     gammas: tuple[float, ...] = PAPER_GAMMAS  # seed 002 Algorithm 1 line 4

@@ -60,7 +60,7 @@ class StepModelDoc(ContractModel):
 
 
 class SelfCheckDoc(ContractModel):
-    """The lookahead the router shadows against H = 0 (issue 31 item 4; docs/policies/bfio.md "Online self-check").
+    """The lookahead the router shadows against H = 0 (docs/policies/bfio.md, "Online self-check").
 
     The router applies the bundle's own horizon and solves the other side beside it at every step: H = 0
     while the lookahead is in force, this lookahead while H = 0 is.

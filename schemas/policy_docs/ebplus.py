@@ -21,7 +21,7 @@ class EbplusMode(StrEnum):
     """EB+'s batching mode (Eq. 8): ``EB``, exclusive batching EB(k); ``MB``, mixed batching.
 
     The one spelling in Python and the one written, in policy documents and in step reports' ``scheduler_mode``.
-    Step reports spelt the modes ``eb`` and ``mb`` before issue 32; those are read as these.
+    Step reports of earlier releases spelt the modes ``eb`` and ``mb``; those are read as these.
     """
 
     EB = "EB"

@@ -1,4 +1,4 @@
-"""``governor policy fleetopt``: what-if fleet plan from a CDF file or an estimate snapshot (issue 9 item 5).
+"""``governor policy fleetopt``: what-if fleet plan from a CDF file or an estimate snapshot.
 
 Reads a ``FleetoptWhatIfInput`` JSON file (or a bare length-CDF file plus ``--arrival-rate-per-s``),
 or what ``governor explain fleetopt fleet --inputs --json`` prints (decided again as the policy

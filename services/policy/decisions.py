@@ -18,9 +18,9 @@ A stored value the policy cannot build upon (not JSON, not a valid document, a k
 type, a version outside the contract's bound, or not validly signed while the keyring is set: someone
 else wrote it) is reported once per key (``policy_key_unreadable``) and replaced: the next decision
 starts afresh and is numbered above the stored value's version (when it has one inside the bound),
-so one malformed key never blocks its scope (issue 19, issue 34).
+so one malformed key never blocks its scope and a huge version cannot freeze it.
 
-Two phases, for the live service's outbox order (issue 19 item 5): ``stage`` decides and returns
+Two phases, for the live service's outbox order (services/delivery.py): ``stage`` decides and returns
 the decision records with the writes they imply, without writing (later snapshots of the same batch
 build on the staged documents); the caller flushes the records to ``gov.policy.decisions`` and only
 then calls ``apply`` to compare-and-set the writes into the store. ``on_snapshot`` does both at once

@@ -6,7 +6,7 @@ class owns everything a record changes, so it can be driven and tested without a
 - each record is read (services/policy/intake.py); a record it cannot read, or a snapshot the
   snapshot ledger finds inconsistent, goes to ``gov.deadletter`` with its reason and source offset,
   and a snapshot whose decision raises is dead-lettered the same way: no record stops a scope or
-  the service (issue 15 item 1, issue 19 item 6). Records of another deployment are counted and
+  the service. Records of another deployment are counted and
   reported once per deployment (on a shared topic, dead-lettering them would copy every other
   deployment's snapshots);
 - configuration records are applied in log order (the live one, or a shadow's);

@@ -2,10 +2,10 @@
 
 ``read_record`` turns the raw value of a record into a snapshot or a configuration record, or says
 why it cannot: a null value (a tombstone), bytes that are not UTF-8 JSON, an oversized value, a
-record of another shape. It never raises, so one bad record cannot stop the service (issue 15
-item 1); the service dead-letters what it refuses, with this reason.
+record of another shape. It never raises, so one bad record cannot stop the service; the service
+dead-letters what it refuses, with this reason.
 
-``SnapshotLedger`` is the trust boundary inside (issue 19 item 6): a record that parses can still
+``SnapshotLedger`` is the trust boundary inside: a record that parses can still
 be inconsistent, and one forged snapshot with a high version used to freeze its engine's policy,
 because every genuine snapshot after it looked like an old duplicate. The stream processor numbers
 an engine's snapshots 1, 2, 3, ... (one counter over all its engine-scope triggers) and takes each

@@ -4,8 +4,7 @@ It reads its partitions of the snapshot topic in order: an engine's snapshots al
 scope's partition and every fleet contribution on the ``fleet`` partition, so every policy sees its
 snapshots in the order the processors took them, however many members share the topic (each
 member restores and commits the state of its own partitions only: services/policy/handler.py).
-Each poll is one batch, handled in the outbox order (issue 19
-item 5):
+Each poll is one batch, handled in the outbox order (services/delivery.py):
 
 1. every record is read (services/policy/intake.py); one it cannot read, or an inconsistent
    snapshot (the snapshot ledger), goes to ``gov.deadletter`` with its reason and offset;
@@ -217,8 +216,8 @@ class PolicyService:
         """Restore the state of the assigned ``partitions`` only.
 
         That is their configurations, shadows and ledgers, and the fleet aggregators where this member
-        owns the ``fleet`` partition; on the first start after issue 34, from the layout before it
-        (services/policy/stored_states.py).
+        owns the ``fleet`` partition; on the first start after the upgrade to the service-state
+        namespace, from the engines' layout it used before (services/policy/stored_states.py).
         """
         resume_from_checkpoints(
             self._store,

@@ -1,8 +1,8 @@
-"""The policy service's stored state of its partitions, and the one-time read of the layout before issue 34.
+"""The policy service's stored state of its partitions, and the one-time read of the layout it used before.
 
 The service commits its own state (configurations, shadows, snapshot ledgers, fleet aggregators) with
-its offsets under ``gov:{dep}:service-state:policy:{scope}`` (``schemas.names.state_key``). Before
-issue 34 it used the engines' layout, ``gov:{dep}:est:{scope}:state``, where an engine named
+its offsets under ``gov:{dep}:service-state:policy:{scope}`` (``schemas.names.state_key``). Before that
+namespace it used the engines' layout, ``gov:{dep}:est:{scope}:state``, where an engine named
 ``policy-config`` or ``fleet-fleetopt`` overwrote it (and was overwritten by it).
 
 Upgrading keeps the applied offsets, so nothing would rebuild that state from the log: the service

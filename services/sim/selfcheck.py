@@ -1,13 +1,13 @@
 """The simulated DP engine's side of BF-IO's online self-check: judge each step's two decisions, report per period.
 
-Issue 31 item 4; the judge is ``policies.bfio.selfcheck.realised_objective``. At a step the router applies
-one decision and shadows the other (``Routing.shadow_rank_of``). ``ShadowJudge`` keeps the step's
-requests (the active ones, at their age then, and those either decision placed) and judges both
-decisions once every one of them has either finished or run past the lookahead's H: only then is its
-realised remaining length over the horizon known. What it reads is what the router host learns anyway:
-a request's tokens so far, and that it left the ranks (it finished). A request only the shadow placed
-keeps waiting in reality; its step is judged once it has been admitted and run that far, and dropped
-(``expired``) if that takes more than ``MAX_PENDING_STEPS``.
+See docs/policies/bfio.md, "Online self-check"; the judge is ``policies.bfio.selfcheck.realised_objective``.
+At a step the router applies one decision and shadows the other (``Routing.shadow_rank_of``). ``ShadowJudge``
+keeps the step's requests (the active ones, at their age then, and those either decision placed) and judges
+both decisions once every one of them has either finished or run past the lookahead's H: only then is its
+realised remaining length over the horizon known. What it reads is what the router host learns anyway: a
+request's tokens so far, and that it left the ranks (it finished). A request only the shadow placed keeps
+waiting in reality; its step is judged once it has been admitted and run that far, and dropped (``expired``)
+if that takes more than ``MAX_PENDING_STEPS``.
 
 Every ``period_s`` of event time (the bundle's ``SelfCheckDoc.period_s``) the judged steps are summed
 into one ``SelfCheckReport``, which the engine publishes as a ``bfio.self_check`` event.

@@ -18,7 +18,7 @@ def stored_version(raw: str | bytes | None) -> int | None:
 
     The compare-and-set treats an unreadable value (not JSON, not an object, no numeric version, a
     version outside ``0 <= v <= MAX_VERSION``) as absent, as put_policy.lua does, so one malformed
-    key never blocks its scope (issue 19) and a huge version cannot freeze it (issue 34). A
+    key never blocks its scope and a huge version cannot freeze it. A
     fractional version reads as its floor: the next integer version is still above it.
     """
     if raw is None:
@@ -76,7 +76,7 @@ class MemoryStore:
         return {scope: states[scope] for scope in scopes if scope in states}
 
     def load_legacy_states(self, scopes: list[str]) -> dict[str, str]:
-        """Return the states of ``scopes`` among the engines' (``states``): the layout before issue 34 was theirs."""
+        """Return the states of ``scopes`` among the engines' (``states``): the service's old layout was theirs."""
         return {scope: self.states[scope] for scope in scopes if scope in self.states}
 
     def commit(

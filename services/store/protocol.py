@@ -31,7 +31,7 @@ class Store(Protocol):
         ...
 
     def load_legacy_states(self, scopes: list[str]) -> dict[str, str]:
-        """Return the policy service's state of each of ``scopes`` still in the layout before issue 34.
+        """Return the policy service's state of each of ``scopes`` still in the engines' layout it used before.
 
         That is ``gov:{dep}:est:{scope}:state`` (``schemas.names.legacy_state_key``), the engines'
         layout, read once after an upgrade (services/policy/stored_states.py); a value there may be

@@ -140,7 +140,7 @@ class RedisStore:
         return {scope: value.decode() for scope, value in zip(scopes, values, strict=True) if value is not None}
 
     def load_legacy_states(self, scopes: list[str]) -> dict[str, str]:
-        """Return the state JSON of each of ``scopes`` found under its pre-issue-34 key (``legacy_state_key``)."""
+        """Return the state JSON of each of ``scopes`` found under its old key (``legacy_state_key``)."""
         if not scopes:
             return {}
         keys = [legacy_state_key(self._deployment, scope) for scope in scopes]

@@ -9,7 +9,7 @@ helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
   prompt and output means (mu_L, mu_O), arrival and completion rates, the total-length histogram
   (FleetOpt), TTFT and per-request P99 TBT sketches per tier and TBT-gap SLO counters per tier;
 - BF-IO's self-check: the engine's ``bfio.self_check`` reports summed per event-time slot, both
-  decisions' realised imbalance over the window (``estimators.ShadowJudgementWindow``, issue 31 item 4);
+  decisions' realised imbalance over the window (``estimators.ShadowJudgementWindow``);
 - step side: N_obs (asymmetric EMA of running + waiting), the last queue and KV state, the batch
   cost model per kind and beta_MB(r), tbar (cumulative mean step time) and windowed step-time
   quantiles (SLAI), and for DP engines the rank loads, imbalance and the step model

@@ -41,7 +41,7 @@ dropped as late, and FleetOpt decided from part of the fleet).
 A second contribution for an (engine, slot) (a processor re-folding after a crash) is skipped
 (``duplicate_contributions``); one for a slot already closed is dropped (``late_contributions``).
 
-Event-time sanity from an engine's first contribution (issue 34 item 4): an engine whose clock
+Event-time sanity from an engine's first contribution: an engine whose clock
 leads the fleet's by more than ``silent_slots`` (the lead that would make every other engine
 silent) is *quarantined*, not trusted: its contributions are dropped and counted
 (``quarantined_contributions``), it holds no watermark, and it is named in every fleet snapshot

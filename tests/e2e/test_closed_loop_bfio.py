@@ -97,7 +97,7 @@ class TestDefaultHorizon:
 
     @pytest.mark.parametrize("workload", ["table1", "bursty", "saturated"])
     def test_the_default_is_within_5_percent_of_h0_over_five_seeds(self, workload: str) -> None:
-        """Issue 31: the shipped default within 5% of H = 0 or better on each of the three workloads, on the
+        """The shipped default within 5% of H = 0 or better on each of the three workloads, on the
         mean of seeds 1-5 (1 s runs). It is H = 0 (measured: equal to the token on every seed), so this
         fails only if the default changes to a horizon that loses."""
         load = {"table1": OVERLOADED, "bursty": BURSTY, "saturated": SATURATED}[workload]
@@ -118,11 +118,11 @@ class TestBurstyClosedLoop:
         assert bfio.barrier_idle_frac < fcfs.barrier_idle_frac
 
     def test_lookahead_stays_within_the_seeds_noise_of_h0_on_bursts(self) -> None:
-        """Issue 13 item 4 asks H = 20 below H = 0 on bursty loads; that target is not reached here.
+        """The target of H = 20 below H = 0 on bursty loads is not reached here.
 
         Honest bound, over seeds 1-5 (3 s runs) with the delayed-entry survival estimate: H = 0 2.86e4
         +- 0.27e4, H = 20 2.87e4 +- 0.35e4 tokens with the smoothed token-resolution table (+0.1%, standard
-        error 3.3%; 3.01e4, +5.0%, on the log grid before issue 31 item 3): the test holds H = 20's mean
+        error 3.3%; 3.01e4, +5.0%, on the log grid before the token-resolution tables): the test holds H = 20's mean
         to at most 10% above H = 0's (about two standard errors of the log-grid runs, 4.6%) and fails if
         the lookahead gets worse than the noise allows. With true
         lengths the reference code's conventions do beat H = 0 (docs/policies/bfio.md, "Run length and
@@ -169,11 +169,11 @@ class TestTable1Setting:
             assert bfio.tpot_s < fcfs.tpot_s
 
     def test_lookahead_stays_within_the_seeds_noise_of_h0(self, table1_h0_by_seed: list[float]) -> None:
-        """Issue 13 item 4 asks H = 20 below H = 0 here; with the survival estimate it is not, beyond noise.
+        """The target is H = 20 below H = 0 here; with the survival estimate it is not, beyond noise.
 
         Over seeds 1-5 (3 s runs): H = 0 2.95e4 +- 0.38e4, H = 20 2.69e4 +- 0.17e4 tokens with the smoothed
         token-resolution survival table (-7.7%, standard error 3.6%; 2.90e4, -1.6%, on the log grid before
-        issue 31 item 3; H runs capped at the estimated median output, 6-8 tokens). The paper's H = 20 row
+        the token-resolution tables; H runs capped at the estimated median output, 6-8 tokens). The paper's H = 20 row
         (44% below H = 0) predicts from true lengths, which our lookahead reaches too (-34% at 20 s,
         docs/policies/bfio.md). Bound as on bursts: H = 20's mean at most 10% above H = 0's. On the log
         grid the per-seed differences spread by 0.19e4 (6.5% of the mean), so 10% is about three standard
@@ -269,7 +269,7 @@ class TestCentralPool:
 
 
 class TestOnlineSelfCheck:
-    """Issue 31 item 4: with lookahead on, the router shadows H = 0 beside it, the engine reports both decisions'
+    """Online self-check: with lookahead on, the router shadows H = 0 beside it, the engine reports both decisions'
     realised imbalance, the stream folds the reports and the bundle publishes the horizon that wins."""
 
     def test_it_flips_to_h0_on_saturated_load_where_lookahead_loses(self) -> None:

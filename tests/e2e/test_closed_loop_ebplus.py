@@ -33,7 +33,7 @@ from services.sim.timing import EbTiming, JitteredTiming
 from services.sim.workload import BatchArrivals, GeometricLengths, PoissonArrivals, Workload, WorkloadPhase
 
 ENGINE_ID = "engine-0"
-JITTER_FRAC = 0.03  # "a few percent" per step (issue 13 item 6); decode-fit R^2 0.98-0.99 in spec section 6.4
+JITTER_FRAC = 0.03  # a few percent per step; decode-fit R^2 0.98-0.99 in spec section 6.4
 
 
 @dataclasses.dataclass(frozen=True, slots=True, kw_only=True)

@@ -1,6 +1,6 @@
 """The paid tier under control: EB+ engines that cannot meet its TBT SLO with their own step budget.
 
-The regression of issue 13: on the demo fleet every paid-tier SLO miss was on the RTX PRO 6000 engines,
+The regression this guards against: on the demo fleet every paid-tier SLO miss was on the RTX PRO 6000 engines,
 whose mixed-batching steps with vLLM's 8,192-token budget pass the paid tier's 0.1 s TBT SLO whenever
 two or three queued prompts land in one step; governing left those steps as they were, so which paid
 requests the tier-blind fleet router sent there decided the tier's figure, and the governed arm came

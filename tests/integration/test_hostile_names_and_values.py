@@ -44,7 +44,7 @@ from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
 
-KEYRING = PolicyKeyring(signing=SigningKey("issue-34", b"the services' shared signing secret"))
+KEYRING = PolicyKeyring(signing=SigningKey("hostile-names", b"the services' shared signing secret"))
 
 
 def _document(deployment: str, version: int) -> AdmissionPolicy:

@@ -25,7 +25,7 @@ def test_a_numbered_fleet_loads_every_partition_within_one_engine(engines: int, 
 def test_eight_engines_on_four_partitions_are_two_each_where_the_hash_left_one_empty() -> None:
     engines = [f"engine-{n}" for n in range(8)]
     hashed = collections.Counter((murmur2(e.encode()) & 0x7FFFFFFF) % 4 for e in engines)
-    assert min(hashed[p] for p in range(4)) == 0  # what issue 16 measured: one partition carried nothing
+    assert min(hashed[p] for p in range(4)) == 0  # as measured: one partition carried nothing
     assert _loads(engines, 4) == [2, 2, 2, 2]
     assert _loads(engines, 8) == [1] * 8
 

@@ -163,7 +163,7 @@ def consumer() -> Iterator[KafkaConsumer]:
 
 class TestIdlePace:
     def test_polls_and_fetches_wait_longer_once_no_record_came_for_a_while(self, consumer: KafkaConsumer) -> None:
-        """An idle service sent 50 empty fetches a second and took 12-16 % of a core (issue 33 item 4)."""
+        """An idle service sent 50 empty fetches a second and took 12-16 % of a core."""
         clock = Clock()
         pace = IdlePace(consumer, fetch_wait_ms=10, poll_timeout_ms=200, clock=clock)
         pace.polled(0)

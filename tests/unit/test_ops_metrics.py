@@ -83,7 +83,7 @@ class TestDashboard:
         assert named, "the dashboard names no governor series"
         assert sorted(named - exported) == []
 
-    def test_the_per_policy_values_the_issue_asks_for_are_on_it(self) -> None:
+    def test_the_per_policy_values_are_on_it(self) -> None:
         text = DASHBOARD.read_text()
         for wanted in ("ebplus_exclusive", "slai_delta_", "fleetopt_n_(short|long)_gpus", "governor_foreign_events"):
             assert wanted in text

@@ -6,7 +6,7 @@
 -- An offered version outside the bound is refused with an error: the caller checks it first.
 -- A stored value that is not a string, not a JSON object, or whose version is not a number inside the
 -- bound cannot be compared: it counts as absent and is overwritten, so one malformed key never blocks its
--- scope (issue 19) and a huge version (2^62, which doubles cannot tell from its neighbours) cannot freeze it.
+-- scope and a huge version (2^62, which doubles cannot tell from its neighbours) cannot freeze it.
 -- A history key of another type than a list is replaced the same way.
 local bound = tonumber(ARGV[6])
 local offered = tonumber(ARGV[1])

@@ -1,6 +1,6 @@
 """The policy service's stored state: apart from every engine's, and read once from the old layout after an upgrade.
 
-Issue 32 item 5: the service kept its state under the engines' layout ``gov:{dep}:est:{scope}:state``,
+Before the service-state namespace the service kept its state under the engines' layout ``gov:{dep}:est:{scope}:state``,
 so an engine named ``policy-config``, ``policy-ledger``, ``fleet-fleetopt`` or ``shadow-canary`` and the
 service overwrote each other. Every test runs on the in-memory store and on a Redis server of its own.
 """
@@ -176,7 +176,7 @@ class TestEnginesNamedLikeServiceState:
 
 
 class TestUpgradeFromTheOldLayout:
-    """A deployment upgraded from before issue 34 holds the service's state under ``gov:{dep}:est:{scope}:state``."""
+    """An upgraded deployment holds the service's state in the old layout, ``gov:{dep}:est:{scope}:state``."""
 
     def _upgraded(self, store: MemoryStore | RedisStore, states: dict[str, str], offset: int = 99) -> None:
         """Lay ``states`` out as the old release committed them, with the service's applied offset."""

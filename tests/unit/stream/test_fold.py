@@ -267,7 +267,7 @@ class TestInFlightCensoring:
         summary = estimates.summary()
         survival = summary.survival
         assert survival is not None
-        edges = survival.bin_edges_tokens  # every token as far as the bound allows (issue 31 item 3)
+        edges = survival.bin_edges_tokens  # every token as far as the bound allows
         assert (len(edges), edges[:5]) == (DEFAULT_MAX_SURVIVAL_EDGES, [0, 1, 2, 3, 4])
         assert _survival_at(survival, 3) == 1.0
         assert _survival_at(survival, 4) == pytest.approx(0.5)

@@ -1,4 +1,4 @@
-"""BF-IO's online self-check: the realised-imbalance judge and the hysteresis on the horizon (issue 31 item 4)."""
+"""BF-IO's online self-check: the realised-imbalance judge and the hysteresis on the horizon."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The fast solver's decisions are those of the solver before its rewrite (issue 13 item 5).
+"""The fast solver's decisions are those of the solver before its rewrite.
 
 ``data/solve_fast_decisions.json`` holds, per instance below, a digest of ``rank_of`` and the number of
 exchange moves that ``solve_fast`` returned at commit a24b0fc (before the incremental greedy state, the

@@ -135,7 +135,7 @@ def test_true_length_hints_make_h20_beat_h0_and_the_decay_weights_are_why() -> N
 def test_at_the_table_1_shape_true_lengths_give_h20_the_papers_margin_less_10_points() -> None:
     """G = 16, B = 72, 4G = 64 revealed at a time (the shape behind Table 1, spec 5.3), N = 60,000, seeds 1-5.
 
-    The paper's H = 20 is 1 - 1.65 / 2.92 = 43.5% below its H = 0; the issue asks at least that less 10
+    The paper's H = 20 is 1 - 1.65 / 2.92 = 43.5% below its H = 0; the target is at least that less 10
     points, 33.5%, over five seeds with their spread. Measured: H = 0 17,486 / 17,470 / 17,369 / 16,875 /
     17,819, H = 20 10,979 / 10,748 / 11,077 / 10,595 / 10,774 tokens, gains 37.2 / 38.5 / 36.2 / 37.2 /
     39.5% (mean 37.7%, sd 1.2 points). Asserted: the mean gain less two standard errors is at least 33.5%.

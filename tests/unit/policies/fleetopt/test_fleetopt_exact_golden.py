@@ -1,8 +1,8 @@
-"""Exact-mode plans on seeded random inputs against golden plans from the planner before issue 33 item 5.
+"""Exact-mode plans on seeded random inputs against golden plans from the planner before its compiled loop.
 
-Issue 33 item 5 made a new input share cheap: the per-length terms are summed by one compiled loop
-that keeps the running sums only at the lengths a sweep reads, instead of numpy tabulating every
-length. The plans must not move: ``fleetopt_exact_plans.json`` holds, for each case below, what the
+The compiled loop (policies/fleetopt/kernels.py) made a new input share cheap: the per-length terms are
+summed by one loop that keeps the running sums only at the lengths a sweep reads, instead of numpy
+tabulating every length. The plans must not move: ``fleetopt_exact_plans.json`` holds, for each case below, what the
 planner of commit 06dd389 returned: every point's (n_s, n_l), and the boundary (B, gamma*B), the
 calibrations, P99 TTFTs and cost of the chosen point, the baseline and a few sampled points. GPU
 counts, boundaries and flags must be equal, floats equal within 1e-9 relative (they are equal bit for
