@@ -235,11 +235,17 @@ class GovernorScheduler(Scheduler):
         """Run one stock ``schedule`` over the running requests ``keep`` accepts, admitting at most ``admit_seqs``.
 
         The hidden requests keep their KV and their place in ``running``; ``order`` may reorder the kept
-        ones (earliest deadline first) and ``token_budget`` lower the step's token budget.
+        ones (earliest deadline first) and ``token_budget`` lower the step's token budget. ``keep`` is
+        called once per request, and ``running``'s order is rebuilt only when something was hidden or
+        reordered: otherwise stock vLLM only appended admissions and removed preemptions, which keeps it.
         """
-        position = {id(request): index for index, request in enumerate(self.running)}
-        hidden = [request for request in self.running if not keep(request)]
-        kept = [request for request in self.running if keep(request)]
+        hidden: list[Request] = []
+        kept: list[Request] = []
+        for request in self.running:
+            (kept if keep(request) else hidden).append(request)
+        position: dict[int, int] | None = None
+        if hidden or order is not None:
+            position = {id(request): index for index, request in enumerate(self.running)}
         saved_active, saved_budget = self.max_num_active_reqs, self.max_num_scheduled_tokens
         self.running = order(kept) if order is not None else kept
         self.max_num_active_reqs = min(saved_active, len(self.running) + max(0, admit_seqs))
@@ -249,8 +255,9 @@ class GovernorScheduler(Scheduler):
             return super().schedule(throttle_prefills)
         finally:
             self.max_num_active_reqs, self.max_num_scheduled_tokens = saved_active, saved_budget
-            last = len(position)
-            self.running = sorted([*hidden, *self.running], key=lambda request: position.get(id(request), last))
+            if position is not None:
+                last = len(position)
+                self.running = sorted([*hidden, *self.running], key=lambda request: position.get(id(request), last))
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         """Count the batch while its requests still hold their state from before it, then let vLLM advance them.
