@@ -45,7 +45,7 @@ from services.cli.live import (
     stop_service,
     wait_until_consuming,
 )
-from services.cli.options import add_settings_flags, settings_from_args
+from services.cli.options import add_settings_flags, settings_from_args, settings_stack
 from services.engines.vllm.tiny_servers import SERVED_MODEL, tiny_model_dir, word_token_ids
 from services.fleet_run.client import Outcome, drive
 from services.fleet_run.ledger import RunLedger, ledger_lines, read_ledger
@@ -64,7 +64,7 @@ from services.fleet_run.report import ArmSummary, comparison_table, spread_table
 from services.fleet_run.workload import PlannedRequest, burst, workload
 from services.settings import Settings
 from services.sim.compare import FLEET_SCOPE
-from services.stack.launcher import StackState, stack_status, stack_up
+from services.stack.launcher import StackState, stack_status
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 
@@ -381,14 +381,7 @@ def run_up(args: argparse.Namespace) -> int:
     ledger: RunLedger | None = None
     started = time.monotonic()
     try:
-        state = stack_up(
-            settings.state_dir,
-            settings.redis_url,
-            None,
-            settings.kafka_timeout_s,
-            settings.redis_security(),
-            broker=settings.broker,
-        )
+        state = settings_stack(settings)
         settings = settings.model_copy(update={"redis_url": state.redis_url})
         print(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}", flush=True)
         policy_file = out_dir / "policy.toml"

@@ -21,6 +21,7 @@ from pathlib import Path
 from kafka import TopicPartition
 
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition
+from services.cli.options import settings_stack
 from services.kafka_factory import kafka_consumer
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -28,7 +29,7 @@ from services.settings import Settings
 from services.sim import ProgressSample, Scenario, run_live
 from services.sim.compare import PolicyChange, PolicyChangeRecorder, planned_gpus
 from services.sim.metrics import RunSummary
-from services.stack.launcher import StackState, stack_down, stack_up
+from services.stack.launcher import StackState, stack_down
 from services.store.redis_store import RedisStore
 
 SERVICES_READY_TIMEOUT_S = 60.0
@@ -181,14 +182,7 @@ def run_governed_live(
         shadows: ``NAME=CONFIG`` shadow policies the policy service decides beside the live one.
     """
     deployment = scenario.deployment
-    state = stack_up(
-        settings.state_dir,
-        settings.redis_url,
-        None,
-        settings.kafka_timeout_s,
-        settings.redis_security(),
-        broker=settings.broker,
-    )
+    state = settings_stack(settings)
     say(f"stack: kafka {state.kafka_bootstrap}, redis {state.redis_url}; deployment {deployment}")
     logs = {name: out_dir / f"{name}.log" for name in ("stream", "policy")}
     services = {

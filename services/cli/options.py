@@ -9,6 +9,7 @@ from typing import Any, Literal, Union, get_args, get_origin
 
 from services.logs import configure_logging
 from services.settings import Settings
+from services.stack.launcher import StackState, stack_up
 
 
 def add_settings_flags(parser: argparse.ArgumentParser, fields: Sequence[str]) -> None:
@@ -45,3 +46,15 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
     settings = Settings.load(vars(args))
     configure_logging(settings.log_format, settings.log_level)
     return settings
+
+
+def settings_stack(settings: Settings) -> StackState:
+    """The local stack in ``settings.state_dir``, started where missing, on the broker ``settings.broker`` names."""
+    return stack_up(
+        settings.state_dir,
+        settings.redis_url,
+        None,
+        settings.kafka_timeout_s,
+        settings.redis_security(),
+        broker=settings.broker,
+    )

@@ -90,7 +90,7 @@ from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
-from services.stream.state_checkpoints import stream_checkpoint_states
+from services.stream.state_checkpoints import write_stream_checkpoints
 from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
@@ -433,20 +433,14 @@ class FaustStreamProcessor:
 
     def _write_checkpoints(self) -> None:
         """Write each assigned partition's committed state to ``gov.checkpoints`` when the interval is up."""
-        if not self._checkpoints.due():
-            return
-        try:
-            states = stream_checkpoint_states(
-                self._store,
-                self._deployment,
-                sorted(self._view.assigned()),
-                self._view.partitions(TELEMETRY_TOPIC),
-                None,
-            )
-        except BackendUnavailableError as exc:
-            log.warning("checkpoint_failed", consumer=CONSUMER_NAME, error=str(exc)[:300])
-            return
-        self._checkpoints.write(states)
+        write_stream_checkpoints(
+            self._checkpoints,
+            self._store,
+            self._deployment,
+            self._view.assigned(),
+            partition_count=self._view.partitions(TELEMETRY_TOPIC),
+            topic_id=None,
+        )
 
     def _pace_fetches(self, *, idle: bool) -> None:
         """Let the consumer's fetches wait ``IDLE_FETCH_WAIT_MS`` while idle, the configured wait otherwise.

@@ -72,7 +72,7 @@ from services.stream.batch_size import BatchSizer
 from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
 from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
-from services.stream.state_checkpoints import stream_checkpoint_states
+from services.stream.state_checkpoints import write_stream_checkpoints
 from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
@@ -281,20 +281,14 @@ class StreamProcessor:
 
     def _write_checkpoints(self) -> None:
         """Write each assigned partition's committed state to ``gov.checkpoints`` when the interval is up."""
-        if not self._checkpoints.due():
-            return
-        try:
-            states = stream_checkpoint_states(
-                self._store,
-                self._deployment,
-                sorted(Partition(tp.topic, tp.partition) for tp in self._consumer.assignment()),
-                len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()),
-                self._log_view.topic_id(TELEMETRY_TOPIC),
-            )
-        except BackendUnavailableError as exc:
-            log.warning("checkpoint_failed", consumer=CONSUMER_NAME, error=str(exc)[:300])
-            return
-        self._checkpoints.write(states)
+        write_stream_checkpoints(
+            self._checkpoints,
+            self._store,
+            self._deployment,
+            (Partition(tp.topic, tp.partition) for tp in self._consumer.assignment()),
+            partition_count=len(self._consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()),
+            topic_id=self._log_view.topic_id(TELEMETRY_TOPIC),
+        )
 
     def _rejoin(self) -> None:
         """Give the assigned partitions back (committed first) and rejoin the group under a fresh member id.

@@ -12,11 +12,16 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Iterable
 
+import structlog
+
+from schemas.errors import BackendUnavailableError
 from schemas.names import Partition, estimate_key
-from services.checkpoints import PartitionState
+from services.checkpoints import CheckpointWriter, PartitionState
 from services.engine_partitions import engine_partition
 from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, SUMMARY_NAME
+
+log = structlog.get_logger(__name__)
 
 
 def stream_checkpoint_states(
@@ -48,3 +53,26 @@ def stream_checkpoint_states(
             values=store.load_values([estimate_key(deployment, engine, SUMMARY_NAME) for engine in scopes]),
         )
     return found
+
+
+def write_stream_checkpoints(
+    writer: CheckpointWriter,
+    store: Store,
+    deployment: str,
+    partitions: Iterable[Partition],
+    *,
+    partition_count: int,
+    topic_id: str | None,
+) -> None:
+    """Write the committed state of ``partitions`` with ``writer`` when its interval is up (after a commit).
+
+    Redis failing is logged and left to the next interval: a checkpoint never stops the fold.
+    """
+    if not writer.due():
+        return
+    try:
+        states = stream_checkpoint_states(store, deployment, sorted(partitions), partition_count, topic_id)
+    except BackendUnavailableError as exc:
+        log.warning("checkpoint_failed", consumer=CONSUMER_NAME, error=str(exc)[:300])
+        return
+    writer.write(states)
