@@ -6,7 +6,7 @@ bookkeeping (arrival, first token, token gaps, preemptions), builds the schema e
 validating constructors and hands them to a ``TelemetrySink`` (the non-blocking Kafka publisher in
 production). It is thread-safe: an engine's step loop and its heartbeat thread share one ``seq``.
 
-Event building is kept off the engine's step path (issue 35 item 6): a stream made ``deferred`` only
+Event building is kept off the engine's step path: a stream made ``deferred`` only
 appends each call's raw numbers to a deque (``collections.deque.append`` is atomic, so the step loop
 takes no lock and shares nothing else with other threads), and the bookkeeping, the pydantic events
 and the hand-over to the sink happen when the stream is drained, by the publisher's own thread

@@ -25,7 +25,7 @@ and the KV manager see nothing new. Policies are read from the ``PolicyClient`` 
 goes to a bounded queue: no step ever waits on Redis or Kafka (DESIGN principle 5). Each new document
 version is acknowledged with ``policy.applied``.
 
-What runs on the step path is kept to reading the engine (issue 35 item 6): the step's raw numbers
+What runs on the step path is kept to reading the engine: the step's raw numbers
 (the batch's counts, each output's id, token count and finish reason, queue and KV sizes) go to the
 engine's deferred ``EngineStream`` as one record per call, and the request bookkeeping, the
 ``StepCounts``, the validated events and their encoding are done by the publisher's thread

@@ -2,7 +2,7 @@
 
 The golden file was written by the stream as it was when every event was built on the caller's
 thread (commit e493519), but for its two step reports' ``scheduler_mode``: ``MB`` rather than ``mb``
-since issue 32 spelt EB+'s modes one way (``EbplusMode``). The deferred stream builds them on the
+since EB+'s modes were spelt one way (``EbplusMode``). The deferred stream builds them on the
 thread that drains it (the publisher's, in an engine) and must give the same bytes, as must the
 synchronous stream.
 """
