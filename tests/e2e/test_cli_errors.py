@@ -15,31 +15,11 @@ import pytest
 from services.cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from services.cli.main import COMMANDS, build_parser
 from services.replay.files import write_events
+from tests.e2e.cli import ROOT, governor, one_error_line
 from tests.unit.stream.synthetic import synthetic_stream
 
-ROOT = Path(__file__).resolve().parents[2]
 DEAD_KAFKA = "127.0.0.1:1"
 DEAD_REDIS = "redis://127.0.0.1:1/0"
-
-
-def governor(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "services.cli", *args],
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
-
-
-def one_error_line(result: subprocess.CompletedProcess[str]) -> str:
-    """The last stderr line, after checking it is the only error line and that no traceback was printed."""
-    assert "Traceback" not in result.stderr
-    errors = [line for line in result.stderr.splitlines() if line.startswith("governor: ")]
-    assert len(errors) == 1, result.stderr
-    assert result.stderr.splitlines()[-1] == errors[0]
-    return errors[0]
 
 
 class TestBackendsThatDoNotAnswer:

@@ -9,7 +9,7 @@ import pytest
 
 from services.cli.errors import EXIT_BAD_INPUT
 from services.stack.launcher import StackState
-from tests.e2e.test_cli_errors import governor, one_error_line
+from tests.e2e.cli import governor, one_error_line
 
 pytestmark = pytest.mark.integration
 

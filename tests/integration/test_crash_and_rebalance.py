@@ -7,17 +7,14 @@ the summaries in Redis must equal it exactly.
 
 from __future__ import annotations
 
-import json
 import signal
 from pathlib import Path
 
 import pytest
 
-from schemas.policy_docs.base import SourceOffset
-from services.policy.specs import default_registry
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
-from services.stream.fold import Folder
+from tests.integration.decision_streams import folded_summaries
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
 from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import synthetic_stream
@@ -25,22 +22,11 @@ from tests.unit.stream.synthetic import synthetic_stream
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 
 
-def _expected(events: list, deployment: str) -> dict[str, object]:
-    folder = Folder(deployment, default_registry())
-    for offset, event in enumerate(events):
-        folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset))
-    return {engine: json.loads(folder.summary_json(engine)) for engine in sorted(folder.engines)}
-
-
-def _publish(stack: StackState, events: list) -> None:
-    publish_all(stack.kafka_bootstrap, events)
-
-
 def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_estimates(
     stack: StackState, deployment: str, tmp_path: Path
 ) -> None:
     events = synthetic_stream(engines=4, requests=8000, deployment=deployment, seed=3)
-    _publish(stack, events)
+    publish_all(stack.kafka_bootstrap, events)
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     first = start_stream(stack, deployment, tmp_path / "first.log")
     wait_until(lambda: applied_total(store) > 0, 60.0, "the first processor to commit a batch")
@@ -51,7 +37,7 @@ def test_sigkill_mid_stream_then_restart_gives_the_uninterrupted_estimates(
     second = start_stream(stack, deployment, tmp_path / "second.log", idle_exit_s=5.0)
     assert second.wait(timeout=180) == 0
     engines = sorted({e.engine_id for e in events})
-    assert summaries(store, deployment, engines) == _expected(events, deployment)
+    assert summaries(store, deployment, engines) == folded_summaries(events, deployment)
     store.close()
 
 
@@ -60,12 +46,12 @@ def test_a_second_processor_that_joins_and_dies_loses_and_doubles_nothing(
 ) -> None:
     events = synthetic_stream(engines=8, requests=6000, deployment=deployment, seed=4)
     half = len(events) // 2
-    _publish(stack, events[:half])
+    publish_all(stack.kafka_bootstrap, events[:half])
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     survivor = start_stream(stack, deployment, tmp_path / "survivor.log", idle_exit_s=100.0)
     wait_until(lambda: applied_total(store) > 0, 60.0, "the first processor to commit a batch")
     joiner = start_stream(stack, deployment, tmp_path / "joiner.log")
-    _publish(stack, events[half:])
+    publish_all(stack.kafka_bootstrap, events[half:])
     wait_until(
         lambda: b"partitions_assigned" in (tmp_path / "joiner.log").read_bytes(),
         60.0,
@@ -74,7 +60,7 @@ def test_a_second_processor_that_joins_and_dies_loses_and_doubles_nothing(
     joiner.send_signal(signal.SIGKILL)
     joiner.wait(timeout=10)
     engines = sorted({e.engine_id for e in events})
-    expected = _expected(events, deployment)
+    expected = folded_summaries(events, deployment)
     wait_until(
         lambda: summaries(store, deployment, engines) == expected,
         150.0,

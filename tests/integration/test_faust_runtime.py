@@ -33,8 +33,9 @@ from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.batches import SUMMARY_NAME
 from services.stream.faust_runtime import FaustStreamProcessor
+from tests.integration.decision_streams import folded_summaries
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
-from tests.integration.test_crash_and_rebalance import _expected, _publish
+from tests.integration.publishing import publish_all
 from tests.unit.stream.synthetic import restart_case, synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
@@ -141,7 +142,7 @@ def test_both_runtimes_fold_the_same_records_to_identical_redis_state_snapshots_
     assert store.flush_deployment() > 0
     _fold_until_idle(stack, deployment, tmp_path / "faust.log", "faust")
 
-    assert kafka_summaries == _expected(events, deployment)
+    assert kafka_summaries == folded_summaries(events, deployment)
     assert summaries(store, deployment, engines) == kafka_summaries
     assert store.load_states("stream", engines) == kafka_states
     assert store.applied_offsets("stream") == kafka_offsets
@@ -166,7 +167,7 @@ def test_a_faust_worker_killed_mid_stream_then_restarted_gives_the_uninterrupted
     stack: StackState, deployment: str, tmp_path: Path
 ) -> None:
     events = synthetic_stream(engines=4, requests=5000, deployment=deployment, seed=5)
-    _publish(stack, events)
+    publish_all(stack.kafka_bootstrap, events)
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     first = start_stream(stack, deployment, tmp_path / "first.log", runtime="faust")
     wait_until(lambda: applied_total(store) > 0, 90.0, "the first faust worker to commit a batch")
@@ -177,7 +178,7 @@ def test_a_faust_worker_killed_mid_stream_then_restarted_gives_the_uninterrupted
     assert second.wait(timeout=180) == 0
     assert _folded(second_log) > 0
     engines = sorted({e.engine_id for e in events})
-    assert summaries(store, deployment, engines) == _expected(events, deployment)
+    assert summaries(store, deployment, engines) == folded_summaries(events, deployment)
     store.close()
 
 
@@ -187,16 +188,16 @@ def test_a_faust_worker_stopped_past_its_session_timeout_resumes_without_doublin
     """Tansu evicts a silent member after about 60 s, not the session timeout; on Kafka this pause is a rejoin."""
     events = synthetic_stream(engines=4, requests=5000, deployment=deployment, seed=6)
     half = len(events) // 2
-    _publish(stack, events[:half])
+    publish_all(stack.kafka_bootstrap, events[:half])
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     worker = start_stream(stack, deployment, tmp_path / "worker.log", idle_exit_s=60.0, runtime="faust")
     wait_until(lambda: applied_total(store) > 0, 90.0, "the faust worker to commit a batch")
     worker.send_signal(signal.SIGSTOP)
-    _publish(stack, events[half:])
+    publish_all(stack.kafka_bootstrap, events[half:])
     time.sleep(LOCAL_BROKER_TIMEOUTS.session_timeout_ms / 1000.0 + 3.0)
     worker.send_signal(signal.SIGCONT)
     engines = sorted({e.engine_id for e in events})
-    expected = _expected(events, deployment)
+    expected = folded_summaries(events, deployment)
     wait_until(lambda: summaries(store, deployment, engines) == expected, 150.0, "the worker to fold every event once")
     worker.send_signal(signal.SIGTERM)
     assert worker.wait(timeout=30) == 0
@@ -210,7 +211,7 @@ def test_two_faust_workers_share_the_stream_and_rebalances_lose_and_double_nothi
     events = synthetic_stream(engines=8, requests=4500, deployment=deployment, seed=8)
     third = len(events) // 3
     engines = sorted({e.engine_id for e in events})
-    _publish(stack, events[:third])
+    publish_all(stack.kafka_bootstrap, events[:third])
     store = RedisStore.from_url(stack.redis_url, deployment, 5.0)
     survivor = start_stream(stack, deployment, tmp_path / "survivor.log", idle_exit_s=100.0, runtime="faust")
     joiner = None
@@ -223,14 +224,14 @@ def test_two_faust_workers_share_the_stream_and_rebalances_lose_and_double_nothi
             90.0,
             "the second faust worker to get partitions",
         )
-        _publish(stack, events[third : 2 * third])
-        two_thirds = _expected(events[: 2 * third], deployment)
+        publish_all(stack.kafka_bootstrap, events[third : 2 * third])
+        two_thirds = folded_summaries(events[: 2 * third], deployment)
         wait_until(lambda: summaries(store, deployment, engines) == two_thirds, 150.0, "the two workers to fold 2/3")
         joiner.send_signal(signal.SIGTERM)
         assert joiner.wait(timeout=30) == 0
         assert _folded(joiner_log) > 0
-        _publish(stack, events[2 * third :])
-        expected = _expected(events, deployment)
+        publish_all(stack.kafka_bootstrap, events[2 * third :])
+        expected = folded_summaries(events, deployment)
         wait_until(
             lambda: summaries(store, deployment, engines) == expected,
             150.0,

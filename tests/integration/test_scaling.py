@@ -30,8 +30,8 @@ from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.processes import applied_total, start_service, summaries, wait_until
+from tests.unit.stream.fakes import Record
 from tests.unit.stream.synthetic import synthetic_stream
-from tests.unit.stream.test_batches import Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

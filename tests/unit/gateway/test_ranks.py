@@ -23,7 +23,7 @@ from services.gateway.telemetry import GatewayTelemetry
 from services.gateway.upstreams import InFlight, Upstream, UpstreamRegistry
 from services.sdk.protocol import ListSink, StaticPolicySource
 from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
-from tests.unit.gateway.test_reported_load import step
+from tests.unit.gateway.steps import step
 from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
 IntArray = npt.NDArray[np.int64]

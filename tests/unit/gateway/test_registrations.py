@@ -6,7 +6,7 @@ from schemas.engines import EngineRegistered, Heartbeat
 from schemas.events import encode_event
 from schemas.requests import RequestFirstToken
 from services.gateway.registrations import feed_events
-from tests.unit.gateway.test_reported_load import step
+from tests.unit.gateway.steps import step
 
 ENVELOPE = {"ts": 5.0, "engine_id": "e0", "seq": 0}
 

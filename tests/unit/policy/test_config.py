@@ -10,9 +10,6 @@ from policies.ebplus import EbplusParams
 from policies.fleetopt import PlannerMode
 from policies.slai import TierSlo
 from schemas.errors import InvalidInputError
-from schemas.estimates import LastStep
-from schemas.policy_docs.base import SourceOffset
-from schemas.records import EstimateSnapshot
 from services.policy.config import (
     AppliesTo,
     config_digest,
@@ -26,7 +23,7 @@ from services.policy.decisions import DecisionMaker
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.triggers import EveryEvents, EverySeconds
-from tests.fixtures import synthetic_engine_summary
+from tests.unit.policy.snapshots import registered_admission_snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "ops" / "config" / "policy.example.toml"
 
@@ -138,30 +135,6 @@ class TestAppliesTo:
         assert not AppliesTo(engines=[]).matches("any", model=None, scheduler=None)
 
 
-def _admission_snapshot(scope: str, **registered: str) -> EstimateSnapshot:
-    """An admission snapshot of a real folded summary with a busy queue and the registration's fields changed."""
-    summary = synthetic_engine_summary()
-    assert summary.engine is not None
-    busy = LastStep(running_requests=20, waiting_requests=4, kv_use_frac=0.5, kv_capacity_tokens=1_000_000)
-    return EstimateSnapshot(
-        deployment="dep",
-        scope=scope,
-        snapshot_id=f"sha256:{scope}",
-        version=1,
-        ts=10.0,
-        trigger="admission:every 5s",
-        offsets=[SourceOffset(topic="t", partition=0, offset=1)],
-        estimates=summary.model_copy(
-            update={
-                "engine": summary.engine.model_copy(update=registered),
-                "last_step": busy,
-                "arrival_rate_short_per_s": 2.0,
-                "completion_rate_short_per_s": 2.0,
-            }
-        ),
-    )
-
-
 class TestAppliesToFromRegistration:
     def test_the_policy_service_decides_only_for_engines_the_config_selects(self, tmp_path: Path) -> None:
         text = '[admission]\napplies_to = { engines = ["prod-*"], models = ["qwen3-*"] }\n'
@@ -169,17 +142,17 @@ class TestAppliesToFromRegistration:
         store = MemoryStore()
         maker = DecisionMaker(default_registry(), store)
         maker.configure(config_policy_set(data, source="x", fleet_slot_s=60.0))
-        decided = maker.on_snapshot(_admission_snapshot("prod-0", model="qwen3-8b", scheduler="ebplus"))
+        decided = maker.on_snapshot(registered_admission_snapshot("prod-0", model="qwen3-8b", scheduler="ebplus"))
         assert [(r.scope, r.accepted, r.config) for r in decided.records] == [("prod-0", True, config_digest(data))]
-        other_model = maker.on_snapshot(_admission_snapshot("prod-1", model="llama-3-70b"))
-        other_id = maker.on_snapshot(_admission_snapshot("dev-0", model="qwen3-8b"))
+        other_model = maker.on_snapshot(registered_admission_snapshot("prod-1", model="llama-3-70b"))
+        other_id = maker.on_snapshot(registered_admission_snapshot("dev-0", model="qwen3-8b"))
         assert other_model.records == other_id.records == []
         assert maker.skipped["not_applicable"] == 2
         assert store.get_policy("admission", "dev-0") is None
 
     def test_without_a_config_every_engine_is_decided(self) -> None:
         maker = DecisionMaker(default_registry(), MemoryStore())
-        handled = maker.on_snapshot(_admission_snapshot("dev-0", model="m"))
+        handled = maker.on_snapshot(registered_admission_snapshot("dev-0", model="m"))
         assert [(r.scope, r.config) for r in handled.records] == [("dev-0", None)]
 
 

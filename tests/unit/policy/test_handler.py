@@ -7,7 +7,6 @@ what it is given; the integration tests run the same code against the broker and
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass, field
 
 import pytest
 import structlog
@@ -36,35 +35,12 @@ from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
+from tests.unit.policy.fakes import ListSink, Record
+from tests.unit.stream.fakes import Consumer, KeptProducer
+from tests.unit.stream.fakes import Record as TelemetryRecordStub
 from tests.unit.stream.synthetic import synthetic_stream
-from tests.unit.stream.test_batches import Consumer, KeptProducer
-from tests.unit.stream.test_batches import Record as TelemetryRecordStub
 
 SUMMARY = synthetic_engine_summary()
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A consumed record of ``gov.estimates``."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass
-class ListSink:
-    """Keeps every (topic, value) the handler sends."""
-
-    sent: list[tuple[str, bytes]] = field(default_factory=list)
-
-    def send(self, topic: str, key: bytes | None, value: bytes) -> None:
-        self.sent.append((topic, value))
-
-    def on(self, topic: str) -> list[bytes]:
-        return [value for sent_topic, value in self.sent if sent_topic == topic]
 
 
 def _handler(store: MemoryStore, sink: ListSink) -> PolicyHandler:

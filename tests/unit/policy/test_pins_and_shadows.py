@@ -18,7 +18,7 @@ from services.policy.pins import parse_assignment, pinned_document
 from services.policy.shadow import ShadowPolicy
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
-from tests.unit.policy.test_config import _admission_snapshot
+from tests.unit.policy.snapshots import registered_admission_snapshot
 
 
 class HeldPins:
@@ -33,7 +33,7 @@ class HeldPins:
 
 def _decided(store: MemoryStore) -> AdmissionPolicy:
     maker = DecisionMaker(default_registry(), store)
-    maker.on_snapshot(_admission_snapshot("eng-0", model="qwen3-8b"))
+    maker.on_snapshot(registered_admission_snapshot("eng-0", model="qwen3-8b"))
     raw = store.get_policy("admission", "eng-0")
     assert raw is not None
     return AdmissionPolicy.model_validate_json(raw)
@@ -81,13 +81,13 @@ class TestPolicyServiceUnderAPin:
         store = MemoryStore()
         pins = HeldPins()
         maker = DecisionMaker(default_registry(), store, pins=pins)
-        maker.on_snapshot(_admission_snapshot("eng-0", model="qwen3-8b"))
+        maker.on_snapshot(registered_admission_snapshot("eng-0", model="qwen3-8b"))
         current = AdmissionPolicy.model_validate_json(store.get_policy("admission", "eng-0") or "")
         pinned = pinned_document(current, AdmissionPolicy, {"admit_fraction": 0.1}, event_time_s=10.0, for_s=60.0)
         pins.held.add(("admission", "eng-0"))
         assert store.put_policy("admission", "eng-0", pinned.version, pinned.model_dump_json())
 
-        later = _admission_snapshot("eng-0", model="qwen3-8b").model_copy(
+        later = registered_admission_snapshot("eng-0", model="qwen3-8b").model_copy(
             update={"version": 2, "snapshot_id": "sha256:2"}
         )
         held = maker.on_snapshot(later).records
@@ -96,7 +96,7 @@ class TestPolicyServiceUnderAPin:
         assert stored.payload.admit_fraction == 0.1
 
         pins.held.clear()
-        again = _admission_snapshot("eng-0", model="qwen3-8b").model_copy(
+        again = registered_admission_snapshot("eng-0", model="qwen3-8b").model_copy(
             update={"version": 3, "snapshot_id": "sha256:3"}
         )
         released = maker.on_snapshot(again).records
@@ -114,7 +114,7 @@ class TestShadowPolicy:
         store = MemoryStore()
         live = DecisionMaker(default_registry(), store)
         shadow = self._shadow(tmp_path)
-        snapshot = _admission_snapshot("eng-0", model="qwen3-8b")
+        snapshot = registered_admission_snapshot("eng-0", model="qwen3-8b")
         live_records = live.on_snapshot(snapshot).records
         shadow_records = shadow.on_snapshot(snapshot, [])
         assert [(r.shadow, r.accepted, r.version) for r in shadow_records] == [("candidate", False, 1)]
@@ -131,7 +131,7 @@ class TestShadowPolicy:
         shadow = self._shadow(tmp_path)
         records: list[DecisionRecord] = []
         for n in range(3):
-            snapshot = _admission_snapshot(f"eng-{n}", model="qwen3-8b")
+            snapshot = registered_admission_snapshot(f"eng-{n}", model="qwen3-8b")
             records += live.on_snapshot(snapshot).records
             if n < 2:
                 records += shadow.on_snapshot(snapshot, [])

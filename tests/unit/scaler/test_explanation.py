@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from services.scaler.explanation import explain_action
 from tests.unit.scaler.plans import fleetopt_plan
-from tests.unit.scaler.test_service import Rig, scaler_config
+from tests.unit.scaler.rig import Rig, scaler_config
 
 
 class TestExplainAction:

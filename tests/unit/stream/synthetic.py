@@ -10,7 +10,7 @@ import numpy as np
 
 from schemas.engines import EngineRegistered
 from schemas.events import Event
-from schemas.requests import RequestArrived, RequestFinished
+from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 
 
@@ -120,3 +120,54 @@ def restart_case(deployment: str) -> tuple[list[Event], list[Event], Event, Even
     future = first[-1].model_copy(update={"ts": first[-1].ts + 700.0, "event_id": "from-the-future"})
     stale = first[-1].model_copy(update={"event_id": "old-epoch", "ts": restarted[5].ts})
     return first, restarted, future, stale
+
+
+def long_requests_still_running() -> list[Event]:
+    """40 requests start together; the 20 short ones finish at 4 tokens, the 20 long ones are still
+    running after 60 decode steps (their true lengths are 1,000 tokens)."""
+    seq = 0
+
+    def envelope(ts: float) -> dict[str, object]:
+        nonlocal seq
+        seq += 1
+        return {"event_id": f"e{seq}", "ts": ts, "deployment": "dep", "engine_id": "eng-0", "seq": seq}
+
+    events: list[Event] = []
+    ids = [f"r{i}" for i in range(40)]
+    for request_id in ids:
+        events.append(RequestArrived(request_id=request_id, prompt_tokens=100, **envelope(0.0)))
+    running = set(ids)
+    for step in range(61):
+        ts = 0.01 * (step + 1)
+        for request_id in ids if step == 0 else ():
+            events.append(RequestFirstToken(request_id=request_id, ttft_s=ts, **envelope(ts)))
+        for request_id in ids[:20] if step == 3 else ():
+            running.discard(request_id)
+            events.append(
+                RequestFinished(
+                    request_id=request_id,
+                    prompt_tokens=100,
+                    output_tokens=4,
+                    finish_reason="stop",
+                    arrived_ts=0.0,
+                    **envelope(ts),
+                )
+            )
+        prefill = 4000 if step == 0 else 0
+        events.append(
+            StepReport(
+                step_id=step,
+                duration_s=0.01,
+                batch_kind="prefill" if step == 0 else "decode",
+                num_prefill_requests=40 if step == 0 else 0,
+                sum_prefill_tokens=prefill,
+                num_decode_requests=0 if step == 0 else len(running) + (20 if step == 3 else 0),
+                sum_decode_kv_tokens=0 if step == 0 else 100 * len(running),
+                num_running=len(running),
+                num_waiting=0,
+                kv_blocks_used=10,
+                kv_blocks_total=1000,
+                **envelope(ts),
+            )
+        )
+    return events

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import pytest
 import structlog.testing
-from kafka.errors import KafkaTimeoutError
 
 from schemas.errors import BackendUnavailableError
 from schemas.estimates import EngineSummary, FleetContribution
@@ -33,64 +32,8 @@ from services.stream.batches import (
     TelemetryBatches,
 )
 from services.stream.fleet import FleetAggregator
+from tests.unit.stream.fakes import Consumer, KeptProducer, Record, Sent
 from tests.unit.stream.synthetic import synthetic_stream
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A consumed record as both runtimes hand it over."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
-
-
-@dataclass(frozen=True, slots=True)
-class Sent:
-    """A send's future, already completed: delivered, or failed with ``exception``."""
-
-    exception: Exception | None = None
-
-    def succeeded(self) -> bool:
-        return self.exception is None
-
-
-@dataclass
-class KeptProducer:
-    """Keeps every (topic, value) sent; ``flush`` delivers nothing further; ``failing`` fails every send."""
-
-    sent: list[tuple[str, bytes]] = field(default_factory=list)
-    failing: bool = False
-
-    def send(self, topic: str, key: bytes | None, value: bytes) -> Sent:
-        self.sent.append((topic, value))
-        return Sent(KafkaTimeoutError("broker gone") if self.failing else None)
-
-    def flush(self, timeout: float) -> None:
-        return None
-
-
-@dataclass
-class Consumer:
-    """A consumer holding partition 0 (or ``partitions``) of the telemetry topic; remembers rewinds.
-
-    ``ends`` are the partitions' high watermarks as the last fetch reported them (none: not fetched).
-    """
-
-    rewinds: list[dict[Partition, int]] = field(default_factory=list)
-    partitions: tuple[int, ...] = (0,)
-    ends: dict[int, int] = field(default_factory=dict)
-
-    def assigned(self) -> list[Partition]:
-        return [(TELEMETRY_TOPIC, p) for p in self.partitions]
-
-    def highwater(self, partition: Partition) -> int | None:
-        return self.ends.get(partition[1])
-
-    def rewind(self, positions: dict[Partition, int]) -> None:
-        self.rewinds.append(positions)
 
 
 def _records(deployment: str, requests: int = 60) -> list[Record]:

@@ -22,8 +22,7 @@ from services.replay.offline import OfflineControlPlane
 from services.stream.estimates import EngineEstimates
 from services.stream.event_guard import Admission, EventGuard, GuardLimits
 from services.stream.fold import Folder
-from tests.unit.stream.synthetic import synthetic_stream
-from tests.unit.stream.test_fold import _long_requests_still_running
+from tests.unit.stream.synthetic import long_requests_still_running, synthetic_stream
 
 AT = SourceOffset(topic="t", partition=0, offset=0)
 GUARD_COUNTS = {"duplicate_events", "seq_gaps", "seq_missing_events", "restarts"}
@@ -133,7 +132,7 @@ class TestSeq:
     def test_a_restart_censors_the_old_generations_running_requests_and_finishes_none(self) -> None:
         """20 requests are running at 61 tokens when the engine restarts (epoch 0 -> 1, seq back to 0)."""
         estimates = EngineEstimates("eng-0")
-        events = _long_requests_still_running()
+        events = long_requests_still_running()
         for event in events:
             estimates.admit(event)
             estimates.fold(event)

@@ -15,13 +15,13 @@ from schemas.envelope import Envelope
 from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
-from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
+from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 from services.policy.specs import default_registry
 from services.policy.wiring.summary import engine_summary
 from services.stream.estimates import EngineEstimates
 from services.stream.fold import Folder
-from tests.unit.stream.synthetic import synthetic_stream
+from tests.unit.stream.synthetic import long_requests_still_running, synthetic_stream
 
 
 def _fold_all(folder: Folder, events: list) -> list:
@@ -150,7 +150,7 @@ class TestEngineEstimates:
 def _steady_engine_stream(*, slots: int, steps: int, seed: int) -> list[Event]:
     """An engine that keeps ``slots`` requests decoding, one token a step, and starts a new request in
     each finished one's place; outputs of 4, 40 or 400 tokens with probability 0.5, 0.3, 0.2. Per step:
-    the first tokens, then the finishes, then the step report, as ``_long_requests_still_running``."""
+    the first tokens, then the finishes, then the step report, as ``long_requests_still_running``."""
     rng = random.Random(seed)
     seq = itertools.count(1)
 
@@ -200,57 +200,6 @@ def _steady_engine_stream(*, slots: int, steps: int, seed: int) -> list[Event]:
     return events
 
 
-def _long_requests_still_running() -> list[Event]:
-    """40 requests start together; the 20 short ones finish at 4 tokens, the 20 long ones are still
-    running after 60 decode steps (their true lengths are 1,000 tokens)."""
-    seq = 0
-
-    def envelope(ts: float) -> dict[str, object]:
-        nonlocal seq
-        seq += 1
-        return {"event_id": f"e{seq}", "ts": ts, "deployment": "dep", "engine_id": "eng-0", "seq": seq}
-
-    events: list[Event] = []
-    ids = [f"r{i}" for i in range(40)]
-    for request_id in ids:
-        events.append(RequestArrived(request_id=request_id, prompt_tokens=100, **envelope(0.0)))
-    running = set(ids)
-    for step in range(61):
-        ts = 0.01 * (step + 1)
-        for request_id in ids if step == 0 else ():
-            events.append(RequestFirstToken(request_id=request_id, ttft_s=ts, **envelope(ts)))
-        for request_id in ids[:20] if step == 3 else ():
-            running.discard(request_id)
-            events.append(
-                RequestFinished(
-                    request_id=request_id,
-                    prompt_tokens=100,
-                    output_tokens=4,
-                    finish_reason="stop",
-                    arrived_ts=0.0,
-                    **envelope(ts),
-                )
-            )
-        prefill = 4000 if step == 0 else 0
-        events.append(
-            StepReport(
-                step_id=step,
-                duration_s=0.01,
-                batch_kind="prefill" if step == 0 else "decode",
-                num_prefill_requests=40 if step == 0 else 0,
-                sum_prefill_tokens=prefill,
-                num_decode_requests=0 if step == 0 else len(running) + (20 if step == 3 else 0),
-                sum_decode_kv_tokens=0 if step == 0 else 100 * len(running),
-                num_running=len(running),
-                num_waiting=0,
-                kv_blocks_used=10,
-                kv_blocks_total=1000,
-                **envelope(ts),
-            )
-        )
-    return events
-
-
 def _survival_at(survival: SurvivalSummary, n_tokens: int) -> float:
     """S(n) of a published table: the value at the last edge <= n (a right-continuous step function)."""
     index = bisect.bisect_right(survival.bin_edges_tokens, n_tokens)
@@ -262,7 +211,7 @@ class TestInFlightCensoring:
         """Finished-only, S(n) = 0 from 4 tokens on; with the 20 running requests censored at age 61,
         Kaplan-Meier gives S(n) = 1/2 for 4 <= n < 61 (20 of 40 finished at 4, none after)."""
         estimates = EngineEstimates("eng-0")
-        for event in _long_requests_still_running():
+        for event in long_requests_still_running():
             estimates.fold(event)
         summary = estimates.summary()
         survival = summary.survival
@@ -295,12 +244,12 @@ class TestInFlightCensoring:
     def test_ages_are_the_decode_steps_since_the_first_token(self) -> None:
         """The 60 decode steps after the prefill step each decoded every running request: age 1 + 60."""
         estimates = EngineEstimates("eng-0")
-        for event in _long_requests_still_running():
+        for event in long_requests_still_running():
             estimates.fold(event)
         assert estimates.in_flight.ages_tokens() == (61,) * 20
 
     def test_in_flight_state_round_trips(self) -> None:
-        events = _long_requests_still_running()
+        events = long_requests_still_running()
         whole = EngineEstimates("eng-0")
         half = EngineEstimates("eng-0")
         for event in events[: len(events) // 2]:
