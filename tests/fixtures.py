@@ -16,7 +16,7 @@ from services.replay.offline import OfflineControlPlane
 from services.replay.replay import replay_offline
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 
 def recorded_sim_stream(

@@ -56,7 +56,7 @@ from services.fleet_run.client import read_completion_stream
 from services.gateway import Gateway
 from services.sdk.protocol import StaticPolicySource
 from services.stack.processes import free_port
-from tests.unit.gateway.upstream_stub import gateway_config, running_gateway
+from services.testing.upstream import gateway_config, running_gateway
 
 BALANCERS = ("bfio", "jsq_load", "vllm_score", "round_robin")
 GROUP = "dp"

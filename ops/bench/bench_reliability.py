@@ -53,7 +53,7 @@ from services.settings import Settings
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 ROOT = Path(__file__).resolve().parents[2]
 PARTS = ("crashes", "rates", "soak")

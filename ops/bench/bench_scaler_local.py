@@ -53,7 +53,7 @@ from services.scaler.gateway_admin import GatewayAdmin
 from services.scaler.local_engines import LocalEngineConnector
 from services.sdk.protocol import StaticPolicySource
 from services.stack.processes import free_port
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 
 ADMIN_TOKEN = "bench-scaler-local"
 

@@ -15,8 +15,8 @@ import pytest
 from services.cli.errors import EXIT_BAD_INPUT, EXIT_UNAVAILABLE
 from services.cli.main import COMMANDS, build_parser
 from services.replay.files import write_events
+from services.testing.streams import synthetic_stream
 from tests.e2e.cli import ROOT, governor, one_error_line
-from tests.unit.stream.synthetic import synthetic_stream
 
 DEAD_KAFKA = "127.0.0.1:1"
 DEAD_REDIS = "redis://127.0.0.1:1/0"

@@ -11,7 +11,7 @@ from services.cli.main import main
 from services.policy.specs import default_registry
 from services.replay.files import write_events
 from services.replay.replay import replay_offline
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 
 def test_offline_replay_as_another_deployment_makes_the_same_decisions_under_the_new_name(

@@ -32,6 +32,7 @@ from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.decision_streams import (
     folded_snapshots,
     folded_summaries,
@@ -42,7 +43,6 @@ from tests.integration.decision_streams import (
 )
 from tests.integration.processes import applied_total, start_service, start_stream, summaries, wait_until
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

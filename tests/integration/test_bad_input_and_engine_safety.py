@@ -30,8 +30,8 @@ from services.stack.processes import free_port, stop
 from services.store.redis_store import RedisStore
 from services.stream.batches import SUMMARY_NAME, UNADMITTED_RETENTION_S
 from services.stream.processor import StreamProcessor
+from services.testing.streams import restart_case, synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
-from tests.unit.stream.synthetic import restart_case, synthetic_stream
 
 pytestmark = pytest.mark.integration
 

@@ -14,10 +14,10 @@ import pytest
 
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
+from services.testing.streams import synthetic_stream
 from tests.integration.decision_streams import folded_summaries
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -33,10 +33,10 @@ from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.batches import SUMMARY_NAME
 from services.stream.faust_runtime import FaustStreamProcessor
+from services.testing.streams import restart_case, synthetic_stream
 from tests.integration.decision_streams import folded_summaries
 from tests.integration.processes import applied_total, start_stream, summaries, wait_until
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import restart_case, synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -22,8 +22,8 @@ import pytest
 
 from services.sdk.protocol import StaticPolicySource
 from services.stack.processes import free_port
+from services.testing.upstream import RunningGateway, gateway_config, running_gateway
 from tests.unit.gateway.documents import fleetopt_plan
-from tests.unit.gateway.upstream_stub import RunningGateway, gateway_config, running_gateway
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)

@@ -3,7 +3,7 @@
 The gateway is built as ``governor gateway`` builds it (services/gateway/service.py): its upstreams come from
 ``engine.registered`` events read off ``gov.telemetry`` by ``RegistrationFeed``, its documents from Redis
 through the SDK's ``PolicyClient``. The upstreams are the in-process stub servers of the gateway's unit tests
-(tests/unit/gateway/upstream_stub.py): what is checked here is the control plane's hold on the route, which
+(services/testing/upstream.py): what is checked here is the control plane's hold on the route, which
 no real model output bears on. A FleetOpt plan is written the way the policy service writes one (the store's
 compare-and-set, announced on the updates channel); the BF-IO bundle of a DP group is decided by the real
 stream processor and policy service from the ranks' own registrations and heartbeats.
@@ -38,10 +38,10 @@ from services.settings import KafkaSecurity
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.upstream import SignalSink, StubUpstream, gateway_config, upstreams
 from tests.integration.processes import running_in_thread
 from tests.integration.publishing import publish_all
 from tests.unit.gateway.documents import fleetopt_plan
-from tests.unit.gateway.upstream_stub import SignalSink, StubUpstream, gateway_config, upstreams
 
 pytestmark = pytest.mark.integration
 

@@ -40,9 +40,9 @@ from services.replay.replay import read_topic
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 KEYRING = PolicyKeyring(signing=SigningKey("hostile-names", b"the services' shared signing secret"))
 

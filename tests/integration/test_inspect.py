@@ -27,9 +27,9 @@ from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.processes import ROOT, wait_until
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
 

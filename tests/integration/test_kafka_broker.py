@@ -29,9 +29,9 @@ from services.stack.launcher import StackState, create_topics, stack_down, stack
 from services.stack.processes import free_port, pid_alive
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.processes import applied_total, log_resets, running_in_thread, summaries, wait_until
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
 

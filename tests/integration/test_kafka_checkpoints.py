@@ -28,9 +28,9 @@ from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.faust_runtime import FaustStreamProcessor
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.decision_streams import logged_decisions
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -34,9 +34,9 @@ from services.stack.processes import free_port
 from services.stack.topic_configs import TopicRetention, topic_configs
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.processes import wait_until
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

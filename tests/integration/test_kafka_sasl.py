@@ -34,8 +34,8 @@ from services.stack.launcher import StackState, create_topics
 from services.stack.processes import free_port, stop
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.certificates import make_certificates
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

@@ -18,9 +18,9 @@ from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.fixtures import recorded_sim_stream
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = pytest.mark.integration
 

@@ -31,8 +31,8 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.integration.processes import applied_total, log_resets, running_in_thread, wait_until
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow, pytest.mark.usefixtures("busy_core")]
 

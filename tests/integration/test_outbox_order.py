@@ -20,6 +20,7 @@ import redis
 
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
+from services.testing.streams import synthetic_stream
 from tests.integration.decision_streams import (
     folded_snapshots,
     folded_summaries,
@@ -30,7 +31,6 @@ from tests.integration.decision_streams import (
 )
 from tests.integration.processes import start_crash_driver, summaries
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

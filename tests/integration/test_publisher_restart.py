@@ -19,8 +19,8 @@ from services.kafka_factory import kafka_consumer
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port
+from services.testing.streams import synthetic_stream
 from tests.integration.processes import wait_until
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

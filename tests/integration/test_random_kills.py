@@ -29,8 +29,8 @@ from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
+from services.testing.streams import synthetic_stream
 from tests.integration.processes import applied_total, start_service, summaries
-from tests.unit.stream.synthetic import synthetic_stream
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

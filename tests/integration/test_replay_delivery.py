@@ -22,7 +22,7 @@ from services.replay.files import write_events
 from services.replay.replay import read_topic, replay_events
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 pytestmark = pytest.mark.integration
 

@@ -35,8 +35,8 @@ from services.scaler.local_engines import LocalEngineConnector, engine_in_flight
 from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState
 from services.stack.processes import free_port, port_open
+from services.testing.plans import fleetopt_plan
 from tests.integration.processes import wait_until
-from tests.unit.scaler.plans import fleetopt_plan
 
 pytestmark = pytest.mark.integration
 

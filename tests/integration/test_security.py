@@ -37,10 +37,10 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore, redis_client
 from services.stream.processor import StreamProcessor
+from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.certificates import make_certificates
 from tests.integration.publishing import publish_all
-from tests.unit.stream.synthetic import synthetic_stream
 
 ADMIN_PASSWORD = "admin-password-of-the-test"
 USER = "governor"

@@ -13,7 +13,7 @@ from schemas.records import DecisionRecord
 from services.cli.main import main
 from services.kafka_factory import kafka_producer
 from services.stack.launcher import StackState
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 
 pytestmark = pytest.mark.integration
 

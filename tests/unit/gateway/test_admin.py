@@ -13,7 +13,7 @@ from schemas.errors import ConfigError
 from services.gateway.service import admin_token_of
 from services.gateway.upstreams import UpstreamRegistry
 from services.settings import Settings
-from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry, upstreams
+from services.testing.upstream import RunningGateway, StubUpstream, gateway_over, upstream_entry, upstreams
 
 TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 TOKEN = "a-token-of-16-chars-or-more"

@@ -11,8 +11,8 @@ from services.gateway.pool_queue import PoolQueue
 from services.gateway.telemetry import GatewayTelemetry
 from services.sdk.policy_client import PolicyClient
 from services.sdk.protocol import ListSink, StaticPolicySource
+from services.testing.upstream import RunningGateway, StubUpstream, gateway_over, upstream_entry
 from tests.unit.gateway.documents import NOW_S, admission
-from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
 TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 BODY = {"model": "m", "prompt": "a b c", "max_tokens": 5}

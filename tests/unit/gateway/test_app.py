@@ -11,7 +11,7 @@ import pytest
 
 from services.gateway.telemetry import GatewayTelemetry
 from services.sdk.protocol import ListSink
-from tests.unit.gateway.upstream_stub import (
+from services.testing.upstream import (
     StubUpstream,
     gateway_config,
     gateway_over,

@@ -9,8 +9,8 @@ from typing import Any
 from schemas.engines import PolicyApplied
 from services.gateway.fleet_routing import choose_pool
 from services.sdk.protocol import StaticPolicySource
+from services.testing.upstream import RunningGateway, StubUpstream, gateway_over, upstream_entry, words
 from tests.unit.gateway.documents import fleetopt_plan
-from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry, words
 
 TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 SENTENCES = [

@@ -22,9 +22,9 @@ from services.gateway.ranks import RankGroup, vllm_score
 from services.gateway.telemetry import GatewayTelemetry
 from services.gateway.upstreams import InFlight, Upstream, UpstreamRegistry
 from services.sdk.protocol import ListSink, StaticPolicySource
+from services.testing.upstream import RunningGateway, StubUpstream, gateway_over, upstream_entry
 from tests.unit.gateway.documents import NOW_S, admission, bfio_bundle
 from tests.unit.gateway.steps import step
-from tests.unit.gateway.upstream_stub import RunningGateway, StubUpstream, gateway_over, upstream_entry
 
 IntArray = npt.NDArray[np.int64]
 TIMEOUT_S = 60.0  # a safety net for awaited events (the router's kernels may compile first), never a measured time

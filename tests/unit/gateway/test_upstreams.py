@@ -14,7 +14,7 @@ from schemas.errors import ConfigError
 from schemas.names import IDENTIFIER_PATTERN
 from services.gateway.config import read_gateway_config
 from services.gateway.upstreams import UpstreamRegistry
-from tests.unit.gateway.upstream_stub import StubUpstream, gateway_over
+from services.testing.upstream import StubUpstream, gateway_over
 
 TIMEOUT_S = 60.0  # a safety net for awaited events (test files run side by side), never a measured time
 

@@ -34,11 +34,11 @@ from services.policy.handler import (
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches
+from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.unit.policy.fakes import ListSink, Record
 from tests.unit.stream.fakes import Consumer, KeptProducer
 from tests.unit.stream.fakes import Record as TelemetryRecordStub
-from tests.unit.stream.synthetic import synthetic_stream
 
 SUMMARY = synthetic_engine_summary()
 

@@ -16,9 +16,9 @@ from services.policy.specs import default_registry
 from services.policy.wiring.bfio import DpGroups, bfio_inputs, bfio_spec, is_dp_engine, pooled_survival
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.testing.streams import synthetic_stream
 from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
-from tests.unit.stream.synthetic import synthetic_stream
 
 
 @pytest.fixture

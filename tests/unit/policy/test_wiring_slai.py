@@ -13,9 +13,9 @@ from services.policy.specs import default_registry
 from services.policy.wiring.slai import slai_inputs, slai_spec
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.testing.streams import synthetic_stream
 from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
-from tests.unit.stream.synthetic import synthetic_stream
 
 
 @pytest.fixture

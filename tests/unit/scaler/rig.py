@@ -6,7 +6,7 @@ from schemas.scaling import ScalerConfig, ScalingAction
 from services.health import ServiceMetrics
 from services.scaler import ListActionSink, MemoryConnector, ScalerMetrics, ScalerService
 from services.sdk.protocol import StaticPolicySource
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 
 
 class Clock:

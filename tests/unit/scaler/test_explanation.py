@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from services.scaler.explanation import explain_action
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 from tests.unit.scaler.rig import Rig, scaler_config
 
 

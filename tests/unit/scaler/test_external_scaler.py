@@ -23,7 +23,7 @@ from services.scaler import (
 from services.scaler.proto import externalscaler_pb2 as pb
 from services.scaler.proto import externalscaler_pb2_grpc as pb_grpc
 from services.sdk.protocol import StaticPolicySource
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 
 ROOT = Path(__file__).resolve().parents[3]
 PROTO = Path("services/scaler/proto/externalscaler.proto")

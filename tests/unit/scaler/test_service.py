@@ -6,7 +6,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from schemas.scaling import ScalerConfig
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 from tests.unit.scaler.rig import Rig, scaler_config
 
 

@@ -7,7 +7,7 @@ from schemas.records import DecisionRecord
 from schemas.scaling import ScalerConfig
 from services.cli.shadow_scaling import fleetopt_documents
 from services.scaler.shadow import replay_plans
-from tests.unit.scaler.plans import fleetopt_plan
+from services.testing.plans import fleetopt_plan
 
 CONFIG = ScalerConfig.model_validate(
     {

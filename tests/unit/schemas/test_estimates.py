@@ -11,7 +11,7 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.policy.specs import default_registry
 from services.stream.fold import Folder
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 
 def _snapshots() -> list[EstimateSnapshot]:

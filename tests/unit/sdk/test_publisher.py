@@ -16,7 +16,7 @@ from services.engines.stream import EngineStream
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.processes import free_port
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 
 def test_a_broker_that_never_answers_costs_every_event_and_one_warning() -> None:

@@ -32,8 +32,8 @@ from services.stream.batches import (
     TelemetryBatches,
 )
 from services.stream.fleet import FleetAggregator
+from services.testing.streams import synthetic_stream
 from tests.unit.stream.fakes import Consumer, KeptProducer, Record, Sent
-from tests.unit.stream.synthetic import synthetic_stream
 
 
 def _records(deployment: str, requests: int = 60) -> list[Record]:

@@ -22,7 +22,7 @@ from services.replay.offline import OfflineControlPlane
 from services.stream.estimates import EngineEstimates
 from services.stream.event_guard import Admission, EventGuard, GuardLimits
 from services.stream.fold import Folder
-from tests.unit.stream.synthetic import long_requests_still_running, synthetic_stream
+from services.testing.streams import long_requests_still_running, synthetic_stream
 
 AT = SourceOffset(topic="t", partition=0, offset=0)
 GUARD_COUNTS = {"duplicate_events", "seq_gaps", "seq_missing_events", "restarts"}

@@ -13,7 +13,7 @@ from services.policy.wiring.fleetopt import fleetopt_inputs
 from services.policy.wiring.summary import fleet_summary
 from services.replay.replay import replay_offline
 from services.stream.fleet import FleetAggregator, FleetSlot, SilenceRule
-from tests.unit.stream.synthetic import synthetic_stream
+from services.testing.streams import synthetic_stream
 
 
 def _contribution(engine: str, index: int, arrivals: int, lengths: list[int]) -> EstimateSnapshot:

@@ -21,7 +21,7 @@ from services.policy.specs import default_registry
 from services.policy.wiring.summary import engine_summary
 from services.stream.estimates import EngineEstimates
 from services.stream.fold import Folder
-from tests.unit.stream.synthetic import long_requests_still_running, synthetic_stream
+from services.testing.streams import long_requests_still_running, synthetic_stream
 
 
 def _fold_all(folder: Folder, events: list) -> list:

@@ -6,6 +6,8 @@ statistics the estimators need (geometric output lengths, some censored finishes
 
 from __future__ import annotations
 
+from typing import Literal, TypedDict
+
 import numpy as np
 
 from schemas.engines import EngineRegistered
@@ -14,13 +16,26 @@ from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 
 
+class Envelope(TypedDict):
+    """The envelope fields every event of a stream carries."""
+
+    event_id: str
+    ts: float
+    deployment: str
+    engine_id: str
+    seq: int
+
+
+BATCH_KINDS: tuple[Literal["prefill", "decode", "mixed"], ...] = ("prefill", "decode", "mixed")
+
+
 def synthetic_stream(*, engines: int = 2, requests: int = 400, seed: int = 7, deployment: str = "dep") -> list[Event]:
     """Return a time-ordered stream of ``requests`` requests spread over ``engines`` engines."""
     rng = np.random.default_rng(seed)
     events: list[Event] = []
     seq = dict.fromkeys(range(engines), 0)
 
-    def envelope(engine: int, ts: float) -> dict[str, object]:
+    def envelope(engine: int, ts: float) -> Envelope:
         seq[engine] += 1
         return {
             "event_id": f"e{engine}-{seq[engine]}",
@@ -63,7 +78,7 @@ def synthetic_stream(*, engines: int = 2, requests: int = 400, seed: int = 7, de
         )
         running = int(rng.integers(1, 200))
         waiting = int(rng.integers(0, 50))
-        kind = ("prefill", "decode", "mixed")[i % 3]
+        kind = BATCH_KINDS[i % 3]
         prefill_tokens = 0 if kind == "decode" else prompt
         decodes = 0 if kind == "prefill" else running
         duration = 0.008 + 2.5e-5 * prefill_tokens + 4.5e-5 * decodes + float(rng.normal(0, 1e-4)) ** 2
@@ -127,7 +142,7 @@ def long_requests_still_running() -> list[Event]:
     running after 60 decode steps (their true lengths are 1,000 tokens)."""
     seq = 0
 
-    def envelope(ts: float) -> dict[str, object]:
+    def envelope(ts: float) -> Envelope:
         nonlocal seq
         seq += 1
         return {"event_id": f"e{seq}", "ts": ts, "deployment": "dep", "engine_id": "eng-0", "seq": seq}

@@ -13,7 +13,7 @@ from policies.fleetopt.params import FleetoptParams
 from schemas.policy_docs.base import InputsDigest
 from schemas.policy_docs.fleetopt import FleetoptPayload, FleetoptPolicy, FleetoptState
 
-DATA = Path(__file__).resolve().parents[3] / "services" / "sim" / "data"
+DATA = Path(__file__).resolve().parents[1] / "sim" / "data"
 
 
 @functools.cache
