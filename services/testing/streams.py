@@ -14,6 +14,7 @@ from schemas.engines import EngineRegistered
 from schemas.events import Event
 from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
+from services.testing.models import changed
 
 
 class Envelope(TypedDict):
@@ -128,12 +129,9 @@ def restart_case(deployment: str) -> tuple[list[Event], list[Event], Event, Even
     """
     valid = synthetic_stream(engines=1, requests=80, deployment=deployment, seed=6)
     first, second = valid[:150], valid[150:]
-    restarted = [
-        e.model_copy(update={"source_epoch": 1, "seq": i, "event_id": f"{e.event_id}-restarted"})
-        for i, e in enumerate(second)
-    ]
-    future = first[-1].model_copy(update={"ts": first[-1].ts + 700.0, "event_id": "from-the-future"})
-    stale = first[-1].model_copy(update={"event_id": "old-epoch", "ts": restarted[5].ts})
+    restarted = [changed(e, source_epoch=1, seq=i, event_id=f"{e.event_id}-restarted") for i, e in enumerate(second)]
+    future = changed(first[-1], ts=first[-1].ts + 700.0, event_id="from-the-future")
+    stale = changed(first[-1], event_id="old-epoch", ts=restarted[5].ts)
     return first, restarted, future, stale
 
 

@@ -38,6 +38,7 @@ from services.settings import KafkaSecurity
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.models import changed
 from services.testing.upstream import SignalSink, StubUpstream, gateway_config, upstreams
 from tests.integration.processes import running_in_thread
 from tests.integration.publishing import publish_all
@@ -220,7 +221,7 @@ def _plan(deployment: str, *, b_short_tokens: int, version: int) -> FleetoptPoli
     """A FleetOpt plan valid for a minute from now, for ``deployment``."""
     now = time.time()
     plan = fleetopt_plan(b_short_tokens=b_short_tokens, version=version)
-    return plan.model_copy(update={"deployment": deployment, "computed_at": now - 1.0, "valid_until": now + 60.0})
+    return changed(plan, deployment=deployment, computed_at=now - 1.0, valid_until=now + 60.0)
 
 
 def test_registered_engines_become_upstreams_and_each_pushed_plan_moves_the_route(

@@ -27,6 +27,7 @@ from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
+from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.publishing import publish_all
@@ -76,8 +77,8 @@ def _publish_telemetry(stack: StackState, deployment: str) -> None:
 def _busy_summary() -> EngineSummary:
     """A real folded summary with a short queue and balanced flow."""
     busy = LastStep(running_requests=10, waiting_requests=0, kv_use_frac=0.2, kv_capacity_tokens=1_000_000)
-    return synthetic_engine_summary().model_copy(
-        update={"last_step": busy, "arrival_rate_short_per_s": 1.0, "completion_rate_short_per_s": 1.0}
+    return changed(
+        synthetic_engine_summary(), last_step=busy, arrival_rate_short_per_s=1.0, completion_rate_short_per_s=1.0
     )
 
 
@@ -98,8 +99,9 @@ def _next_snapshot(stack: StackState, deployment: str, ts: float, scope: str = "
     ]
     last = max(taken, key=lambda snapshot: snapshot.version)
     position = last.offsets[-1]
-    return _admission_snapshot(deployment, last.version + 1, ts, scope).model_copy(
-        update={"offsets": [position.model_copy(update={"offset": position.offset + 1})]}
+    return changed(
+        _admission_snapshot(deployment, last.version + 1, ts, scope),
+        offsets=[changed(position, offset=position.offset + 1)],
     )
 
 

@@ -35,6 +35,7 @@ from services.scaler.local_engines import LocalEngineConnector, engine_in_flight
 from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState
 from services.stack.processes import free_port, port_open
+from services.testing.models import changed
 from services.testing.plans import fleetopt_plan
 from tests.integration.processes import wait_until
 
@@ -68,7 +69,7 @@ def put_plan(
     client: redis.Redis, deployment: str, *, short_gpus: int, long_gpus: int, version: int, computed_at: float = NOW_S
 ) -> None:
     plan = fleetopt_plan(short_gpus=short_gpus, long_gpus=long_gpus, version=version, computed_at=computed_at)
-    document = plan.model_copy(update={"deployment": deployment})
+    document = changed(plan, deployment=deployment)
     client.set(policy_key(deployment, "fleetopt", "fleet"), document.model_dump_json())
 
 

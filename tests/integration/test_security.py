@@ -37,6 +37,7 @@ from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port, wait_for_port
 from services.store.redis_store import RedisStore, redis_client
 from services.stream.processor import StreamProcessor
+from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.certificates import make_certificates
@@ -231,9 +232,7 @@ class TestSignedDocuments:
             body = json.loads(signed.model_dump_json())
             unsigned = {**body, "version": 2, "signature": None}
             tampered = {**body, "version": 3, "valid_until": 1e9}
-            wrong_key = json.loads(
-                sign(signed.model_copy(update={"version": 4}), SigningKey("2026-11", b"x" * 32)).model_dump_json()
-            )
+            wrong_key = json.loads(sign(changed(signed, version=4), SigningKey("2026-11", b"x" * 32)).model_dump_json())
             # Validly signed, but for eng-1: copied onto eng-0's key it must not be obeyed there.
             copied_higher = json.loads(
                 sign(

@@ -26,6 +26,7 @@ from services.sdk.publisher import TelemetryPublisher
 from services.settings import EngineSettings, KafkaSecurity, RedisSecurity, Settings
 from services.store.memory_store import MemoryStore
 from services.store.redis_store import redis_client
+from services.testing.models import changed
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 
 KEY = SigningKey("k2", b"a-signing-key-of-the-policy-service")
@@ -53,7 +54,7 @@ class TestSignatures:
     def test_the_signature_does_not_cover_itself_but_covers_every_other_field(self) -> None:
         document = _document()
         assert canonical_bytes(sign(document, KEY)) == canonical_bytes(document)
-        tampered = sign(document, KEY).model_copy(update={"valid_until": 1e9})
+        tampered = changed(sign(document, KEY), valid_until=1e9)
         assert signature_problem(tampered, PolicyKeyring(signing=KEY)) == "bad_mac"
 
     def test_unsigned_unknown_key_and_wrong_secret_are_each_refused(self) -> None:
@@ -87,7 +88,7 @@ class TestSignedDecisions:
     def test_a_previous_document_someone_else_wrote_is_not_built_upon_but_replaced(self) -> None:
         """An unsigned document in the key is reported once and overwritten by a signed one numbered above it."""
         store = MemoryStore()
-        forged = _document().model_copy(update={"version": 7})
+        forged = changed(_document(), version=7)
         store.put_policy("admission", "eng-0", 7, forged.model_dump_json())
         keyring = PolicyKeyring(signing=KEY)
         maker = DecisionMaker(default_registry(), store, keyring=keyring)

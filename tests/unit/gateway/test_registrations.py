@@ -6,6 +6,7 @@ from schemas.engines import EngineRegistered, Heartbeat
 from schemas.events import encode_event
 from schemas.requests import RequestFirstToken
 from services.gateway.registrations import feed_events
+from services.testing.models import changed
 from tests.unit.gateway.steps import step
 
 ENVELOPE = {"ts": 5.0, "engine_id": "e0", "seq": 0}
@@ -53,7 +54,7 @@ class TestFeedEvents:
     def test_of_each_engines_steps_in_a_poll_only_the_last_is_kept(self) -> None:
         """Steps come tens of times a second per engine; the gateway needs each engine's latest load only."""
         steps = [step(10.0 + n, running=n + 1, kv_blocks=1, seq=n) for n in range(3)]
-        other = step(10.5, running=7, kv_blocks=1, seq=9).model_copy(update={"engine_id": "r1"})
+        other = changed(step(10.5, running=7, kv_blocks=1, seq=9), engine_id="r1")
         records = [(b"r0", encode_event(s)) for s in steps] + [(b"r1", encode_event(other))]
         events, invalid = feed_events(records, "prod")
         assert [(type(e).__name__, e.engine_id, getattr(e, "num_running", None)) for e in events] == [

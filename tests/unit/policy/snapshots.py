@@ -5,6 +5,7 @@ from __future__ import annotations
 from schemas.estimates import LastStep
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
+from services.testing.models import changed
 from tests.fixtures import synthetic_engine_summary
 
 
@@ -21,12 +22,11 @@ def registered_admission_snapshot(scope: str, **registered: str) -> EstimateSnap
         ts=10.0,
         trigger="admission:every 5s",
         offsets=[SourceOffset(topic="t", partition=0, offset=1)],
-        estimates=summary.model_copy(
-            update={
-                "engine": summary.engine.model_copy(update=registered),
-                "last_step": busy,
-                "arrival_rate_short_per_s": 2.0,
-                "completion_rate_short_per_s": 2.0,
-            }
+        estimates=changed(
+            summary,
+            engine=changed(summary.engine, **registered),
+            last_step=busy,
+            arrival_rate_short_per_s=2.0,
+            completion_rate_short_per_s=2.0,
         ),
     )

@@ -18,6 +18,7 @@ from services.policy.pins import parse_assignment, pinned_document
 from services.policy.shadow import ShadowPolicy
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
+from services.testing.models import changed
 from tests.unit.policy.snapshots import registered_admission_snapshot
 
 
@@ -87,18 +88,14 @@ class TestPolicyServiceUnderAPin:
         pins.held.add(("admission", "eng-0"))
         assert store.put_policy("admission", "eng-0", pinned.version, pinned.model_dump_json())
 
-        later = registered_admission_snapshot("eng-0", model="qwen3-8b").model_copy(
-            update={"version": 2, "snapshot_id": "sha256:2"}
-        )
+        later = changed(registered_admission_snapshot("eng-0", model="qwen3-8b"), version=2, snapshot_id="sha256:2")
         held = maker.on_snapshot(later).records
         assert [(r.held_by_pin, r.accepted, r.version) for r in held] == [(True, False, pinned.version + 1)]
         stored = AdmissionPolicy.model_validate_json(store.get_policy("admission", "eng-0") or "")
         assert stored.payload.admit_fraction == 0.1
 
         pins.held.clear()
-        again = registered_admission_snapshot("eng-0", model="qwen3-8b").model_copy(
-            update={"version": 3, "snapshot_id": "sha256:3"}
-        )
+        again = changed(registered_admission_snapshot("eng-0", model="qwen3-8b"), version=3, snapshot_id="sha256:3")
         released = maker.on_snapshot(again).records
         assert [(r.held_by_pin, r.accepted, r.version) for r in released] == [(False, True, pinned.version + 1)]
 
@@ -123,7 +120,7 @@ class TestShadowPolicy:
 
         restarted = ShadowPolicy("candidate", shadow.policy_set)
         restarted.load(shadow.state())
-        later = snapshot.model_copy(update={"version": 2, "snapshot_id": "sha256:2"})
+        later = changed(snapshot, version=2, snapshot_id="sha256:2")
         assert [r.version for r in restarted.on_snapshot(later, [])] == [2]
 
     def test_the_report_joins_shadow_and_live_on_the_snapshot(self, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from services.cli.explain import NO_SLO, diagnostic_text, render
 from services.cli.main import main
 from services.policy.wiring.ebplus import ebplus_inputs
 from services.replay.offline import OfflineControlPlane
+from services.testing.models import changed
 
 
 def _explained(plane: OfflineControlPlane, scope: str) -> tuple[DecisionRecord, EstimateSnapshot]:
@@ -231,6 +232,6 @@ class TestExplainNoSlo:
         diagnostics = dict(document["diagnostics"])  # type: ignore[arg-type]
         diagnostics["tbt_attainment_frac.free"] = None
         document["diagnostics"] = diagnostics
-        lines = render(record.model_copy(update={"document": document}), None).splitlines()
+        lines = render(changed(record, document=document), None).splitlines()
         row = next(line for line in lines if "tbt_attainment_frac.free" in line)
         assert row.split()[-2:] == ["no", "SLO"]

@@ -12,6 +12,7 @@ from services.policy.runner import decide_from_snapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.testing.models import changed
 from tests.fixtures import last_snapshot
 
 BUSY = LastStep(running_requests=20, waiting_requests=40, kv_use_frac=0.5, kv_capacity_tokens=1_000_000)
@@ -21,9 +22,7 @@ BUSY = LastStep(running_requests=20, waiting_requests=40, kv_use_frac=0.5, kv_ca
 def summary(demo_plane: OfflineControlPlane) -> EngineSummary:
     """A real admission summary of the demo, with a long queue and balanced flow rates."""
     real = engine_summary(last_snapshot(demo_plane, "admission", "h200-0"))
-    return real.model_copy(
-        update={"last_step": BUSY, "arrival_rate_short_per_s": 2.0, "completion_rate_short_per_s": 2.0}
-    )
+    return changed(real, last_step=BUSY, arrival_rate_short_per_s=2.0, completion_rate_short_per_s=2.0)
 
 
 def _snapshot(version: int, ts: float, summary: EngineSummary) -> EstimateSnapshot:
@@ -54,7 +53,7 @@ class TestDecideFromSnapshot:
 
     def test_next_decision_increments_version_and_reads_previous_state(self, summary: EngineSummary) -> None:
         first = decide_from_snapshot(self.spec, _snapshot(1, 10.0, summary), None).document
-        calm = summary.model_copy(update={"last_step": BUSY.model_copy(update={"waiting_requests": 0})})
+        calm = changed(summary, last_step=changed(BUSY, waiting_requests=0))
         second = decide_from_snapshot(self.spec, _snapshot(2, 15.0, calm), first).document
         assert isinstance(second, AdmissionPolicy)
         assert second.version == 2
@@ -69,9 +68,7 @@ class TestDecideFromSnapshot:
         assert outcome.skipped == "duplicate_snapshot"
 
     def test_missing_estimates_mean_not_enough_data(self, summary: EngineSummary) -> None:
-        outcome = decide_from_snapshot(
-            self.spec, _snapshot(1, 10.0, summary.model_copy(update={"last_step": None})), None
-        )
+        outcome = decide_from_snapshot(self.spec, _snapshot(1, 10.0, changed(summary, last_step=None)), None)
         assert outcome.document is None
         assert outcome.skipped == "not_enough_data"
 

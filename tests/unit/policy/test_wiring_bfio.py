@@ -16,6 +16,7 @@ from services.policy.specs import default_registry
 from services.policy.wiring.bfio import DpGroups, bfio_inputs, bfio_spec, is_dp_engine, pooled_survival
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
@@ -28,7 +29,7 @@ def snapshot(demo_plane: OfflineControlPlane) -> EstimateSnapshot:
 
 
 def _with(snapshot: EstimateSnapshot, **update: object) -> EstimateSnapshot:
-    return snapshot.model_copy(update={"estimates": engine_summary(snapshot).model_copy(update=update)})
+    return changed(snapshot, estimates=changed(engine_summary(snapshot), **update))
 
 
 class TestBfioInputs:
@@ -57,7 +58,7 @@ class TestBfioInputs:
         summary = engine_summary(snapshot)
         assert summary.dp is not None
         bad_fit = StepModelFit(c_s=0.005, t_l_s_per_token=-1e-7, n_samples=40)
-        dp = summary.dp.model_copy(update={"step_model": bad_fit})
+        dp = changed(summary.dp, step_model=bad_fit)
         inputs = bfio_inputs(_with(snapshot, survival=None, dp=dp))
         assert inputs is not None
         assert inputs.survival_tables == ()
@@ -96,9 +97,9 @@ def _rank(
     """The demo DP engine's real summary as one rank (a separate server, ``dp_size`` 1) of ``group``."""
     summary = engine_summary(snapshot)
     assert summary.engine is not None
-    engine = summary.engine.model_copy(update={"dp_size": 1, "max_num_seqs": 16, "dp_group": group})
-    estimates = summary.model_copy(update={"engine_id": engine_id, "engine": engine, "dp": None, **update})
-    return snapshot.model_copy(update={"scope": engine_id, "ts": ts, "estimates": estimates})
+    engine = changed(summary.engine, dp_size=1, max_num_seqs=16, dp_group=group)
+    estimates = changed(summary, engine_id=engine_id, engine=engine, dp=None, **update)
+    return changed(snapshot, scope=engine_id, ts=ts, estimates=estimates)
 
 
 def _survival(edges: list[float], fracs: list[float], n_samples: int, n_censored: int = 0) -> SurvivalSummary:
@@ -221,7 +222,7 @@ def test_engines_registered_as_ranks_of_a_group_get_one_bundle_for_the_group() -
     for event in synthetic_stream(engines=2, requests=400):
         rank = int(event.engine_id[-1])
         registered = isinstance(event, EngineRegistered)
-        plane.publish(event.model_copy(update={"dp_group": "dp-x", "dp_rank": rank}) if registered else event)
+        plane.publish(changed(event, dp_group="dp-x", dp_rank=rank) if registered else event)
     taken = {s.scope for s in plane.snapshots if s.trigger.kind == "bfio"}
     assert taken == {"eng-0", "eng-1"}, "each rank's telemetry is snapshotted for BF-IO"
     bundles = [r for r in plane.decisions if r.kind == "bfio"]

@@ -10,6 +10,7 @@ from schemas.records import EstimateSnapshot
 from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.testing.models import changed
 from tests.fixtures import last_snapshot
 
 
@@ -21,12 +22,12 @@ def snapshot(demo_plane: OfflineControlPlane) -> EstimateSnapshot:
 
 def _with(snapshot: EstimateSnapshot, **update: object) -> EstimateSnapshot:
     """The snapshot with some summary fields replaced."""
-    return snapshot.model_copy(update={"estimates": engine_summary(snapshot).model_copy(update=update)})
+    return changed(snapshot, estimates=changed(engine_summary(snapshot), **update))
 
 
 def _registered(summary: EngineSummary, **update: object) -> object:
     assert summary.engine is not None
-    return summary.engine.model_copy(update=update)
+    return changed(summary.engine, **update)
 
 
 class TestEbplusInputs:
@@ -109,7 +110,7 @@ class TestEbplusInputs:
         summary = engine_summary(snapshot)
         unknown = _registered(summary, hardware_profile=None, model="m", gpu="g")
         prefill = LinearCostFit(alpha_s=0.02, beta_s_per_unit=1e-4, n_samples=10, residual_std_s=0.0)
-        cost = summary.cost.model_copy(update={"prefill": prefill})
+        cost = changed(summary.cost, prefill=prefill)
         inputs = ebplus_inputs(_with(snapshot, engine=unknown, cost=cost))
         assert inputs is not None
         assert inputs.cost_model is not None
@@ -125,7 +126,7 @@ class TestEbplusInputs:
         assert summary.engine is not None
         assert summary.last_step is not None
         registered = ebplus_inputs(snapshot)
-        step = summary.last_step.model_copy(update={"kv_capacity_tokens": 99})
+        step = changed(summary.last_step, kv_capacity_tokens=99)
         unregistered = ebplus_inputs(_with(snapshot, engine=_registered(summary, kv_blocks_total=0), last_step=step))
         assert registered is not None
         assert unregistered is not None
@@ -136,7 +137,7 @@ class TestEbplusInputs:
         summary = engine_summary(snapshot)
         assert summary.hazard is not None
         assert summary.mu_o_tokens is not None
-        hazard = summary.hazard.model_copy(update={"p0_per_token": -0.0134})
+        hazard = changed(summary.hazard, p0_per_token=-0.0134)
         inputs = ebplus_inputs(_with(snapshot, hazard=hazard))
         assert inputs is not None
         assert inputs.p0 == pytest.approx(1.0 / summary.mu_o_tokens)

@@ -13,6 +13,7 @@ from services.policy.specs import default_registry
 from services.policy.wiring.slai import slai_inputs, slai_spec
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
+from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
@@ -25,7 +26,7 @@ def snapshot(demo_plane: OfflineControlPlane) -> EstimateSnapshot:
 
 
 def _with(snapshot: EstimateSnapshot, **update: object) -> EstimateSnapshot:
-    return snapshot.model_copy(update={"estimates": engine_summary(snapshot).model_copy(update=update)})
+    return changed(snapshot, estimates=changed(engine_summary(snapshot), **update))
 
 
 class TestSlaiInputs:
@@ -54,8 +55,8 @@ class TestSlaiInputs:
 
     def test_tiers_carry_p99_gap_and_attainment_or_none_without_samples(self, snapshot: EstimateSnapshot) -> None:
         s = engine_summary(snapshot)
-        free = s.tiers["free"].model_copy(update={"tbt_gaps": 36_000, "tbt_gaps_over_slo": 36})
-        paid = s.tiers["paid"].model_copy(update={"tbt_p99_s": None, "tbt_gaps": 0, "tbt_gaps_over_slo": 0})
+        free = changed(s.tiers["free"], tbt_gaps=36_000, tbt_gaps_over_slo=36)
+        paid = changed(s.tiers["paid"], tbt_p99_s=None, tbt_gaps=0, tbt_gaps_over_slo=0)
         assert s.tiers["free"].tbt_p99_s is not None
         inputs = slai_inputs(_with(snapshot, tiers={"free": free, "paid": paid}))
         assert inputs is not None
@@ -86,7 +87,7 @@ class TestSlaiInputs:
     def test_a_negative_fit_intercept_is_dropped_not_passed_on(self, snapshot: EstimateSnapshot) -> None:
         s = engine_summary(snapshot)
         mixed = LinearCostFit(alpha_s=-0.01, beta_s_per_unit=6e-5, n_samples=10, residual_std_s=0.0)
-        inputs = slai_inputs(_with(snapshot, cost=s.cost.model_copy(update={"mixed": mixed})))
+        inputs = slai_inputs(_with(snapshot, cost=changed(s.cost, mixed=mixed)))
         assert inputs is not None
         assert (inputs.batch_time_a0_s, inputs.batch_time_a_tok_s_per_token) == (None, 6e-5)
 

@@ -24,6 +24,7 @@ from schemas.scaling import LocalEngineSpec
 from services.scaler.gateway_admin import GatewayAdmin
 from services.scaler.local_engines import LocalEngineConnector, engine_in_flight, healthy
 from services.stack.processes import free_port, port_open
+from services.testing.models import changed
 from tests.integration.processes import wait_until
 
 STAND_IN = Path(__file__).with_name("engine_stand_in.py")
@@ -203,7 +204,7 @@ class TestLocalEngineConnector:
         self, tmp_path: Path, connectors: list[LocalEngineConnector]
     ) -> None:
         stubborn = spec(tmp_path, stop_timeout_s=0.5)
-        stubborn = stubborn.model_copy(update={"command": [*stubborn.command, "--ignore-term"]})
+        stubborn = changed(stubborn, command=[*stubborn.command, "--ignore-term"])
         connector = LocalEngineConnector("short", stubborn)
         connectors.append(connector)
         connector.scale(1)
@@ -216,7 +217,7 @@ class TestLocalEngineConnector:
         self, tmp_path: Path, connectors: list[LocalEngineConnector]
     ) -> None:
         silent = spec(tmp_path, start_timeout_s=1.0)
-        silent = silent.model_copy(update={"command": [sys.executable, "-c", "import time; time.sleep(60)"]})
+        silent = changed(silent, command=[sys.executable, "-c", "import time; time.sleep(60)"])
         connector = LocalEngineConnector("short", silent)
         connectors.append(connector)
         with pytest.raises(BackendUnavailableError, match=r"1 of 1 new replicas did not start .*no /health in 1 s"):

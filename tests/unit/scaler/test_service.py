@@ -6,6 +6,7 @@ import pytest
 from prometheus_client import generate_latest
 
 from schemas.scaling import ScalerConfig
+from services.testing.models import changed
 from services.testing.plans import fleetopt_plan
 from tests.unit.scaler.rig import Rig, scaler_config
 
@@ -136,7 +137,7 @@ class TestScalerService:
 
 class TestRun:
     def test_run_passes_until_idle_and_counts(self) -> None:
-        rig = Rig(scaler_config().model_copy(update={"interval_s": 0.01}))
+        rig = Rig(changed(scaler_config(), interval_s=0.01))
         rig.push(short_gpus=4, long_gpus=1, version=1)
         counters = rig.service.run(idle_exit_s=0.0)
         assert (counters.passes, counters.actions, counters.failed, counters.unrecorded) == (1, 1, 0, 0)
@@ -162,14 +163,14 @@ class TestResume:
     def test_another_scalers_actions_are_left_alone(self) -> None:
         first = Rig(scaler_config())
         first.push(short_gpus=4, long_gpus=1, version=1)
-        logged = [a.model_copy(update={"scaler_id": "other"}) for a in first.at(1000.0)]
+        logged = [changed(a, scaler_id="other") for a in first.at(1000.0)]
         assert Rig(scaler_config()).service.resume(logged) == 0
 
 
 class TestPlanClock:
     def test_time_is_the_newest_plans_so_holds_count_in_plan_time(self) -> None:
         """On the plan clock, plans from a simulated fleet (t near 0) are followed and the hold runs in their time."""
-        config = scaler_config(max_step_replicas=6, cooldown_s=0.0).model_copy(update={"clock": "plan"})
+        config = changed(scaler_config(max_step_replicas=6, cooldown_s=0.0), clock="plan")
         rig = Rig(config, short=3)
         rig.clock.now_s = 1e9
         recorded = []

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from schemas.errors import InvalidInputError
 from schemas.events import EVENT_TYPES, encode_event, parse_event
 from schemas.requests import RequestFinished
+from services.testing.models import changed
 from tests.unit.schemas.event_samples import sample_events
 
 SAMPLES = sample_events()
@@ -29,7 +30,7 @@ class TestRoundTrip:
     def test_length_finish_is_censored_and_stop_is_not(self) -> None:
         finished = next(e for e in SAMPLES if isinstance(e, RequestFinished))
         assert finished.censored
-        assert not finished.model_copy(update={"finish_reason": "stop"}).censored
+        assert not changed(finished, finish_reason="stop").censored
 
 
 def _as_dict(event: Any) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from services.stream.batches import (
     TelemetryBatches,
 )
 from services.stream.fleet import FleetAggregator
+from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 from tests.unit.stream.fakes import Consumer, KeptProducer, Record, Sent
 
@@ -215,7 +216,7 @@ def test_engines_silent_for_the_retention_in_event_time_are_forgotten_from_memor
     store = MemoryStore()
     events = synthetic_stream(engines=2, requests=200, deployment="dep", seed=2)
     early = [e for e in events if e.engine_id == "eng-0"]
-    late = [e.model_copy(update={"ts": e.ts + 10_000.0}) for e in events if e.engine_id == "eng-1"]
+    late = [changed(e, ts=e.ts + 10_000.0) for e in events if e.engine_id == "eng-1"]
     records = [
         Record(TELEMETRY_TOPIC, 0, offset, event.engine_id.encode(), encode_event(event))
         for offset, event in enumerate([*early, *late])
@@ -335,14 +336,13 @@ def test_a_retried_batch_produced_again_at_new_offsets_is_skipped_and_counted_no
     summary = EngineSummary.model_validate_json(once.summaries["gov:dep:est:eng-0:summary"])
     retried_summary = EngineSummary.model_validate_json(store.summaries["gov:dep:est:eng-0:summary"])
     assert retried_summary.duplicate_events == 30
-    assert retried_summary.model_copy(update={"duplicate_events": 0}) == summary
+    assert changed(retried_summary, duplicate_events=0) == summary
 
 
 def test_gaps_and_restarts_are_counted_exported_and_logged() -> None:
     events = synthetic_stream(engines=1, requests=30, deployment="dep", seed=2)
     restarted = [
-        event.model_copy(update={"source_epoch": 1, "seq": event.seq - 60, "event_id": f"{event.event_id}-b"})
-        for event in events[60:]
+        changed(event, source_epoch=1, seq=event.seq - 60, event_id=f"{event.event_id}-b") for event in events[60:]
     ]
     stream = events[:20] + events[25:60] + restarted
     metrics = ServiceMetrics("stream", "dep")

@@ -13,6 +13,7 @@ from services.policy.wiring.fleetopt import fleetopt_inputs
 from services.policy.wiring.summary import fleet_summary
 from services.replay.replay import replay_offline
 from services.stream.fleet import FleetAggregator, FleetSlot, SilenceRule
+from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 
 
@@ -160,7 +161,7 @@ class TestFleetAggregatorContract:
         aggregator = FleetAggregator(deployment="d", kind="fleetopt", slot_s=60.0, grace_slots=0)
         aggregator.add(_contribution("a", 0, 1, [100]))
         aggregator.add(_contribution("b", 0, 1, [100]))
-        idle_b = _contribution("b", 1, 1, [100]).model_copy(update={"ts": 4 * 60.0 + 1.0})  # b idle in slots 2 and 3
+        idle_b = changed(_contribution("b", 1, 1, [100]), ts=4 * 60.0 + 1.0)  # b idle in slots 2 and 3
         aggregator.add(idle_b)
         closed = [s for i in (1, 2, 3) for s in aggregator.add(_contribution("a", i, 1, [100]))]
         assert [str(s.trigger) for s in closed] == [f"fleetopt:fleet slot {i}" for i in (1, 2, 3)]
@@ -184,14 +185,14 @@ class TestFarClockQuarantine:
 
     def _real(self, slots: range) -> list[EstimateSnapshot]:
         return [
-            _contribution(engine, index, 3, [400]).model_copy(update={"ts": 10.0 * index + 5.0})
+            changed(_contribution(engine, index, 3, [400]), ts=10.0 * index + 5.0)
             for index in slots
             for engine in self.REAL
         ]
 
     @staticmethod
     def _ghost(index: int) -> EstimateSnapshot:
-        return _contribution("ghost", index, 50, [9000]).model_copy(update={"ts": 10.0 * index + 5.0})
+        return changed(_contribution("ghost", index, 50, [9000]), ts=10.0 * index + 5.0)
 
     def test_a_new_engine_far_ahead_is_quarantined_and_cannot_move_the_fleets_slots(self) -> None:
         honest, probed = self._aggregator(), self._aggregator()
@@ -219,7 +220,7 @@ class TestFarClockQuarantine:
         aggregator = self._aggregator()
         for contribution in self._real(range(3)):
             aggregator.add(contribution)
-        jumped = [_contribution(engine, 500, 1, [100]).model_copy(update={"ts": 5005.0}) for engine in self.REAL[:4]]
+        jumped = [changed(_contribution(engine, 500, 1, [100]), ts=5005.0) for engine in self.REAL[:4]]
         for contribution in jumped[:3]:
             aggregator.add(contribution)
         assert sorted(aggregator.quarantined) == self.REAL[:3]
@@ -256,8 +257,8 @@ class TestFarClockQuarantine:
 
     def test_one_engine_against_one_trusts_the_lower_clock_in_either_order(self) -> None:
         """Nothing tells which of two lone clocks is wrong; trusting the one ahead would close slots for good."""
-        early = _contribution("a", 2, 1, [100]).model_copy(update={"ts": 25.0})
-        far = _contribution("b", 40, 1, [100]).model_copy(update={"ts": 405.0})
+        early = changed(_contribution("a", 2, 1, [100]), ts=25.0)
+        far = changed(_contribution("b", 40, 1, [100]), ts=405.0)
         for order in ([early, far], [far, early]):
             aggregator = self._aggregator()
             assert [s for c in order for s in aggregator.add(c)] == []

@@ -21,6 +21,7 @@ from services.policy.specs import default_registry
 from services.policy.wiring.summary import engine_summary
 from services.stream.estimates import EngineEstimates
 from services.stream.fold import Folder
+from services.testing.models import changed
 from services.testing.streams import long_requests_still_running, synthetic_stream
 
 
@@ -43,7 +44,7 @@ class TestFolder:
         events = synthetic_stream(engines=1, requests=400)
         registration = events[0]
         assert isinstance(registration, EngineRegistered)
-        events[0] = registration.model_copy(update={"scheduler": "slai", "obeys": ["slai"]})
+        events[0] = changed(registration, scheduler="slai", obeys=["slai"])
         kinds = {s.trigger.kind for s in _fold_all(Folder("dep", default_registry()), events)}
         assert "slai" in kinds
         assert "admission" in kinds
@@ -74,7 +75,7 @@ class TestFolder:
         folder = Folder("dep", default_registry(), registration_grace_s=3600.0)
         _fold_all(folder, events)
         assert folder.admitted("eng-0")
-        stray = events[1].model_copy(update={"engine_id": "made-up"})
+        stray = changed(events[1], engine_id="made-up")
         assert folder.fold(stray, SourceOffset(topic="t", partition=0, offset=10_000)) == []
         assert not folder.admitted("made-up")
 

@@ -22,6 +22,7 @@ from schemas.policy_docs.bfio import (
     SurvivalTableDoc,
     WaitingRequestDoc,
 )
+from services.testing.models import changed
 
 
 def _policy(version: int = 1, valid_until: float = 100.0, **params: object) -> BfioPolicy:
@@ -239,7 +240,7 @@ class TestSurvivalClasses:
         )
         params = BfioParams(weight_scheme=WeightScheme.UNIFORM)
         payload = build_payload(params, horizon_steps=1, tables=(table,), default_class=default_class)
-        router = BfioRouter(clock=_frozen, policy=_policy().model_copy(update={"payload": payload}))
+        router = BfioRouter(clock=_frozen, policy=changed(_policy(), payload=payload))
         ranks = [
             RankDoc(free_slots=1, active=[ActiveRequestDoc(prompt_tokens=100, generated_tokens=0, traffic_class="x")]),
             RankDoc(free_slots=1, active=[ActiveRequestDoc(prompt_tokens=60, generated_tokens=5, traffic_class="y")]),
