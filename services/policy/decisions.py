@@ -2,7 +2,7 @@
 
 The live policy service and the offline replay both call ``on_snapshot`` (STYLE principle 2). An
 engine-scope snapshot is decided at once: find the policy it was taken for, read its previous
-document from the store, decide (services/policy/runner.py), compare-and-set the new version into
+document from the store, decide (services/policy/from_snapshot.py), compare-and-set the new version into
 the store (which announces it). A fleet-scope policy's per-engine slot contributions go to that
 policy's ``FleetAggregator`` instead, and each fleet slot they close is decided the same way. A BF-IO
 snapshot of an engine registered as a rank of a ``dp_group`` goes to ``DpGroups`` and is decided for the
@@ -42,9 +42,9 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.health import ServiceMetrics
 from services.policy.config import PolicySet
+from services.policy.from_snapshot import Outcome, decide_from_snapshot
 from services.policy.pins import PinBoard
 from services.policy.registry import PolicyRegistry, PolicySpec
-from services.policy.runner import Outcome, decide_from_snapshot
 from services.policy.wiring.bfio import BFIO_KIND, DpGroups
 from services.store.memory_store import stored_version
 from services.store.protocol import Store

@@ -16,8 +16,8 @@ from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.config import PolicySet
+from services.policy.from_snapshot import decide_from_snapshot
 from services.policy.registry import PolicySpec
-from services.policy.runner import decide_from_snapshot
 
 SHADOW_STATE_PREFIX = "shadow-"
 

@@ -19,8 +19,8 @@ from services.health import HealthServer, ServiceMetrics
 from services.kafka_clients import group_consumer, record_producer
 from services.kafka_factory import kafka_admin, security_config
 from services.policy.decisions import DecisionMaker
+from services.policy.from_snapshot import decide_from_snapshot
 from services.policy.pins import pinned_document
-from services.policy.runner import decide_from_snapshot
 from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import EngineSettings, KafkaSecurity, RedisSecurity, Settings

@@ -11,7 +11,7 @@ from schemas.engines import EngineRegistered
 from schemas.estimates import EngineRegistration, StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.runner import decide_from_snapshot
+from services.policy.from_snapshot import decide_from_snapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.bfio import DpGroups, bfio_inputs, bfio_spec, is_dp_engine, pooled_survival
 from services.policy.wiring.summary import engine_summary

@@ -8,7 +8,7 @@ from schemas.estimates import EngineSummary, LastStep
 from schemas.policy_docs import AdmissionPolicy
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
-from services.policy.runner import decide_from_snapshot
+from services.policy.from_snapshot import decide_from_snapshot
 from services.policy.specs import default_registry
 from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
