@@ -40,23 +40,3 @@ def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
         process.send_signal(signal.SIGCONT)
         process.terminate()
         process.wait(timeout=10)
-
-
-# Folders of tests that start brokers, services, servers or whole simulations.
-LONG_SUITES = frozenset({"integration", "e2e"})
-
-
-def _longest_first(item: pytest.Item) -> tuple[bool, bool]:
-    return LONG_SUITES.isdisjoint(item.path.parts), item.get_closest_marker("slow") is None
-
-
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Order the tests longest first, roughly: integration and end-to-end files, then the rest; slow ones first in each.
-
-    CI runs the files in three processes (``-n 3 --dist loadfile --no-loadscope-reorder``), handed
-    out in this order as processes come free. xdist's own order (files with more tests first) left
-    the integration modules, a few long tests each, the vLLM servers' among them, to the last
-    minutes, with one process busy and the others idle; the many short unit files now fill the end.
-    The sort is stable: each group keeps its collected order.
-    """
-    items.sort(key=_longest_first)
