@@ -1,19 +1,8 @@
-"""Kafka stand-ins for the policy side's unit tests: a consumed record of gov.estimates, a sink keeping its sends."""
+"""A sink keeping what the policy side sends, for its unit tests (records consumed: tests/unit/stream/fakes.py)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A consumed record of ``gov.estimates``."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 @dataclass

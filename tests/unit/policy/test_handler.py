@@ -36,9 +36,8 @@ from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches
 from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
-from tests.unit.policy.fakes import ListSink, Record
-from tests.unit.stream.fakes import Consumer, KeptProducer
-from tests.unit.stream.fakes import Record as TelemetryRecordStub
+from tests.unit.policy.fakes import ListSink
+from tests.unit.stream.fakes import Consumer, KeptProducer, Record
 
 SUMMARY = synthetic_engine_summary()
 
@@ -201,8 +200,7 @@ class TestFleetContributionsBesideTheLedger:
         batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         events = synthetic_stream(engines=2, requests=600, deployment="dep", seed=8)
         records = [
-            TelemetryRecordStub(TELEMETRY_TOPIC, 0, offset, e.engine_id.encode(), encode_event(e))
-            for offset, e in enumerate(events)
+            Record(TELEMETRY_TOPIC, 0, offset, e.engine_id.encode(), encode_event(e)) for offset, e in enumerate(events)
         ]
         for start in range(0, len(records), 300):
             batches.process(records[start : start + 300])
@@ -349,10 +347,7 @@ class TestSignedSnapshots:
         batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         events = synthetic_stream(engines=1, requests=200, deployment="dep", seed=2)
         batches.process(
-            [
-                TelemetryRecordStub(TELEMETRY_TOPIC, 0, o, e.engine_id.encode(), encode_event(e))
-                for o, e in enumerate(events)
-            ]
+            [Record(TELEMETRY_TOPIC, 0, o, e.engine_id.encode(), encode_event(e)) for o, e in enumerate(events)]
         )
         sent = [EstimateSnapshot.model_validate_json(v) for topic, v in producer.sent if topic == ESTIMATES_TOPIC]
         assert sent

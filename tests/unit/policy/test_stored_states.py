@@ -33,9 +33,8 @@ from services.store.memory_store import MemoryStore
 from services.store.redis_store import RedisStore
 from services.stream.batches import TelemetryBatches
 from services.testing.streams import synthetic_stream
-from tests.unit.policy.fakes import ListSink, Record
-from tests.unit.stream.fakes import Consumer, KeptProducer
-from tests.unit.stream.fakes import Record as TelemetryRecord
+from tests.unit.policy.fakes import ListSink
+from tests.unit.stream.fakes import Consumer, KeptProducer, Record
 
 # Each engine is named like one scope of the policy service's own state.
 ENGINES = {"eng-0": "policy-config", "eng-1": "policy-ledger", "eng-2": "fleet-fleetopt", "eng-3": "shadow-canary"}
@@ -82,7 +81,7 @@ class Fleet:
     producer: KeptProducer
     batches: TelemetryBatches
     handler: PolicyHandler
-    records: list[TelemetryRecord]
+    records: list[Record]
     decided: int = 0
 
     @classmethod
@@ -99,8 +98,7 @@ class Fleet:
         batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         events = [_renamed(e) for e in synthetic_stream(engines=4, requests=400, deployment="dep", seed=8)]
         records = [
-            TelemetryRecord(TELEMETRY_TOPIC, 0, offset, e.engine_id.encode(), encode_event(e))
-            for offset, e in enumerate(events)
+            Record(TELEMETRY_TOPIC, 0, offset, e.engine_id.encode(), encode_event(e)) for offset, e in enumerate(events)
         ]
         return cls(store, producer, batches, _handler(store), records)
 
