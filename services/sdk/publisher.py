@@ -15,8 +15,8 @@ comes back. Most failed deliveries are not that: a record that expired (the brok
 the send timeout), or a sequence the broker refused after expiries, is recovered by the client itself
 (it bumps its producer epoch), and the records after it are delivered once the broker answers again.
 A rebuild then loses every record in flight and every event of the backoff: across a 6 s stall of
-Apache Kafka at 1,500 events/s, rebuilding at the first failure dropped 3,794 events on top of the
-1,917 that had expired. So a failure only starts a clock, and the producer is rebuilt when nothing
+Apache Kafka at 1,500 events/s, rebuilding at the first failure dropped 3,988 events on top of the
+1,805 that had expired. So a failure only starts a clock, and the producer is rebuilt when nothing
 was delivered for a send timeout after it. A producer can also wedge with no failure at all: after
 such a stall kafka-python 3.0 sometimes reset its producer id and then neither sent nor expired its
 472 waiting batches again, so its records stay unresolved; a producer that resolves none of its
@@ -256,11 +256,16 @@ class TelemetryPublisher:
         now = time.monotonic()
         self._unresolved -= 1
         self._resolved_at_s = now
-        if not failed:
+        if failed:
+            self._start_failing_clock(now)
+        else:
             self._failing_since_s = None
-        elif self._failing_since_s is None:
-            self._failing_since_s = now
         return True
+
+    def _start_failing_clock(self, now: float) -> None:
+        """Note the first failure since the last delivery (holding the lock); ``_failed_producer`` reads it."""
+        if self._failing_since_s is None:
+            self._failing_since_s = now
 
     def _connect(self) -> KafkaProducer | None:
         # Records the broker cannot take expire after the delivery timeout (their futures fail and
@@ -308,8 +313,7 @@ class TelemetryPublisher:
     def _send_failed(self) -> None:
         """A send the producer refused outright: start the rebuild clock as a failed delivery does."""
         with self._lock:
-            if self._failing_since_s is None:
-                self._failing_since_s = time.monotonic()
+            self._start_failing_clock(time.monotonic())
 
     def _abandon(self, producer: KafkaProducer, timeout_s: float) -> None:
         """Release ``producer`` (up to ``timeout_s``); what it still holds then counts as dropped."""

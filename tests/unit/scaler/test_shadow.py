@@ -4,28 +4,12 @@ from __future__ import annotations
 
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from schemas.records import DecisionRecord
-from schemas.scaling import ScalerConfig
 from services.cli.shadow_scaling import fleetopt_documents
 from services.scaler.shadow import replay_plans
 from services.testing.plans import fleetopt_plan
+from tests.unit.scaler.rig import scaler_config
 
-CONFIG = ScalerConfig.model_validate(
-    {
-        "mode": "act",
-        "pools": {
-            "short": {
-                "min_replicas": 1,
-                "max_replicas": 8,
-                "gpus_per_replica": 2,
-                "max_step_replicas": 2,
-                "cooldown_s": 30.0,
-                "scale_down_hold_s": 120.0,
-                "connector": "memory",
-            },
-            "long": {"min_replicas": 1, "max_replicas": 4, "cooldown_s": 30.0, "connector": "memory"},
-        },
-    }
-)
+CONFIG = scaler_config(max_replicas=8)
 
 
 def _record(plan: FleetoptPolicy, *, shadow: str | None = None, accepted: bool = True) -> DecisionRecord:
