@@ -129,6 +129,11 @@ class BackendOutage:
         """True between a failure and the next success."""
         return self._since_s is not None
 
+    @property
+    def redis_down(self) -> bool:
+        """True during an outage whose first failure was Redis's (the service then rereads records on purpose)."""
+        return self._since_s is not None and self._backend == "redis"
+
     def failed(self, exc: Exception, backend: str) -> float:
         """Note a failed try of ``backend``; return how long to pause before the next one, seconds."""
         if self._since_s is None:

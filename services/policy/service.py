@@ -83,7 +83,7 @@ from services.kafka_clients import (
 )
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LayoutWatch, LogReset, LogWatch
-from services.membership import FetchStallWatch, stall_bound_s, unfetched
+from services.membership import FetchStallWatch, ReadStallWatch, stall_bound_s, unfetched
 from services.policy.handler import (
     FLEET_SCOPE,
     PendingBatch,
@@ -169,6 +169,7 @@ class PolicyService:
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._layout_watch = LayoutWatch(ESTIMATES_TOPIC)
         self._stall_watch = FetchStallWatch("policy", stall_bound_s(kafka_timeouts))
+        self._read_watch = ReadStallWatch("policy", stall_bound_s(kafka_timeouts))
         self.handler = PolicyHandler(
             deployment=deployment,
             store=store,
@@ -277,6 +278,7 @@ class PolicyService:
                 now_s = self._clock()
                 if self._layout_watch.rejoin_due(self._log_view.layout(ESTIMATES_TOPIC), now_s) or (
                     self._stall_watch.rejoin_due(unfetched(self._consumer), now_s)
+                    or self._read_watch.rejoin_due(self._consumer, now_s, waiting=self.outage.redis_down)
                 ):
                     self._rejoin()
                     continue

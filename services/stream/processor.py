@@ -58,7 +58,7 @@ from services.kafka_clients import (
 )
 from services.kafka_factory import PLAINTEXT
 from services.log_reset import LayoutWatch, LogWatch, TopicLayout
-from services.membership import FetchStallWatch, stall_bound_s, unfetched
+from services.membership import FetchStallWatch, ReadStallWatch, stall_bound_s, unfetched
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,
@@ -174,6 +174,7 @@ class StreamProcessor:
         self._log_watch = LogWatch(consumer=CONSUMER_NAME, store=store, metrics=metrics)
         self._layout_watch = LayoutWatch(TELEMETRY_TOPIC)
         self._stall_watch = FetchStallWatch("stream", stall_bound_s(kafka_timeouts))
+        self._read_watch = ReadStallWatch("stream", stall_bound_s(kafka_timeouts))
         subscribe(self._consumer, TELEMETRY_TOPIC, Rebalance(self.on_assigned, self.on_revoked))
         self._stopped = False
 
@@ -241,6 +242,7 @@ class StreamProcessor:
                 now_s = self._clock()
                 if self._layout_watch.rejoin_due(layout, now_s) or (
                     self._stall_watch.rejoin_due(unfetched(self._consumer), now_s)
+                    or self._read_watch.rejoin_due(self._consumer, now_s, waiting=self.outage.redis_down)
                 ):
                     self._rejoin()
                     continue

@@ -1,10 +1,13 @@
-"""services/membership.py: a member whose positioned partitions go unfetched past any rebalance rejoins."""
+"""services/membership.py: a member whose partitions go unfetched or unread past any rebalance rejoins."""
 
 from __future__ import annotations
 
-from kafka import TopicPartition
+from dataclasses import dataclass
 
-from services.membership import STALL_FLOOR_S, FetchStallWatch, stall_bound_s, unfetched
+from kafka import TopicPartition
+from kafka.errors import KafkaTimeoutError
+
+from services.membership import STALL_FLOOR_S, FetchStallWatch, ReadStallWatch, stall_bound_s, unfetched
 from services.settings import APACHE_KAFKA_TIMEOUTS, LOCAL_BROKER_TIMEOUTS
 
 TOPIC = "gov.estimates"
@@ -66,3 +69,90 @@ class TestFetchStallWatch:
         assert not watch.rejoin_due([STUCK], 125.0)
         assert not watch.rejoin_due([STUCK], 150.0)
         assert watch.rejoin_due([STUCK], 155.0)
+
+
+@dataclass(frozen=True)
+class Position:
+    offset: int
+
+
+class Reading:
+    """kafka-python's subscription state as ``ReadStallWatch`` reads it: positions and pauses."""
+
+    def __init__(self, positions: dict[TopicPartition, int]) -> None:
+        self.positions = positions
+        self.paused: set[TopicPartition] = set()
+
+    def position(self, tp: TopicPartition) -> Position | None:
+        offset = self.positions.get(tp)
+        return None if offset is None else Position(offset)
+
+    def is_paused(self, tp: TopicPartition) -> bool:
+        return tp in self.paused
+
+
+class ReadingConsumer:
+    """Two assigned partitions, their positions, and the ends the broker reports (or a broker that does not answer)."""
+
+    def __init__(self, positions: dict[TopicPartition, int], ends: dict[TopicPartition, int]) -> None:
+        self._subscription = Reading(positions)
+        self.ends = ends
+        self.answers = True
+        self.asked: list[list[TopicPartition]] = []
+
+    def assignment(self) -> set[TopicPartition]:
+        return {STUCK, READING}
+
+    def end_offsets(self, partitions: list[TopicPartition], timeout_ms: int) -> dict[TopicPartition, int]:
+        self.asked.append(partitions)
+        if not self.answers:
+            raise KafkaTimeoutError("ListOffsets")
+        return {tp: self.ends[tp] for tp in partitions}
+
+
+class TestReadStallWatch:
+    def test_a_partition_that_stays_behind_the_brokers_end_for_the_bound_asks_once_for_a_rejoin(self) -> None:
+        consumer = ReadingConsumer({STUCK: 40, READING: 10}, ends={STUCK: 90, READING: 500})
+        watch = ReadStallWatch("stream", bound_s=30.0)
+        assert not watch.rejoin_due(consumer, 100.0, waiting=False)
+        consumer._subscription.positions[READING] = 20
+        assert not watch.rejoin_due(consumer, 129.9, waiting=False)
+        assert consumer.asked == []
+        consumer._subscription.positions[READING] = 30
+        assert watch.rejoin_due(consumer, 130.0, waiting=False)
+        assert consumer.asked == [[STUCK]]  # only the partition that did not move is asked about
+        assert not watch.rejoin_due(consumer, 131.0, waiting=False)  # the rejoined member gets its own bound
+
+    def test_a_partition_read_to_the_brokers_end_is_idle_and_asked_again_only_after_another_bound(self) -> None:
+        consumer = ReadingConsumer({STUCK: 90, READING: 10}, ends={STUCK: 90, READING: 10})
+        watch = ReadStallWatch("stream", bound_s=30.0)
+        watch.rejoin_due(consumer, 100.0, waiting=False)
+        assert not watch.rejoin_due(consumer, 130.0, waiting=False)
+        assert not watch.rejoin_due(consumer, 140.0, waiting=False)
+        assert consumer.asked == [[STUCK, READING]]
+        consumer.ends[STUCK] = 95  # records arrive, and no fetch returns them
+        assert not watch.rejoin_due(consumer, 159.9, waiting=False)
+        assert watch.rejoin_due(consumer, 160.0, waiting=False)
+
+    def test_a_paused_partition_and_a_redis_outage_start_the_wait_again(self) -> None:
+        consumer = ReadingConsumer({STUCK: 40, READING: 10}, ends={STUCK: 90, READING: 500})
+        watch = ReadStallWatch("stream", bound_s=30.0)
+        watch.rejoin_due(consumer, 100.0, waiting=False)
+        consumer._subscription.paused = {STUCK, READING}
+        watch.rejoin_due(consumer, 120.0, waiting=False)
+        consumer._subscription.paused = set()
+        assert not watch.rejoin_due(consumer, 140.0, waiting=False)
+        assert not watch.rejoin_due(consumer, 160.0, waiting=True)
+        assert not watch.rejoin_due(consumer, 170.0, waiting=False)
+        assert not watch.rejoin_due(consumer, 199.9, waiting=False)
+        assert watch.rejoin_due(consumer, 200.0, waiting=False)
+
+    def test_a_broker_that_does_not_answer_asks_for_no_rejoin_until_it_says_records_wait(self) -> None:
+        consumer = ReadingConsumer({STUCK: 40, READING: 10}, ends={STUCK: 90, READING: 10})
+        consumer.answers = False
+        watch = ReadStallWatch("stream", bound_s=30.0)
+        watch.rejoin_due(consumer, 100.0, waiting=False)
+        assert not watch.rejoin_due(consumer, 130.0, waiting=False)
+        consumer.answers = True
+        assert not watch.rejoin_due(consumer, 140.0, waiting=False)
+        assert watch.rejoin_due(consumer, 160.0, waiting=False)
