@@ -41,7 +41,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from schemas.engines import PolicyApplied
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
-from services.headline import headline
+from services.watched_values import watched_values
 
 SERVICE_LABELS = ("deployment", "service")
 FOREIGN_DEPLOYMENTS_LABELLED = 20  # past this many other deployments, their events count under "other"
@@ -230,7 +230,7 @@ class ServiceMetrics:
         self._unreadable_values.labels(self.deployment, self.service, what).inc()
 
     def decided(self, document: PolicyDocument) -> None:
-        """Export a newly stored document: its version, validity, decision time and headline values."""
+        """Export a newly stored document: its version, validity, decision time and watched values."""
         labels = (self.deployment, self.service, document.kind, document.scope)
         self._decisions.labels(self.deployment, self.service, document.kind).inc()
         self._version.labels(*labels).set(document.version)
@@ -238,7 +238,7 @@ class ServiceMetrics:
         self._valid_for.labels(*labels).set(document.valid_until - document.computed_at)
         self._age.labels(*labels).set(0.0)
         self._computed_at[(document.kind, document.scope)] = document.computed_at
-        for value in headline(document):
+        for value in watched_values(document):
             self._value.labels(*labels, value.name).set(value.value)
 
     def refused(self, kind: str) -> None:

@@ -19,7 +19,7 @@ or an in-memory broker restarted) is seen within seconds (services/log_reset.py)
 idle for ``IDLE_AFTER_S`` lets its fetches and polls wait longer (``IdlePace``), so that an idle
 control plane does not spend a tenth of a core per service on empty fetches.
 
-The clients are built by services/kafka_factory.py, which adds the deployment's security settings.
+The clients are built by services/kafka_security.py, which adds the deployment's security settings.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import CHECKPOINT_MAX_BYTES, Partition
 from services.backends import kafka_answers
 from services.engine_partitions import EnginePartitioner
-from services.kafka_factory import PLAINTEXT, kafka_consumer, kafka_producer
+from services.kafka_security import PLAINTEXT, kafka_consumer, kafka_producer
 from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 
 METADATA_MAX_AGE_MS = 10_000

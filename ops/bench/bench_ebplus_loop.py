@@ -49,8 +49,8 @@ from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import StaticPolicySource
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers import EbplusScheduler, MixedChunkedScheduler, Scheduler
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry

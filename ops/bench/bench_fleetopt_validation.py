@@ -50,9 +50,9 @@ from policies.fleetopt import (  # noqa: E402
 )
 from services.sdk.protocol import StaticPolicySource  # noqa: E402
 from services.sim.engine import EngineConfig, SimEngine  # noqa: E402
-from services.sim.metrics import MetricsRecorder  # noqa: E402
 from services.sim.request import RequestSpec  # noqa: E402
 from services.sim.routing import LeastLoadedRouter  # noqa: E402
+from services.sim.run_summary import MetricsRecorder  # noqa: E402
 from services.sim.schedulers import MixedChunkedScheduler  # noqa: E402
 from services.sim.simulation import Simulation  # noqa: E402
 from services.sim.slot_pool import pool_requests, simulate_slot_pool  # noqa: E402

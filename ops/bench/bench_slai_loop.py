@@ -32,8 +32,8 @@ from services.policy.registry import PolicyRegistry
 from services.policy.wiring.slai import slai_spec
 from services.replay.offline import OfflineControlPlane
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.scenario import load_scenario
 from services.sim.schedulers import SarathiServeScheduler, SlaiScheduler
 from services.sim.schedulers.base import Scheduler

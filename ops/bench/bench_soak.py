@@ -38,7 +38,7 @@ from pathlib import Path
 
 from schemas.events import Event, encode_event
 from schemas.names import TELEMETRY_TOPIC
-from services.kafka_factory import PLAINTEXT, kafka_producer
+from services.kafka_security import PLAINTEXT, kafka_producer
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.settings import Settings
 from services.sim import load_scenario, run_offline

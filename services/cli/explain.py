@@ -26,9 +26,9 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli import explain_scaling
 from services.cli.options import add_settings_flags, settings_from_args
 from services.cli.table import MISSING, aligned
-from services.headline import parse_document
 from services.inspection.decisions import find_decision, find_snapshot
 from services.settings import Settings
+from services.watched_values import parse_document
 
 
 def register(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:

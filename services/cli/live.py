@@ -22,13 +22,13 @@ from kafka import TopicPartition
 
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition
 from services.cli.options import settings_stack
-from services.kafka_factory import kafka_consumer
+from services.kafka_security import kafka_consumer
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import Settings
 from services.sim import ProgressSample, Scenario, run_live
 from services.sim.compare import PolicyChange, PolicyChangeRecorder, planned_gpus
-from services.sim.metrics import RunSummary
+from services.sim.run_summary import RunSummary
 from services.stack.launcher import StackState, stack_down
 from services.store.redis_store import RedisStore
 

@@ -15,7 +15,7 @@ from pydantic import ValidationError
 
 from schemas.names import ESTIMATES_TOPIC
 from schemas.records import PolicyConfigRecord
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.policy.config import PolicySet
 from services.replay.offline import OfflineControlPlane
 from services.replay.replay import read_topic

@@ -36,8 +36,8 @@ from services.sim.compare import (
     fleet_gpus,
     run_offline_arm,
 )
-from services.sim.metrics import RunSummary
 from services.sim.plots import write_comparison_plots, write_plots
+from services.sim.run_summary import RunSummary
 from services.sim.scenario import list_scenarios, load_scenario
 
 

@@ -20,7 +20,7 @@ from typing import Any
 
 from schemas.names import DECISIONS_TOPIC, TELEMETRY_TOPIC
 from schemas.steps import scheduler_mode_label
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.replay.replay import read_topic
 from services.settings import KafkaSecurity
 

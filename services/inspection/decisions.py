@@ -15,7 +15,7 @@ from pydantic import ValidationError
 from schemas.errors import InvalidInputError
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.records import DecisionRecord, EstimateSnapshot
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.replay.replay import read_topic
 from services.settings import KafkaSecurity
 

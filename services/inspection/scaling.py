@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
 from schemas.scaling import ScalingAction
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.scaler.actions import read_actions
 from services.settings import KafkaSecurity
 

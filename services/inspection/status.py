@@ -2,7 +2,7 @@
 
 Per engine: its estimates' freshness (the event time of its last folded event, and how far that
 lies behind the deployment's newest) and the current document of each policy kind with its
-version, age, validity, headline values (services/headline.py) and the engine's last
+version, age, validity, watched values (services/watched_values.py) and the engine's last
 acknowledgement. Ages are event time, measured on the engine's own clock, the clock an engine
 compares ``valid_until`` with: ``age_s`` is the engine's last event time minus the document's
 ``computed_at``, and ``valid_for_s`` what is left until its ``valid_until`` (negative: the
@@ -35,12 +35,12 @@ from schemas.names import (
     policy_of_key,
     policy_pattern,
 )
-from services.headline import headline, parse_document
 from services.inspection.scaling import PoolStatus, collect_pool_status
 from services.kafka_clients import reader, require_topic
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.settings import KafkaSecurity, RedisSecurity
 from services.store.redis_store import redis_client
+from services.watched_values import parse_document, watched_values
 
 SERVICE_TOPICS = (("stream", TELEMETRY_TOPIC), ("policy", ESTIMATES_TOPIC))
 SUMMARY_NAME = "summary"  # the engines are those with a summary; their states and the services' are not listed
@@ -181,7 +181,7 @@ def _policy_status(
 ) -> PolicyStatus:
     """One document's status; an engine-scope document counts its engine's ack, a fleet one every engine's."""
     document = parse_document(kind, raw)
-    values = headline(document)
+    values = watched_values(document)
     acked = acks.get((kind, scope)) if engine else None
     acked_by = sum(
         1

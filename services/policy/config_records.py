@@ -19,7 +19,7 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import ESTIMATES_TOPIC
 from schemas.records import PolicyConfigRecord
 from services.kafka_clients import record_producer
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.policy.config import config_digest, read_config
 from services.settings import KafkaSecurity
 

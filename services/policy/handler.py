@@ -45,7 +45,6 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, DecisionRecord, EstimateSnapshot, PolicyConfigRecord, SnapshotProducer
 from schemas.signing import PolicyKeyring, sign_snapshot, snapshot_signature_problem
 from schemas.snapshot_trigger import SnapshotTrigger
-from services.headline import parse_document
 from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord
 from services.policy.config import PolicySet, config_policy_set
@@ -58,6 +57,7 @@ from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.store.protocol import Store
 from services.stream.fleet import SilenceRule
 from services.stream.snapshot_id import snapshot_id
+from services.watched_values import parse_document
 
 log = structlog.get_logger(__name__)
 

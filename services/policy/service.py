@@ -81,7 +81,7 @@ from services.kafka_clients import (
     record_producer,
     subscribe,
 )
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.log_reset import LayoutWatch, LogReset, LogWatch
 from services.membership import FetchStallWatch, ReadStallWatch, stall_bound_s, unfetched
 from services.policy.handler import (

@@ -20,7 +20,7 @@ from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event
 from schemas.records import DecisionRecord
 from services.kafka_clients import reader, require_topic
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink

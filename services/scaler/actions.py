@@ -20,7 +20,7 @@ from pydantic import ValidationError
 from schemas.errors import BackendUnavailableError
 from schemas.scaling import SCALING_TOPIC, ScalingAction
 from services.kafka_clients import reader, require_topic
-from services.kafka_factory import PLAINTEXT, kafka_admin, kafka_producer
+from services.kafka_security import PLAINTEXT, kafka_admin, kafka_producer
 from services.settings import KafkaSecurity
 
 log = structlog.get_logger(__name__)

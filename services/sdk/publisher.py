@@ -51,7 +51,7 @@ from kafka.errors import KafkaError
 from schemas.events import Event, encode_event
 from schemas.names import TELEMETRY_TOPIC
 from services.engine_partitions import EnginePartitioner
-from services.kafka_factory import PLAINTEXT, kafka_producer
+from services.kafka_security import PLAINTEXT, kafka_producer
 from services.settings import KafkaSecurity
 
 log = structlog.get_logger(__name__)

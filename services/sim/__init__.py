@@ -6,14 +6,14 @@ in wall time (``run_live``) against a ``TelemetrySink`` and a ``PolicySource``, 
 docs/simulator.md describes the model, the scheduler interface and the scenarios.
 """
 
-from services.sim.core import EventLoop, SimEvent
 from services.sim.dp import DpConfig, DpEngine
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.metrics import MetricsRecorder, RunSummary, TierSummary, TimelineSample
+from services.sim.event_loop import EventLoop, SimEvent
 from services.sim.plots import write_plots
 from services.sim.rank_routers import FcfsRankRouter, JsqLoadRankRouter, RankRouter, RankView
 from services.sim.request import RequestSpec, SimRequest
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
+from services.sim.run_summary import MetricsRecorder, RunSummary, TierSummary, TimelineSample
 from services.sim.runner import Clock, WallClock, build_simulation, run_live, run_offline
 from services.sim.scenario import SCENARIOS_PATH, EngineSpec, Scenario, list_scenarios, load_scenario
 from services.sim.simulation import ProgressSample, Simulation

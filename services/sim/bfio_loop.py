@@ -47,10 +47,10 @@ from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
 from services.sim.dp import DpConfig, DpEngine
 from services.sim.length_hints import LengthHints
-from services.sim.metrics import MetricsRecorder
 from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter, CentralPoolPlanner, PlannerStats, RouterStats, frozen_clock
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import BfioTiming

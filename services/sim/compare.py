@@ -31,7 +31,7 @@ from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import PolicySource, StaticPolicySource, TelemetrySink
 from services.sim.dp import DpConfig
-from services.sim.metrics import RunSummary
+from services.sim.run_summary import RunSummary
 from services.sim.runner import run_offline
 from services.sim.scenario import Scenario, SchedulerName
 

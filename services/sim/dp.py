@@ -8,7 +8,7 @@ its own batch, the step lasts the slowest rank's time (the barrier), and every r
 load, free slots, local compute and barrier wait (``rank.step``). Routers implement ``RankRouter``
 (services/sim/rank_routers.py: the FCFS and JSQ-by-load baselines of ``policies.bfio``, and BF-IO in
 services/sim/routers_bfio.py). Arrivals, the policy refresh, registration, heartbeats, tokens and the
-step report are ``EngineCore``'s (services/sim/engine_core.py), shared with the single engine.
+step report are ``EngineBase``'s (services/sim/engine_base.py), shared with the single engine.
 
 Imbalance (Eq. 2) is measured where the reference code measures it (spec section 1.4): after the
 step's decode and the removal of finished requests, before the next step's admissions (the
@@ -30,10 +30,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.sdk.protocol import PolicySource
-from services.sim.engine_core import EngineCore, require_positive
-from services.sim.metrics import MetricsRecorder
+from services.sim.engine_base import EngineBase, require_positive
 from services.sim.rank_routers import RankRouter, RankView
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
+from services.sim.run_summary import MetricsRecorder
 from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import BatchShape, TimingModel
 
@@ -115,7 +115,7 @@ class DpConfig:
         require_positive(self, sizes, f"DP deployment {self.engine_id}")
 
 
-class DpEngine(EngineCore):
+class DpEngine(EngineBase):
     """G ranks, B slots each, stepping together behind one barrier."""
 
     def __init__(

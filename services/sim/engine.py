@@ -1,13 +1,13 @@
 """A simulated engine: paged KV cache, continuous batching under a token budget, recompute preemption.
 
-The engine is an entity of the discrete-event core (services/sim/core.py): the simulation calls
+The engine is an entity of the discrete-event core (services/sim/event_loop.py): the simulation calls
 ``arrive``, ``start_step`` and ``end_step`` at event times. Each iteration it asks its scheduler
 (services/sim/schedulers) for a batch, checks the batch against its limits (KV blocks, token
 budget, slots), prices it with its timing model (services/sim/timing.py) and, at the step's end,
 advances every request in it. Telemetry goes out through ``EngineTelemetry``; policies come from a
 ``PolicySource`` read at the start of each step (specs/seed-001-ebplus.md section 6.5 and
 specs/seed-000-slai.md section 5.6 describe the engine model). Arrivals, the policy refresh,
-registration, heartbeats, tokens and the step report are ``EngineCore``'s (services/sim/engine_core.py),
+registration, heartbeats, tokens and the step report are ``EngineBase``'s (services/sim/engine_base.py),
 shared with the data-parallel deployment.
 """
 
@@ -18,9 +18,9 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource
-from services.sim.engine_core import EngineCore, require_positive
-from services.sim.metrics import MetricsRecorder
+from services.sim.engine_base import EngineBase, require_positive
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
+from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.base import BatchPlan, Scheduler
 from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import BatchShape, TimingModel
@@ -50,7 +50,7 @@ class EngineConfig:
         require_positive(self, limits, f"engine {self.engine_id}")
 
 
-class SimEngine(EngineCore):
+class SimEngine(EngineBase):
     """One engine: waiting queue, running set, KV blocks, a scheduler and a timing model."""
 
     def __init__(

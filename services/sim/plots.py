@@ -19,7 +19,7 @@ import matplotlib.pyplot as plt
 from matplotlib.axes import Axes
 
 from services.sim.compare import Comparison, PolicyChange
-from services.sim.metrics import RunSummary
+from services.sim.run_summary import RunSummary
 
 ARM_STYLES = {"baseline": ":", "ungoverned": "--", "governed": "-"}
 TIER_COLOURS = ("tab:red", "tab:blue", "tab:green", "tab:purple", "tab:brown")

@@ -20,11 +20,11 @@ from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.dp import DpConfig, DpEngine
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.engine_core import EngineCore
-from services.sim.metrics import MetricsRecorder, RunSummary
+from services.sim.engine_base import EngineBase
 from services.sim.rank_routers import RankRouter, baseline_rank_router
 from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import FleetRouter, LeastLoadedRouter, LengthRouter
+from services.sim.run_summary import MetricsRecorder, RunSummary
 from services.sim.scenario import Scenario
 from services.sim.schedulers.base import Scheduler
 from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiServeScheduler, VllmPrefillFirstScheduler
@@ -85,7 +85,7 @@ def build_simulation(
 ) -> tuple[Simulation, MetricsRecorder]:
     """Return the scenario's simulation (engines on ``sink`` and ``policy_source``) and its recorder."""
     metrics = MetricsRecorder()
-    engines: list[EngineCore] = []
+    engines: list[EngineBase] = []
     telemetries: list[EngineTelemetry] = []
     for spec in scenario.engines:
         telemetry = EngineTelemetry(engine_id=spec.config.engine_id, deployment=scenario.deployment, sink=sink)

@@ -1,7 +1,7 @@
 """The simulated fleet on the event loop: arrivals, engine steps, heartbeats and progress ticks.
 
 ``Simulation`` owns the entities (engines, the fleet router, the workload's requests) and one
-handler per event type; each handler returns the events it causes (services/sim/core.py). Engines
+handler per event type; each handler returns the events it causes (services/sim/event_loop.py). Engines
 register at the start, heartbeat every ``heartbeat_interval_s`` of event time, and step back to
 back while they have work. A progress sample shows, per engine, the engine-side state of the policy it
 obeys (the SLAI offset delta in effect) and, over the DP engines, the Eq. 2 rank imbalance and the
@@ -13,12 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 
-from services.sim.core import EventLoop, SimEvent
 from services.sim.engine import SimEngine
-from services.sim.engine_core import EngineCore
-from services.sim.metrics import MetricsRecorder
+from services.sim.engine_base import EngineBase
+from services.sim.event_loop import EventLoop, SimEvent
 from services.sim.request import RequestSpec
 from services.sim.routing import FleetRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.slai import SlaiScheduler
 
 
@@ -97,7 +97,7 @@ class Simulation:
     def __init__(
         self,
         *,
-        engines: Sequence[EngineCore],
+        engines: Sequence[EngineBase],
         router: FleetRouter,
         requests: Sequence[RequestSpec],
         metrics: MetricsRecorder,
@@ -185,7 +185,7 @@ class Simulation:
         )
 
 
-def _engine_sample(engine: EngineCore) -> EngineSample:
+def _engine_sample(engine: EngineBase) -> EngineSample:
     if not isinstance(engine, SimEngine):
         return EngineSample(
             engine_id=engine.engine_id, running_plus_waiting=engine.load, kv_use_frac=None, slai_delta=None

@@ -28,7 +28,7 @@ from kafka.errors import KafkaError, TopicAlreadyExistsError
 
 from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import TOPICS, TopicSpec
-from services.kafka_factory import PLAINTEXT, kafka_admin, kafka_consumer
+from services.kafka_security import PLAINTEXT, kafka_admin, kafka_consumer
 from services.settings import KafkaSecurity, RedisSecurity
 from services.stack.kafka_broker import KAFKA_STOP_TIMEOUT_S, locate_kafka, start_kafka
 from services.stack.processes import free_port, pid_alive, port_open, spawn, stop, wait_for_port

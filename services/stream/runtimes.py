@@ -15,7 +15,7 @@ from schemas.errors import ConfigError
 from schemas.signing import PolicyKeyring
 from services.checkpoints import CheckpointSource
 from services.health import ServiceMetrics
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.settings import (
     DEFAULT_LIFECYCLE,
     LOCAL_BROKER_TIMEOUTS,

@@ -22,7 +22,7 @@ from schemas.policy_docs.ebplus import EbplusMode
 from schemas.steps import StepReport
 from services.sdk.protocol import ListSink
 from services.sim.compare import Control, run_offline_arm
-from services.sim.metrics import RunSummary
+from services.sim.run_summary import RunSummary
 from services.sim.scenario import Scenario, load_scenario
 
 PAID_TBT_SLO_S = 0.1

@@ -16,7 +16,6 @@ import pytest
 from schemas.names import TELEMETRY_TOPIC
 from schemas.policy_docs.base import PolicyDocument
 from services.cli.main import main
-from services.headline import parse_document
 from services.health import ServiceMetrics
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
@@ -28,6 +27,7 @@ from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 from services.testing.streams import synthetic_stream
+from services.watched_values import parse_document
 from tests.integration.processes import ROOT, wait_until
 from tests.integration.publishing import publish_all
 

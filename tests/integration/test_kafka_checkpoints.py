@@ -20,7 +20,7 @@ from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from schemas.names import POLICY_CONSUMER, STREAM_CONSUMER, TELEMETRY_TOPIC, estimate_key
 from services.checkpoints import CheckpointSource
 from services.cli.shadow import read_decisions
-from services.kafka_factory import PLAINTEXT
+from services.kafka_security import PLAINTEXT
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.replay.checkpoints import read_checkpoints

@@ -24,7 +24,7 @@ from pydantic import SecretStr
 
 from schemas.errors import ConfigError
 from services.cli.shadow import read_decisions
-from services.kafka_factory import PLAINTEXT, kafka_admin
+from services.kafka_security import PLAINTEXT, kafka_admin
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher

@@ -23,7 +23,7 @@ from kafka.errors import TopicAlreadyExistsError
 from schemas.events import Event
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
-from services.kafka_factory import kafka_admin
+from services.kafka_security import kafka_admin
 from services.policy.service import PolicyService
 from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher

@@ -15,7 +15,7 @@ import pytest
 
 from schemas.events import parse_event
 from schemas.names import TELEMETRY_TOPIC
-from services.kafka_factory import kafka_consumer
+from services.kafka_security import kafka_consumer
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port

@@ -11,7 +11,7 @@ from schemas.names import DECISIONS_TOPIC
 from schemas.policy_docs.fleetopt import FleetoptPolicy
 from schemas.records import DecisionRecord
 from services.cli.main import main
-from services.kafka_factory import kafka_producer
+from services.kafka_security import kafka_producer
 from services.stack.launcher import StackState
 from services.testing.plans import fleetopt_plan
 

@@ -29,7 +29,7 @@ def _admission(version: int, computed_at: float) -> AdmissionPolicy:
 
 
 class TestServiceMetrics:
-    def test_a_decided_document_exports_version_validity_and_headline_values(self) -> None:
+    def test_a_decided_document_exports_version_validity_and_watched_values(self) -> None:
         metrics = ServiceMetrics("policy", "prod")
         metrics.decided(_admission(3, computed_at=100.0))
         labels = {"deployment": "prod", "service": "policy", "kind": "admission", "scope": "eng-0"}

@@ -1,4 +1,4 @@
-"""services/kafka_factory.py: a broker that refuses the SASL credentials is a ConfigError naming them."""
+"""services/kafka_security.py: a broker that refuses the SASL credentials is a ConfigError naming them."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from pydantic import SecretStr
 
 from schemas.errors import ConfigError
 from services import kafka_factory
-from services.kafka_factory import CONNECTION_LOGGER, PLAINTEXT, kafka_admin, kafka_consumer, kafka_producer
+from services.kafka_security import CONNECTION_LOGGER, PLAINTEXT, kafka_admin, kafka_consumer, kafka_producer
 from services.settings import KafkaSecurity
 from services.stack.processes import free_port
 

@@ -17,7 +17,7 @@ from schemas.signing import PolicyKeyring, SigningKey, canonical_bytes, sign, si
 from services import kafka_factory
 from services.health import HealthServer, ServiceMetrics
 from services.kafka_clients import group_consumer, record_producer
-from services.kafka_factory import kafka_admin, security_config
+from services.kafka_security import kafka_admin, security_config
 from services.policy.decisions import DecisionMaker
 from services.policy.from_snapshot import decide_from_snapshot
 from services.policy.pins import pinned_document

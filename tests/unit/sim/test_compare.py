@@ -16,7 +16,7 @@ from services.sim.compare import (
     fleet_gpus,
     run_offline_arm,
 )
-from services.sim.metrics import RunSummary, TierSummary
+from services.sim.run_summary import RunSummary, TierSummary
 from services.sim.scenario import load_scenario
 
 

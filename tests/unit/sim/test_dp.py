@@ -8,10 +8,10 @@ from schemas.events import Event
 from schemas.steps import RankStepReport, StepReport
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.dp import DpConfig, DpEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.rank_routers import FcfsRankRouter, JsqLoadRankRouter, RankRouter, RankView, VllmScoreRankRouter
 from services.sim.request import RequestSpec, SimRequest
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import BfioTiming

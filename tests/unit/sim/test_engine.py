@@ -17,9 +17,9 @@ from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken,
 from schemas.steps import StepReport
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.base import BatchPlan, EngineView
 from services.sim.schedulers.baselines import MixedChunkedScheduler, SarathiServeScheduler
 from services.sim.simulation import Simulation

@@ -14,10 +14,10 @@ from schemas.requests import RequestAdmitted
 from schemas.steps import RankStepReport
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.dp import DpConfig, DpEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routers_bfio import BfioRankRouter
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import BfioTiming

@@ -14,9 +14,9 @@ from schemas.requests import RequestFinished
 from schemas.steps import StepReport
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.ebplus import EbplusScheduler, FixedEbScheduler
 from services.sim.simulation import Simulation
 from services.sim.telemetry import EngineTelemetry

@@ -13,9 +13,9 @@ from schemas.policy_docs.base import InputsDigest, PolicyDocument
 from schemas.policy_docs.slai import SlaiPolicy, SlaiState
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.engine import EngineConfig, SimEngine
-from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.routing import LeastLoadedRouter
+from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.baselines import SarathiServeScheduler, VllmPrefillFirstScheduler
 from services.sim.schedulers.slai import SlaiScheduler, safe_default_payload
 from services.sim.simulation import Simulation

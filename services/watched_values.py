@@ -1,6 +1,6 @@
 """The few values of a policy document an operator watches: what ``governor status`` prints and Prometheus exports.
 
-Each policy's payload holds tens of fields; ``headline`` picks the ones that say what an engine is
+Each policy's payload holds tens of fields; ``watched_values`` picks the ones that say what an engine is
 being told (EB+ mode and k/N, SLAI's offset rule, BF-IO's horizon, FleetOpt's pool sizes, the
 admission level) as numbers, so the metrics and the status table read the same values, and
 parses a stored or recorded document into its typed model on the way.
@@ -30,7 +30,7 @@ ADMISSION_LEVELS = {"ok": 0.0, "busy": 1.0, "overloaded": 2.0}
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Headline:
+class WatchedValue:
     """One watched value: its metric name, the number exported, and how people read it."""
 
     name: str
@@ -57,36 +57,42 @@ def parse_document(kind: str, raw: str | bytes | Mapping[str, JsonValue]) -> Pol
         raise InvalidInputError(msg, field="document") from exc
 
 
-def headline(document: PolicyDocument) -> list[Headline]:
-    """Return the watched values of ``document`` (none for a kind without a headline)."""
+def watched_values(document: PolicyDocument) -> list[WatchedValue]:
+    """Return the watched values of ``document`` (none for a kind without watched values)."""
     if isinstance(document, EbplusPolicy):
         p = document.payload
         return [
-            Headline(name="ebplus_exclusive", value=1.0 if p.mode is EbplusMode.EB else 0.0, shown=f"mode {p.mode}"),
-            Headline(name="ebplus_k", value=float(p.k), shown=f"k {p.k}"),
-            Headline(name="ebplus_n", value=float(p.n), shown=f"N {p.n}"),
+            WatchedValue(
+                name="ebplus_exclusive", value=1.0 if p.mode is EbplusMode.EB else 0.0, shown=f"mode {p.mode}"
+            ),
+            WatchedValue(name="ebplus_k", value=float(p.k), shown=f"k {p.k}"),
+            WatchedValue(name="ebplus_n", value=float(p.n), shown=f"N {p.n}"),
         ]
     if isinstance(document, SlaiPolicy):
         s = document.payload
         values = [
-            Headline(name="slai_delta_lo", value=s.delta_lo, shown=f"delta {s.delta_lo:g}|{s.delta_hi:g}"),
-            Headline(name="slai_delta_hi", value=s.delta_hi, shown=f"at kv {s.kv_threshold_frac:.0%}"),
+            WatchedValue(name="slai_delta_lo", value=s.delta_lo, shown=f"delta {s.delta_lo:g}|{s.delta_hi:g}"),
+            WatchedValue(name="slai_delta_hi", value=s.delta_hi, shown=f"at kv {s.kv_threshold_frac:.0%}"),
         ]
         if s.mode == "fixed":
-            values = [Headline(name="slai_delta_fixed", value=s.delta_fixed, shown=f"delta fixed {s.delta_fixed:g}")]
+            values = [
+                WatchedValue(name="slai_delta_fixed", value=s.delta_fixed, shown=f"delta fixed {s.delta_fixed:g}")
+            ]
         if s.delta_override is not None:
             values.append(
-                Headline(name="slai_delta_override", value=s.delta_override, shown=f"override {s.delta_override:g}")
+                WatchedValue(name="slai_delta_override", value=s.delta_override, shown=f"override {s.delta_override:g}")
             )
         return values
     if isinstance(document, FleetoptPolicy):
         f = document.payload
         return [
-            Headline(
+            WatchedValue(
                 name="fleetopt_n_short_gpus", value=float(f.fleet.short.n_gpus), shown=f"n_s {f.fleet.short.n_gpus}"
             ),
-            Headline(name="fleetopt_n_long_gpus", value=float(f.fleet.long.n_gpus), shown=f"n_l {f.fleet.long.n_gpus}"),
-            Headline(
+            WatchedValue(
+                name="fleetopt_n_long_gpus", value=float(f.fleet.long.n_gpus), shown=f"n_l {f.fleet.long.n_gpus}"
+            ),
+            WatchedValue(
                 name="fleetopt_b_short_tokens",
                 value=float(f.routing.b_short_tokens),
                 shown=f"B {f.routing.b_short_tokens}",
@@ -95,12 +101,14 @@ def headline(document: PolicyDocument) -> list[Headline]:
     if isinstance(document, BfioPolicy):
         b = document.payload
         return [
-            Headline(name="bfio_horizon_steps", value=float(b.horizon_steps), shown=f"H {b.horizon_steps} {b.mode}")
+            WatchedValue(name="bfio_horizon_steps", value=float(b.horizon_steps), shown=f"H {b.horizon_steps} {b.mode}")
         ]
     if isinstance(document, AdmissionPolicy):
         a = document.payload
         return [
-            Headline(name="admission_level", value=ADMISSION_LEVELS[a.level], shown=a.level),
-            Headline(name="admission_admit_fraction", value=a.admit_fraction, shown=f"admit {a.admit_fraction:.0%}"),
+            WatchedValue(name="admission_level", value=ADMISSION_LEVELS[a.level], shown=a.level),
+            WatchedValue(
+                name="admission_admit_fraction", value=a.admit_fraction, shown=f"admit {a.admit_fraction:.0%}"
+            ),
         ]
     return []

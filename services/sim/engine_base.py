@@ -25,8 +25,8 @@ from collections import deque
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from services.sdk.protocol import PolicySource
-from services.sim.metrics import MetricsRecorder
 from services.sim.request import RequestSpec, SimRequest
+from services.sim.run_summary import MetricsRecorder
 from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
 from services.sim.timing import TimingModel
 
@@ -44,7 +44,7 @@ def require_positive(config: object, names: tuple[str, ...], where: str) -> None
             raise ConfigError(msg)
 
 
-class EngineCore(ABC):
+class EngineBase(ABC):
     """A simulated engine as the simulation drives it (services/sim/simulation.py), and the half all engines share.
 
     The simulation registers it, heartbeats it, hands it arrivals and calls ``start_step`` and
