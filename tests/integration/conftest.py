@@ -6,7 +6,8 @@ up``): ``tansu`` by default, or ``kafka`` (Apache Kafka 4.x, KRaft, its log on d
 stack fixtures start it on a free port and use the Redis at ``REDIS_URL`` (or an embedded Valkey);
 a broker that is not installed skips the tests with the reason (CI installs both: ops/install.sh
 --dev). ``kafka_stack`` is Apache Kafka whatever ``GOVERNOR_BROKER`` says, for the tests of
-tests/integration/test_kafka_broker.py.
+tests/integration/test_kafka_*.py; ``tansu_stack`` is Tansu, for tests/integration/test_stack.py, so that
+the zero-Java broker is still met when the suite runs on Kafka (as CI runs it).
 """
 
 from __future__ import annotations
@@ -76,6 +77,12 @@ def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
 def kafka_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
     """A running local stack on Apache Kafka, whatever ``GOVERNOR_BROKER`` says, for one test module."""
     yield from _module_stack(tmp_path_factory, "kafka")
+
+
+@pytest.fixture(scope="module")
+def tansu_stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[StackState]:
+    """A running local stack on Tansu, whatever ``GOVERNOR_BROKER`` says, for one test module."""
+    yield from _module_stack(tmp_path_factory, "tansu")
 
 
 @pytest.fixture
