@@ -100,6 +100,10 @@ class ReadStallWatch:
         self._bound_s = bound_s
         self._still_since: dict[TopicPartition, tuple[int, float]] = {}
 
+    def rejoined(self) -> None:
+        """Start every wait again: the member has a fresh consumer, which has not had its chance to fetch."""
+        self._still_since = {}
+
     def rejoin_due(self, consumer: KafkaConsumer, now_s: float, *, waiting: bool) -> bool:
         """Record each reading partition's position at ``now_s``; True once one is stalled behind the broker's end.
 
@@ -141,5 +145,4 @@ class ReadStallWatch:
             stalled_s=round(max(still[tp][1] for tp in behind), 1),
             rule="records wait on the broker and none were read: rejoin the group under a fresh member id",
         )
-        self._still_since = {}
         return True

@@ -345,6 +345,7 @@ class PolicyService:
         partitions' next owner, which reloads their state at assignment.
         """
         self._unpositioned = []
+        self._read_watch.rejoined()
         self._consumer.close()
         self._consumer = self._new_consumer()
         self._pace.replaced(self._consumer)

@@ -305,6 +305,7 @@ class StreamProcessor:
         """
         self.on_revoked(list(self._consumer.assignment()))
         self._unpositioned = []
+        self._read_watch.rejoined()
         self._consumer.close()
         self._consumer = self._new_consumer()
         self._pace.replaced(self._consumer)

@@ -121,7 +121,10 @@ class TestReadStallWatch:
         consumer._subscription.positions[READING] = 30
         assert watch.rejoin_due(consumer, 130.0, waiting=False)
         assert consumer.asked == [[STUCK]]  # only the partition that did not move is asked about
+        watch.rejoined()
         assert not watch.rejoin_due(consumer, 131.0, waiting=False)  # the rejoined member gets its own bound
+        assert not watch.rejoin_due(consumer, 160.9, waiting=False)
+        assert watch.rejoin_due(consumer, 161.0, waiting=False)
 
     def test_a_partition_read_to_the_brokers_end_is_idle_and_asked_again_only_after_another_bound(self) -> None:
         consumer = ReadingConsumer({STUCK: 90, READING: 10}, ends={STUCK: 90, READING: 10})
@@ -129,7 +132,7 @@ class TestReadStallWatch:
         watch.rejoin_due(consumer, 100.0, waiting=False)
         assert not watch.rejoin_due(consumer, 130.0, waiting=False)
         assert not watch.rejoin_due(consumer, 140.0, waiting=False)
-        assert consumer.asked == [[STUCK, READING]]
+        assert consumer.asked == [[STUCK, READING]]  # each asked about at most once per bound
         consumer.ends[STUCK] = 95  # records arrive, and no fetch returns them
         assert not watch.rejoin_due(consumer, 159.9, waiting=False)
         assert watch.rejoin_due(consumer, 160.0, waiting=False)
