@@ -14,7 +14,7 @@ from schemas.errors import ConfigError
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import EstimateSnapshot
 from schemas.signing import PolicyKeyring, SigningKey, canonical_bytes, sign, signature_problem
-from services import kafka_factory
+from services import kafka_security
 from services.health import HealthServer, ServiceMetrics
 from services.kafka_clients import group_consumer, record_producer
 from services.kafka_security import kafka_admin, security_config
@@ -226,7 +226,7 @@ class TestKafkaClientConfiguration:
             return build
 
         for name in ("KafkaConsumer", "KafkaProducer", "KafkaAdminClient"):
-            monkeypatch.setattr(kafka_factory, name, recorder(name))
+            monkeypatch.setattr(kafka_security, name, recorder(name))
         security = _sasl("SCRAM-SHA-256")
         group_consumer("kafka:9093", "governor-stream-dep", security=security)
         record_producer("kafka:9093", security=security)

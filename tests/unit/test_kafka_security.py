@@ -12,7 +12,7 @@ from kafka.errors import KafkaConnectionError, KafkaTimeoutError, SaslAuthentica
 from pydantic import SecretStr
 
 from schemas.errors import ConfigError
-from services import kafka_factory
+from services import kafka_security
 from services.kafka_security import CONNECTION_LOGGER, PLAINTEXT, kafka_admin, kafka_consumer, kafka_producer
 from services.settings import KafkaSecurity
 from services.stack.processes import free_port
@@ -67,7 +67,7 @@ class TestRefusedCredentials:
     def test_a_refusal_is_a_config_error_naming_the_user_and_mechanism(
         self, monkeypatch: pytest.MonkeyPatch, client: str, build: Any
     ) -> None:
-        monkeypatch.setattr(kafka_factory, client, _refused)
+        monkeypatch.setattr(kafka_security, client, _refused)
         with pytest.raises(ConfigError, match="refused the SCRAM-SHA-256 credentials of user 'governor'") as caught:
             build("127.0.0.1:9", SCRAM)
         assert isinstance(caught.value.__cause__, KafkaTimeoutError)
@@ -78,30 +78,30 @@ class TestRefusedCredentials:
     ) -> None:
         logger = logging.getLogger(CONNECTION_LOGGER)
         monkeypatch.setattr(logger, "level", logging.CRITICAL)
-        monkeypatch.setattr(kafka_factory, "KafkaAdminClient", _refused)
+        monkeypatch.setattr(kafka_security, "KafkaAdminClient", _refused)
         with pytest.raises(ConfigError):
             kafka_admin("127.0.0.1:9", SCRAM)
         assert logger.level == logging.CRITICAL
-        assert not any(isinstance(handler, kafka_factory._BootstrapFailures) for handler in logger.handlers)
+        assert not any(isinstance(handler, kafka_security._BootstrapFailures) for handler in logger.handlers)
 
     def test_a_broker_that_does_not_answer_stays_a_kafka_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(kafka_factory, "KafkaAdminClient", _unreachable)
+        monkeypatch.setattr(kafka_security, "KafkaAdminClient", _unreachable)
         with pytest.raises(KafkaTimeoutError):
             kafka_admin("127.0.0.1:9", SCRAM)
 
     def test_every_login_closed_by_a_broker_that_accepts_connections_is_a_config_error(
         self, monkeypatch: pytest.MonkeyPatch, listening: str
     ) -> None:
-        monkeypatch.setattr(kafka_factory, "KafkaConsumer", _closed_at_login)
+        monkeypatch.setattr(kafka_security, "KafkaConsumer", _closed_at_login)
         with pytest.raises(ConfigError, match="closed each of 3 logins with the SCRAM-SHA-256 credentials of user"):
             kafka_consumer(listening, SCRAM)
 
     def test_lost_connections_to_a_gone_broker_stay_a_kafka_error(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(kafka_factory, "KafkaConsumer", _closed_at_login)
+        monkeypatch.setattr(kafka_security, "KafkaConsumer", _closed_at_login)
         with pytest.raises(KafkaTimeoutError):
             kafka_consumer(f"127.0.0.1:{free_port()}", SCRAM)
 
     def test_without_sasl_nothing_is_translated(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        monkeypatch.setattr(kafka_factory, "KafkaAdminClient", _refused)
+        monkeypatch.setattr(kafka_security, "KafkaAdminClient", _refused)
         with pytest.raises(KafkaTimeoutError):
             kafka_admin("127.0.0.1:9", PLAINTEXT)
