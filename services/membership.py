@@ -16,10 +16,10 @@ handling, not stalls.
 A second wedge is invisible to that state: in the Kafka SIGKILL test of one CI run, after the broker
 came back the stream processor folded four engines' batches and then nothing for the 165 s left,
 while the events were on the broker and every partition stayed assigned, positioned, unpaused and
-"fetchable" (kafka-python 3.0.12 sends no new fetch to a node it still counts as having one in
-flight). ``ReadStallWatch`` looks at the outcome instead of the client's state: a partition whose
-position has not moved for the bound, and whose end the broker reports past that position, is
-stalled whatever the client believes.
+"fetchable" (one way kafka-python 3.0.12 gets there: it sends no new fetch to a node while it still
+counts one in flight there; which way it took that run is not known). ``ReadStallWatch`` looks at
+the outcome instead of the client's state: a partition whose position has not moved for the bound,
+and whose end the broker reports past that position, is stalled whatever the client believes.
 """
 
 from __future__ import annotations
@@ -123,13 +123,11 @@ class ReadStallWatch:
                 continue
             before = self._still_since.get(tp)
             watched[tp] = before if before is not None and before[0] == position else (position, now_s)
-        self._still_since = watched
         still = {tp: (position, now_s - since_s) for tp, (position, since_s) in watched.items()}
         still = {tp: waited for tp, waited in still.items() if waited[1] >= self._bound_s}
+        self._still_since = watched | {tp: (position, now_s) for tp, (position, _) in still.items()}
         if not still:
             return False
-        for tp, (position, _) in still.items():
-            watched[tp] = (position, now_s)
         try:
             ends: dict[TopicPartition, int] = consumer.end_offsets(sorted(still), timeout_ms=END_OFFSETS_TIMEOUT_MS)
         except KafkaError:
