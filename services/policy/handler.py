@@ -301,7 +301,7 @@ class PolicyHandler:
         part = _Partition(PolicySet(registry=self._default_registry))
         records = self._read_state(config_scope(partition), partial(_config_records, configs_state))
         for record in records or []:
-            self._apply_config(record, part, announce=False)
+            self._apply_config(record, part, from_log=False)
         return part
 
     def apply(self, batch: PendingBatch) -> bool:
@@ -345,16 +345,22 @@ class PolicyHandler:
         states[ledger_scope(partition)] = part.ledger.to_json()
         return states
 
-    def _apply_config(self, record: PolicyConfigRecord, part: _Partition, *, announce: bool = True) -> None:
-        """Decide ``part``'s snapshots with ``record`` from here on: the live configuration, or a shadow's."""
+    def _apply_config(self, record: PolicyConfigRecord, part: _Partition, *, from_log: bool = True) -> None:
+        """Decide ``part``'s snapshots with ``record`` from here on: the live configuration, or a shadow's.
+
+        Only a record read from the log counts and is announced: one restored from the stored state
+        (at every assignment, a broker-initiated rebalance included) was counted when it was read.
+        """
         source = f"config record {record.name!r} ({record.source or 'no file'})"
         try:
             policy_set = config_policy_set(record.config, source=source, fleet_slot_s=self._fleet_slot_s)
         except InvalidInputError as exc:
-            self.counters.configs_invalid += 1
+            if from_log:
+                self.counters.configs_invalid += 1
             log.warning("config_invalid", name=record.name, reason=str(exc))
             return
-        self.counters.configs += 1
+        if from_log:
+            self.counters.configs += 1
         part.configs[record.name] = record
         if record.name == LIVE_CONFIG:
             part.policy_set = policy_set
@@ -363,7 +369,7 @@ class PolicyHandler:
             del part.configs[record.name]
         elif record.name not in part.shadows or part.shadows[record.name].policy_set.digest != policy_set.digest:
             part.shadows[record.name] = ShadowPolicy(record.name, policy_set)
-        if announce:
+        if from_log:
             log.info("config_applied", name=record.name, digest=policy_set.digest, source=record.source)
 
     def handle(self, record: ConsumedRecord, batch: PendingBatch) -> None:

@@ -269,6 +269,16 @@ class TestPartitionedState:
         assert (restarted.policy_set(0).digest, restarted.policy_set(3).digest) == (live.digest, default_digest)
         assert config_scope(3) == f"{CONFIG_STATE_SCOPE}:3"
 
+    def test_a_configuration_restored_at_a_reassignment_is_not_counted_again(self) -> None:
+        """Kafka may rebalance a member that keeps its partitions; it restores their configs, read once."""
+        handler = _handler(MemoryStore(), ListSink())
+        live = config_record("dep", "live", {"admission": {"kv_comfort_frac": 0.3}}, "live.toml")
+        handler.handle(Record(ESTIMATES_TOPIC, 0, 0, b"config", live.model_dump_json().encode()), PendingBatch())
+        handler.state_scopes(handler.states(), fleet_partition=0)
+        handler.restore(handler.states())
+        assert handler.counters.configs == 1
+        assert handler.policy_set(0).digest == live.digest
+
 
 class TestUnreadableServiceState:
     @pytest.mark.parametrize("garbage", ["not json", "[1, 2]", '{"format": 3, "engine_id": "policy-config"}'])
