@@ -302,7 +302,7 @@ def run(args: argparse.Namespace) -> int:
         live.summary, out_dir, title=f"governor demo {run_id} (governed live)", policy_changes=live.policy_changes
     )
     if not live.caught_up:
-        print("warning: the services had not consumed everything when they were stopped")
+        print(f"warning: the services had not consumed everything when they were stopped: {live.backlog}")
     print(
         f"done in {live.elapsed_s:.0f} s: {live.delivered} events delivered, {live.dropped} dropped; "
         f"services exited {live.service_codes}"

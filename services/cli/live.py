@@ -33,7 +33,27 @@ from services.stack.launcher import StackState, stack_down
 from services.store.redis_store import RedisStore
 
 SERVICES_READY_TIMEOUT_S = 60.0
-SERVICES_CATCH_UP_TIMEOUT_S = 60.0
+SERVICES_STALL_TIMEOUT_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class Backlog:
+    """What the services had not consumed when the run stopped waiting for them.
+
+    Attributes:
+        stream: ``gov.telemetry`` records past the stream processor's applied offsets.
+        policy: ``gov.estimates`` records past the policy service's committed offsets.
+    """
+
+    stream: int
+    policy: int
+
+    @property
+    def total(self) -> int:
+        return self.stream + self.policy
+
+    def __str__(self) -> str:
+        return f"stream processor {self.stream} telemetry records behind, policy service {self.policy} estimates behind"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -46,7 +66,7 @@ class LiveRun:
         planned_gpus: n_s + n_l of the FleetOpt plan in Redis at the end, or None without one.
         delivered: telemetry events the publisher delivered.
         dropped: telemetry events it dropped (the broker was away or its buffer full).
-        caught_up: whether the services had consumed everything before they were stopped.
+        backlog: what the services had not consumed when they were stopped (none: they caught up).
         service_codes: each service's exit code.
         state: the stack the run used.
         elapsed_s: wall seconds from the fleet's start to the services' stop.
@@ -57,10 +77,15 @@ class LiveRun:
     planned_gpus: int | None
     delivered: int
     dropped: int
-    caught_up: bool
+    backlog: Backlog
     service_codes: dict[str, int]
     state: StackState
     elapsed_s: float
+
+    @property
+    def caught_up(self) -> bool:
+        """Whether the services had consumed everything before they were stopped."""
+        return self.backlog.total == 0
 
 
 def start_service(
@@ -108,8 +133,12 @@ def stop_service(process: subprocess.Popen[bytes]) -> int:
         return process.wait(timeout=10)
 
 
-def _wait_for_services(state: StackState, deployment: str, timeout_s: float, settings: Settings) -> bool:
-    """Wait until the stream processor and the policy service have consumed everything produced so far."""
+def _wait_for_services(state: StackState, deployment: str, stall_s: float, settings: Settings) -> Backlog:
+    """Wait until the stream processor and the policy service have consumed everything produced so far.
+
+    They are waited on as long as they make progress (a loaded machine may need minutes to fold a
+    backlog); the wait ends ``stall_s`` after the backlog last shrank, and returns what was left.
+    """
     store = RedisStore.from_url(state.redis_url, deployment, 2.0, settings.redis_security())
     consumer = kafka_consumer(state.kafka_bootstrap, settings.kafka_security())
     policy_group = kafka_consumer(
@@ -120,17 +149,24 @@ def _wait_for_services(state: StackState, deployment: str, timeout_s: float, set
     )
     telemetry = [TopicPartition(TELEMETRY_TOPIC, p) for p in consumer.partitions_for_topic(TELEMETRY_TOPIC) or ()]
     estimates = [TopicPartition(ESTIMATES_TOPIC, p) for p in consumer.partitions_for_topic(ESTIMATES_TOPIC) or ()]
-    deadline = time.monotonic() + timeout_s
+    deadline = time.monotonic() + stall_s
+    smallest: int | None = None
     try:
-        while time.monotonic() < deadline:
+        while True:
             ends = consumer.end_offsets(telemetry + estimates)
             applied = store.applied_offsets("stream")
-            stream_done = all(applied.get(Partition(*tp).field, -1) >= ends[tp] - 1 for tp in telemetry if ends[tp] > 0)
-            policy_done = all((policy_group.committed(tp) or 0) >= ends[tp] for tp in estimates if ends[tp] > 0)
-            if stream_done and policy_done:
-                return True
+            backlog = Backlog(
+                stream=sum(max(0, ends[tp] - 1 - applied.get(Partition(*tp).field, -1)) for tp in telemetry),
+                policy=sum(max(0, ends[tp] - (policy_group.committed(tp) or 0)) for tp in estimates),
+            )
+            if backlog.total == 0:
+                return backlog
+            if smallest is None or backlog.total < smallest:
+                smallest = backlog.total
+                deadline = time.monotonic() + stall_s
+            if time.monotonic() >= deadline:
+                return backlog
             time.sleep(0.25)
-        return False
     finally:
         consumer.close()
         policy_group.close()
@@ -230,7 +266,7 @@ def run_governed_live(
         finally:
             publisher.close()
             client.close()
-        caught_up = _wait_for_services(state, deployment, SERVICES_CATCH_UP_TIMEOUT_S, settings)
+        backlog = _wait_for_services(state, deployment, SERVICES_STALL_TIMEOUT_S, settings)
     finally:
         codes = {name: stop_service(process) for name, process in services.items()}
     stats = publisher.stats()
@@ -240,7 +276,7 @@ def run_governed_live(
         planned_gpus=plan_gpus,
         delivered=stats.delivered,
         dropped=stats.dropped,
-        caught_up=caught_up,
+        backlog=backlog,
         service_codes=codes,
         state=state,
         elapsed_s=time.monotonic() - started,

@@ -117,7 +117,7 @@ def run(args: argparse.Namespace) -> int:
             say=print,
         )
         if live.dropped or not live.caught_up:
-            print(f"warning: {live.dropped} events dropped; services caught up: {live.caught_up}")
+            print(f"warning: {live.dropped} events dropped; services caught up: {live.caught_up} ({live.backlog})")
         main = Arm(
             name="governed",
             control=control,

@@ -54,7 +54,7 @@ def test_short_demo_runs_the_live_loop_and_writes_summary_and_plots(
     finally:
         stack_down(state_dir)
     out = capsys.readouterr().out
-    assert code == 0
+    assert code == 0, [line for line in out.splitlines() if line.startswith(("warning", "done in", "error"))]
     deployment = next(line for line in out.splitlines() if line.startswith("stack: ")).rsplit(" ", 1)[1]
     cleanup = next(line for line in out.splitlines() if line.startswith("cleanup: "))
     assert cleanup.endswith(f"Redis keys of {deployment}; stopped the stack the demo started")
