@@ -26,7 +26,7 @@ real ``TelemetryPublisher`` to the broker of a local stack started here; events/
 handed over divided by the round's wall time.
 
     PYTHONPATH=. python ops/bench/bench_vllm_adapter.py [--requests 192] [--rounds 3]
-        [--out out/bench/vllm_adapter.json]
+        [--out out/bench/vllm_adapter.json] [--variants stock governor ebplus-mb ebplus-eb]
 """
 
 from __future__ import annotations
@@ -223,6 +223,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="measured rounds (after one warm-up)")
     parser.add_argument("--seed", type=int, default=42)
     parser.add_argument("--out", type=Path, default=Path("out/bench/vllm_adapter.json"))
+    parser.add_argument(
+        "--variants", nargs="+", choices=VARIANTS, default=list(VARIANTS), help="variants to run (stock is the floor)"
+    )
     args = parser.parse_args()
     from vllm.v1.core.sched.scheduler import Scheduler
 
@@ -236,10 +239,10 @@ def main() -> int:
     Scheduler.update_from_output = _wrap(Scheduler.update_from_output, add_inner)  # type: ignore[method-assign]
     state_dir = Path(tempfile.mkdtemp(prefix="governor-bench-vllm-"))
     state = stack_up(state_dir, Settings.load({}).redis_url, free_port())
-    rounds: dict[str, list[dict[str, float]]] = {variant: [] for variant in VARIANTS}
+    rounds: dict[str, list[dict[str, float]]] = {variant: [] for variant in args.variants}
     try:
         for round_index in range(-1, args.rounds):  # round -1: the warm-up, not recorded
-            for variant in VARIANTS if round_index >= 0 else ("stock",):
+            for variant in args.variants if round_index >= 0 else ("stock",):
                 result = _run(
                     variant,
                     requests=args.requests,

@@ -20,6 +20,7 @@ from policies.ebplus.phase_machine import (
     kv_gate_fraction,
     kv_gate_passes,
     live_payload,
+    runs_phases,
     step,
 )
 from policies.ebplus.tbt_guard import (
@@ -67,6 +68,7 @@ __all__ = [
     "n_star_eq6",
     "psi",
     "refill_stall_s",
+    "runs_phases",
     "select_mode",
     "slot_tokens_at_decode_start",
     "solve_theta0",

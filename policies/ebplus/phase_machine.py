@@ -76,6 +76,17 @@ class EngineView:
     max_num_seqs: int
 
     def __post_init__(self) -> None:
+        """Refuse negative counts, empty totals and a non-finite time.
+
+        An engine builds one view per iteration, so the common case is one comparison chain; the
+        field-by-field check below runs only to name what is wrong.
+        """
+        if (
+            min(self.waiting_seqs, self.decoding_seqs, self.prefilling_seqs, self.kv_free_blocks) >= 0
+            and min(self.kv_total_blocks, self.block_size_tokens, self.max_num_seqs) >= 1
+            and math.isfinite(self.now_s)
+        ):
+            return
         counts = (
             ("waiting_seqs", self.waiting_seqs, 0),
             ("decoding_seqs", self.decoding_seqs, 0),
@@ -221,6 +232,15 @@ def step(view: EngineView, state: PhaseState | None, policy: EbplusPolicy | None
     return advance(view, state, live_payload(policy, view.now_s))
 
 
+def runs_phases(payload: EbplusPayload | None) -> bool:
+    """True when ``payload`` asks for EB(k)'s phases; MB and the fallback (None) are MIXED from a fresh state.
+
+    The MIXED step reads only the engine's running count, so an engine may test this before it
+    counts its decoding requests for ``advance``.
+    """
+    return payload is not None and payload.mode is EbplusMode.EB
+
+
 def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload | None) -> PhaseStep:
     """Advance the phase machine by one iteration under a payload already known to be live.
 
@@ -235,10 +255,8 @@ def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload |
     Returns:
         what to schedule now and the state for the next step.
     """
-    if payload is None:
-        return _mixed(view, fallback=True)
-    if payload.mode is EbplusMode.MB:
-        return _mixed(view, fallback=False)
+    if payload is None or not runs_phases(payload):
+        return _mixed(view, fallback=payload is None)
     theta, cap = payload.theta, max(1, min(payload.n, view.max_num_seqs))
     current = state if state is not None else PhaseState()
     if current.phase is Phase.MIXED:

@@ -65,12 +65,12 @@ from vllm.v1.outputs import ModelRunnerOutput
 from vllm.v1.request import Request, RequestStatus
 
 from policies.ebplus.phase_machine import EngineView as PhaseView
-from policies.ebplus.phase_machine import PhaseState, StepKind, advance
+from policies.ebplus.phase_machine import PhaseState, StepKind, advance, runs_phases
 from policies.slai.deadline import last_schedulable_time
 from policies.slai.decide import offset_rule_of
 from policies.slai.offset_rule import offset_for_kv_use
 from schemas.policy_docs.base import PolicyDocument
-from schemas.policy_docs.ebplus import EbplusMode, EbplusPolicy
+from schemas.policy_docs.ebplus import EbplusMode, EbplusPayload, EbplusPolicy
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy
 from services.engines.stream import EventBuilder, StepCounts
 from services.engines.vllm.connect import EngineLink, finish_reason_name, request_track
@@ -97,6 +97,25 @@ def is_decoding(request: Request) -> bool:
         request.num_output_tokens + placeholders > 0
         and request.num_computed_tokens >= request.num_tokens + placeholders - 1
     )
+
+
+def split_decoding(requests: Iterable[Request]) -> tuple[list[Request], list[Request]]:
+    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass.
+
+    The engine reads this at every step over all its running requests, so the test is written out
+    here rather than called per request (the same test, about half the time per request).
+    """
+    decoding: list[Request] = []
+    prefilling: list[Request] = []
+    for request in requests:
+        placeholders = request.num_output_placeholders
+        if request.num_computed_tokens >= request.num_tokens + placeholders - 1 and (
+            placeholders > 0 or request.num_output_tokens > 0
+        ):
+            decoding.append(request)
+        else:
+            prefilling.append(request)
+    return decoding, prefilling
 
 
 def schedulable_until_s(deadline_s: float, *, batches_in_flight: int, tokens_in_flight: int, tbar_s: float) -> float:
@@ -225,24 +244,22 @@ class GovernorScheduler(Scheduler):
 
     def schedule_only(
         self,
-        keep: Callable[[Request], bool],
+        kept: list[Request],
+        hidden: list[Request],
         *,
         admit_seqs: int,
         throttle_prefills: bool,
         token_budget: int | None = None,
         order: Callable[[list[Request]], list[Request]] | None = None,
     ) -> SchedulerOutput:
-        """Run one stock ``schedule`` over the running requests ``keep`` accepts, admitting at most ``admit_seqs``.
+        """Run one stock ``schedule`` over the running requests ``kept``, admitting at most ``admit_seqs``.
 
-        The hidden requests keep their KV and their place in ``running``; ``order`` may reorder the kept
-        ones (earliest deadline first) and ``token_budget`` lower the step's token budget. ``keep`` is
-        called once per request, and ``running``'s order is rebuilt only when something was hidden or
-        reordered: otherwise stock vLLM only appended admissions and removed preemptions, which keeps it.
+        ``kept`` and ``hidden`` split ``running`` (each in its order); the hidden requests keep their KV
+        and their place in ``running``. ``order`` may reorder the kept ones (earliest deadline first) and
+        ``token_budget`` lower the step's token budget. ``running``'s order is rebuilt only when something
+        was hidden or reordered: otherwise stock vLLM only appended admissions and removed preemptions,
+        which keeps it.
         """
-        hidden: list[Request] = []
-        kept: list[Request] = []
-        for request in self.running:
-            (kept if keep(request) else hidden).append(request)
         position: dict[int, int] | None = None
         if hidden or order is not None:
             position = {id(request): index for index, request in enumerate(self.running)}
@@ -389,14 +406,21 @@ class EbplusScheduler(GovernorScheduler):
         self._prefill_was_empty = False
 
     def schedule_under(self, document: PolicyDocument | None, now_s: float, throttle_prefills: bool) -> SchedulerOutput:
-        """One step of the phase machine under the live payload: EB's exclusive phases, or mixed batching."""
+        """One step of the phase machine under the live payload: EB's exclusive phases, or mixed batching.
+
+        Under MB or no payload the machine's step is MIXED from a fresh state (``runs_phases``), so the
+        running requests are not read at all: the step costs what stock vLLM's does.
+        """
         payload = document.payload if isinstance(document, EbplusPolicy) else None
-        decoding = sum(1 for request in self.running if is_decoding(request))
+        if payload is None or not runs_phases(payload):
+            self.phase = None
+            return self._mixed(payload, now_s, throttle_prefills)
+        decoding, prefilling = split_decoding(self.running)
         view = PhaseView(
             now_s=now_s,
             waiting_seqs=len(self.waiting) + len(self.kv_holding_waiting),
-            decoding_seqs=decoding,
-            prefilling_seqs=len(self.running) - decoding,
+            decoding_seqs=len(decoding),
+            prefilling_seqs=len(prefilling),
             kv_free_blocks=min(self.kv_blocks_free, self.kv_blocks_total),
             kv_total_blocks=self.kv_blocks_total,
             block_size_tokens=self.block_size,
@@ -405,33 +429,36 @@ class EbplusScheduler(GovernorScheduler):
         step = advance(view, self.phase, payload)
         self.phase = step.state
         kind = step.action.kind
-        if kind is StepKind.PREFILL and self._prefill_was_empty and decoding > 0:
+        if kind is StepKind.PREFILL and self._prefill_was_empty and decoding:
             kind = StepKind.DECODE
         if kind in (StepKind.MIXED, StepKind.IDLE):
-            self._prefill_was_empty = False
-            budget = None if payload is None else payload.mb_token_budget_tokens
-            if budget is None:
-                output = super().schedule_under(None, now_s, throttle_prefills)
-            else:
-                output = self.schedule_only(
-                    lambda request: True,
-                    admit_seqs=self.max_num_running_reqs - len(self.running),
-                    throttle_prefills=throttle_prefills,
-                    token_budget=budget,
-                )
-            self.scheduler_mode = STOCK_MODE if payload is None else EbplusMode.MB
-            return output
+            return self._mixed(payload, now_s, throttle_prefills)
         self.scheduler_mode = EbplusMode.EB
         if kind is StepKind.PREFILL:
             output = self.schedule_only(
-                lambda request: not is_decoding(request),
-                admit_seqs=step.action.admit_seqs,
-                throttle_prefills=throttle_prefills,
+                prefilling, decoding, admit_seqs=step.action.admit_seqs, throttle_prefills=throttle_prefills
             )
             self._prefill_was_empty = output.total_num_scheduled_tokens == 0
             return output
         self._prefill_was_empty = False
-        return self.schedule_only(is_decoding, admit_seqs=0, throttle_prefills=throttle_prefills)
+        return self.schedule_only(decoding, prefilling, admit_seqs=0, throttle_prefills=throttle_prefills)
+
+    def _mixed(self, payload: EbplusPayload | None, now_s: float, throttle_prefills: bool) -> SchedulerOutput:
+        """A mixed step: stock vLLM, under the payload's MB step budget when it sets one (EB+'s TBT guard)."""
+        self._prefill_was_empty = False
+        budget = None if payload is None else payload.mb_token_budget_tokens
+        if budget is None:
+            output = super().schedule_under(None, now_s, throttle_prefills)
+        else:
+            output = self.schedule_only(
+                self.running,
+                [],
+                admit_seqs=self.max_num_running_reqs - len(self.running),
+                throttle_prefills=throttle_prefills,
+                token_budget=budget,
+            )
+        self.scheduler_mode = STOCK_MODE if payload is None else EbplusMode.MB
+        return output
 
 
 class SlaiScheduler(GovernorScheduler):
@@ -497,9 +524,14 @@ class SlaiScheduler(GovernorScheduler):
             prompts = [r for r in kept if not is_decoding(r)]
             return decodes[: payload.max_decodes] + prompts
 
-        self.deferred_decodes += sum(1 for request in self.running if not keep(request))
+        kept: list[Request] = []
+        hidden: list[Request] = []
+        for request in self.running:
+            (kept if keep(request) else hidden).append(request)
+        self.deferred_decodes += len(hidden)
         return self.schedule_only(
-            keep,
+            kept,
+            hidden,
             admit_seqs=max(0, slots),
             throttle_prefills=throttle_prefills,
             token_budget=payload.token_budget_tokens,

@@ -9,6 +9,8 @@ from __future__ import annotations
 import warnings
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from schemas.events import encode_event
 from services.engines.stream import EngineStream, StepCounts
@@ -38,6 +40,7 @@ with warnings.catch_warnings():
         report_scheduled,
         schedulable_until_s,
         scheduler_class_for,
+        split_decoding,
     )
 
 pytestmark = pytest.mark.filterwarnings("ignore::DeprecationWarning")
@@ -109,6 +112,31 @@ class TestIsDecoding:
         request.append_output_token_ids([7, 8])
         request.num_computed_tokens = 0
         assert not is_decoding(request)
+
+
+class TestSplitDecoding:
+    @given(
+        st.lists(
+            st.tuples(
+                st.integers(1, 40), st.integers(0, 45), st.integers(0, 3), st.integers(0, 3)
+            ),  # prompt, computed, outputs, placeholders
+            max_size=30,
+        )
+    )
+    def test_it_splits_as_is_decoding_does_keeping_each_sides_order(
+        self, shapes: list[tuple[int, int, int, int]]
+    ) -> None:
+        """The step path's one-pass split is ``is_decoding`` written out; both must read every state alike."""
+        requests = []
+        for index, (prompt, computed, outputs, placeholders) in enumerate(shapes):
+            request = Request(f"r{index}", list(range(prompt)), SamplingParams(max_tokens=8), None)
+            request.append_output_token_ids(list(range(outputs)))
+            request.num_computed_tokens = computed
+            request.num_output_placeholders = placeholders
+            requests.append(request)
+        decoding, prefilling = split_decoding(requests)
+        assert decoding == [r for r in requests if is_decoding(r)]
+        assert prefilling == [r for r in requests if not is_decoding(r)]
 
 
 class TestSchedulableUntil:
