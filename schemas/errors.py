@@ -30,7 +30,7 @@ InputErrorCode = Literal[
 - ``oversized``: the value is longer than ``schemas.events.MAX_EVENT_BYTES``;
 - ``contract``: JSON that fails the contract (a wrong type, a missing field, another schema);
 - ``event_time_ahead`` / ``event_time_behind``: an event whose time lies further from its engine's
-  watermark than allowed (services/stream/event_guard.py);
+  watermark than allowed (fold/event_guard.py);
 - ``stale_epoch``: an event of an older producer generation than one already folded.
 """
 

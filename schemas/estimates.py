@@ -2,11 +2,11 @@
 
 Five summaries travel in snapshots, told apart by ``summary_type``:
 
-- ``EngineSummary``: one engine's estimates (services/stream/estimates.py), what the engine-scope
+- ``EngineSummary``: one engine's estimates (fold/engine_estimates.py), what the engine-scope
   policies decide from (services/policy/wiring/);
 - ``FleetJoin``: an engine's first fleet slot, sent when its first event is folded, so the fleet
   waits for the engine from then on rather than from its first closed slot;
-- ``FleetContribution``: one engine's counts over one closed fleet slot (services/stream/fleet.py);
+- ``FleetContribution``: one engine's counts over one closed fleet slot (fold/fleet.py);
 - ``FleetSummary``: the fleet-wide estimates over the last closed slots, what FleetOpt decides from;
 - ``FleetSilence``: the policy service's declaration that an overdue engine is silent, written to the
   fleet partition so that every reader applies it at the same point of the fleet's log.
@@ -215,7 +215,7 @@ class EngineSummary(ContractModel):
 
 
 class FleetContribution(ContractModel):
-    """One engine's counts over one closed fleet slot (services/stream/fleet.py)."""
+    """One engine's counts over one closed fleet slot (fold/fleet.py)."""
 
     summary_type: Literal["fleet_contribution"] = "fleet_contribution"
     format: Literal[2] = FLEET_CONTRIBUTION_FORMAT
@@ -261,7 +261,7 @@ class FleetSummary(ContractModel):
 
 
 class FleetJoin(ContractModel):
-    """An engine's first fleet slot (services/stream/fleet.py): the fleet holds that slot for it from here on."""
+    """An engine's first fleet slot (fold/fleet.py): the fleet holds that slot for it from here on."""
 
     summary_type: Literal["fleet_join"] = "fleet_join"
     format: Literal[1] = FLEET_JOIN_FORMAT
@@ -269,7 +269,7 @@ class FleetJoin(ContractModel):
 
 
 class FleetSilence(ContractModel):
-    """An overdue engine declared silent by the fleet's owner after waiting ``waited_s`` (services/stream/fleet.py).
+    """An overdue engine declared silent by the fleet's owner after waiting ``waited_s`` (fold/fleet.py).
 
     Applied only while the engine's last closed slot is still ``engine_slot``: a declaration that
     reaches the log after the engine has spoken again changes nothing.

@@ -14,6 +14,7 @@ from typing import Literal, Self
 
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError, field_validator, model_validator
 
+from fold.folder import REGISTRATION_GRACE_S
 from schemas.errors import ConfigError
 from schemas.names import IDENTIFIER_PATTERN
 from schemas.signing import PolicyKeyring, SigningKey
@@ -89,7 +90,6 @@ APACHE_KAFKA_TIMEOUTS = KafkaClientTimeouts(  # the Apache Kafka clients' own de
 # here, where the message can name it, rather than by every service at its first join.
 KAFKA_MIN_SESSION_TIMEOUT_MS = 6000
 KAFKA_MAX_SESSION_TIMEOUT_MS = 1_800_000
-REGISTRATION_GRACE_S = 60.0
 ENGINE_RETENTION_S = 7 * 86_400.0
 STREAM_COMMIT_INTERVAL_S = 1.0  # the stream processor's longest wait between commits (docs/operations.md)
 

@@ -2,8 +2,9 @@
 
 ``layering_violations(root)`` reads a tree (the repository, or a temporary copy of it):
 
-- the layers schemas <- estimators <- policies <- services: a package imports its own layer or those left of it;
-- the pure core (estimators/, policies/) does no I/O, reads no clock and draws no unseeded random number:
+- the layers schemas <- estimators <- fold, policies <- services: a package imports its own layer or those left
+  of it (the fold and the policies are side by side: neither imports the other);
+- the pure core (estimators/, fold/, policies/) does no I/O, reads no clock and draws no unseeded random number:
   no I/O, clock, process, thread, logging or dynamic-import module, no ``open()`` or ``__import__()``, and
   random numbers only from generators built with a seed (``random.Random(seed)``,
   ``np.random.default_rng(seed)``), never from the modules' global state (``random.random()``,
@@ -25,13 +26,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("schemas", "estimators", "policies", "services")
-PURE = ("estimators", "policies")
+PACKAGES = ("schemas", "estimators", "fold", "policies", "services")
+PURE = ("estimators", "fold", "policies")
 ALLOWED: dict[str, set[str]] = {
     "schemas": {"schemas"},
     "estimators": {"schemas", "estimators"},
+    "fold": {"schemas", "estimators", "fold"},
     "policies": {"schemas", "estimators", "policies"},
-    "services": {"schemas", "estimators", "policies", "services"},
+    "services": {"schemas", "estimators", "fold", "policies", "services"},
 }
 FORBIDDEN_IN_PURE = {
     "aiokafka",
@@ -262,14 +264,18 @@ INJECTIONS = {
     "time": ("policies/injected.py", "import time\n"),
     "datetime": ("estimators/injected.py", "from datetime import datetime\n"),
     "services_import": ("policies/injected.py", "from services import settings\n"),
+    "fold_settings_import": ("fold/injected.py", "from services.settings import Settings\n"),
+    "fold_policies_import": ("fold/injected.py", "from policies.ebplus import decide\n"),
+    "fold_clock": ("fold/injected.py", "import time\n\nNOW = time.time\n"),
+    "policies_fold_import": ("policies/injected.py", "from fold import Folder\n"),
     "environment": ("services/injected.py", "import os\n\nHOME = os.environ['HOME']\n"),
-    "services_cycle": ("services/stream/injected.py", "from services.policy import registry\n"),
+    "services_cycle": ("services/store/injected.py", "from services.stream import processor\n"),
 }
 
 
 @pytest.fixture(scope="module")
 def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the four packages, clean (checked by ``test_the_copy_holds``)."""
+    """A copy of the five packages, clean (checked by ``test_the_copy_holds``)."""
     root = tmp_path_factory.mktemp("tree")
     for package in PACKAGES:
         shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

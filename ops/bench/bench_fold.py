@@ -1,6 +1,6 @@
 """The pure fold's speed, and the share of it spent building estimate summaries.
 
-The same telemetry is folded by ``Folder`` (services/stream/fold.py), without Kafka, Redis or
+The same telemetry is folded by ``Folder`` (fold/folder.py), without Kafka, Redis or
 decisions, three ways: with the default registry (the real fold), with an empty registry (no
 snapshot is ever taken) and with a registry whose one policy snapshots every ``--dense`` finished
 requests of an engine. A snapshot is the engine's summary, its content hash and the
@@ -30,6 +30,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from fold.folder import Folder
+from fold.snapshot_id import snapshot_id
+from fold.triggers import EveryEvents
 from schemas.estimates import EngineSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
@@ -40,9 +43,6 @@ from services.policy.specs import default_registry
 from services.policy.wiring import admission_spec
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
-from services.stream.fold import Folder
-from services.stream.snapshot_id import snapshot_id
-from services.triggers import EveryEvents
 
 DEPLOYMENT = "bench-fold"
 SCENARIOS = ("fleet-8", "dp-jsq")

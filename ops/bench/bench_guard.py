@@ -1,6 +1,6 @@
 """What the per-engine event guard costs the fold: checks per event and the state it adds to each commit.
 
-The guard (services/stream/event_guard.py) checks every event before it is folded (duplicate id,
+The guard (fold/event_guard.py) checks every event before it is folded (duplicate id,
 ``seq``, epoch, event-time bounds) and keeps the last ``dedup_window`` event ids in the engine's
 state, which the stream processor serialises at every commit. This script folds the telemetry of
 fleet-8 and dp-jsq (simulated without control from fixed seeds, as ops/bench/bench_fold.py does)
@@ -20,12 +20,12 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from fold.folder import Folder
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from services.policy.specs import default_registry
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
-from services.stream.fold import Folder
 
 DEPLOYMENT = "bench-guard"
 SCENARIOS = ("fleet-8", "dp-jsq")

@@ -61,6 +61,7 @@ import numpy as np
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
+from fold.folder import Folder
 from ops.bench.backlog import ConsumedRecordView, first_fleet_events, fleet_events, publish_backlog
 from ops.bench.relay import RELAY_TOPIC, end_reader
 from schemas.events import Event, encode_event
@@ -74,7 +75,6 @@ from services.stack.launcher import create_topics, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
 from services.stream.batches import read_record
-from services.stream.fold import Folder
 from services.stream.runtimes import RUNTIMES, Runtime, stream_processor
 
 TARGET_EVENTS_PER_S = 50_000  # the target for one stream-processor process
@@ -413,7 +413,7 @@ def bench_latency(
     readable on ``gov.estimates`` (broker, poll, parse, fold, summary, produce), ``decide_write``
     from the snapshot to the new version being announced in Redis (poll, decide, write, announce).
     Latency is also given per policy kind: a fleet-scope decision waits, by design, until the
-    processor's event-time watermark passes its slot (services/stream/fleet.py), so its latency is
+    processor's event-time watermark passes its slot (fold/fleet.py), so its latency is
     the slowest partition's event time, not processing.
     """
     services = [

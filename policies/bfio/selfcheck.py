@@ -17,7 +17,7 @@ Measured: the lookahead's decayed weights judge with three to five times the pai
 sum over 0..H on the saturated workload (docs/policies/bfio.md, "Online self-check").
 
 ``choose_horizon`` turns the windowed sums of both (the stream processor folds them per engine,
-services/stream/estimates.py) into the horizon to publish, with hysteresis: the side in force keeps
+fold/engine_estimates.py) into the horizon to publish, with hysteresis: the side in force keeps
 its place unless the other's realised imbalance is lower by more than ``margin_frac`` and by more than
 ``z_threshold`` standard errors of the paired per-step difference.
 """

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import structlog
 
+from fold.event_guard import GuardLimits
 from schemas.errors import ConfigError
 from schemas.names import POLICY_CONSUMER, STREAM_CONSUMER
 from services.backends import wait_for_backends
@@ -32,7 +33,6 @@ from services.policy.specs import default_registry
 from services.replay.checkpoints import read_checkpoints
 from services.settings import Settings
 from services.store.redis_store import RedisStore
-from services.stream.event_guard import GuardLimits
 from services.stream.runtimes import RUNTIMES, stream_processor
 
 log = structlog.get_logger(__name__)

@@ -35,6 +35,8 @@ from dataclasses import dataclass, field
 import structlog
 from pydantic import ValidationError
 
+from fold.fleet import FleetAggregator, SilenceRule
+from fold.triggers import EverySeconds
 from schemas.errors import UnreadableValueError
 from schemas.estimates import EngineSummary, FleetSilence
 from schemas.policy_docs.base import PolicyDocument
@@ -48,8 +50,6 @@ from services.policy.registry import PolicyRegistry, PolicySpec
 from services.policy.wiring.bfio import BFIO_KIND, DpGroups
 from services.store.memory_store import stored_version
 from services.store.protocol import Store
-from services.stream.fleet import FleetAggregator, SilenceRule
-from services.triggers import EverySeconds
 
 log = structlog.get_logger(__name__)
 
@@ -90,7 +90,7 @@ class DecisionMaker:
         metrics: ServiceMetrics | None = None,
         fleet_silence: SilenceRule = "lag",
     ) -> None:
-        """``fleet_silence`` is how the fleet aggregators find an engine silent (services/stream/fleet.py):
+        """``fleet_silence`` is how the fleet aggregators find an engine silent (fold/fleet.py):
         ``lag`` for the offline replay, ``declared`` for the live service."""
         self.policy_set = PolicySet(registry=registry)
         self.fleet_silence: SilenceRule = fleet_silence

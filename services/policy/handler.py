@@ -38,6 +38,8 @@ from typing import Protocol, TypeVar
 
 import structlog
 
+from fold.fleet import SilenceRule
+from fold.snapshot_id import snapshot_id
 from schemas.errors import BackendUnavailableError, ConfigError, InvalidInputError
 from schemas.estimates import FleetContribution, FleetJoin, FleetSilence
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC
@@ -55,8 +57,6 @@ from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
 from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.store.protocol import Store
-from services.stream.fleet import SilenceRule
-from services.stream.snapshot_id import snapshot_id
 from services.watched_values import parse_document
 
 log = structlog.get_logger(__name__)

@@ -25,7 +25,7 @@ follows it (``snapshot_ledger_resynced``): a lost snapshot cannot freeze an engi
 
 Fleet contributions are not the ledger's: they are numbered by their slot, travel on the fleet
 partition after the engine's other snapshots, and the fleet aggregator skips a second one for an
-(engine, slot) (services/stream/fleet.py).
+(engine, slot) (fold/fleet.py).
 
 Deviation: the first snapshot the ledger sees of an engine is trusted, whatever its version; the
 ledger is committed with the service's offsets, so "first" means the first since the deployment's

@@ -12,12 +12,12 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from fold.triggers import Trigger
 from policies.decision import Decision
 from schemas.errors import ConfigError
 from schemas.estimates import EngineRegistration
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import EstimateSnapshot
-from services.triggers import Trigger
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -311,7 +311,7 @@ class PolicyService:
         return self.counters
 
     def _declare_overdue(self, now_s: float) -> None:
-        """Declare silent each engine the fleet has waited on for ``fleet_silence_wait_s`` (services/stream/fleet.py).
+        """Declare silent each engine the fleet has waited on for ``fleet_silence_wait_s`` (fold/fleet.py).
 
         The wait is wall-clock time, the one thing that tells a dead engine from a late reading, so it
         is spent here, in the shell; the declaration goes to the log and counts only where it is read

@@ -7,6 +7,7 @@ fold and decide code as the live services (DESIGN principle 2), deterministicall
 
 from __future__ import annotations
 
+from fold.folder import Folder
 from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.policy_docs.base import PolicyDocument, SourceOffset
@@ -14,7 +15,6 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.decisions import DecisionMaker
 from services.policy.registry import PolicyRegistry
 from services.store.memory_store import MemoryStore
-from services.stream.fold import Folder
 
 OFFLINE_TOPIC = "offline"
 

@@ -31,7 +31,7 @@ The producer is idempotent (kafka-python's ``enable_idempotence``, with the ``ac
 requires): a batch it retries after a lost acknowledgement is written once by the broker. That holds
 within one producer session only; a record produced twice otherwise (a new session, a replay, a
 second producer) repeats its ``event_id``, and the stream processor skips it as a duplicate
-(services/stream/event_guard.py).
+(fold/event_guard.py).
 """
 
 from __future__ import annotations

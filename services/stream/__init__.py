@@ -1,7 +1,5 @@
-"""Stream processing: the pure fold of telemetry into estimates, and the live processor around it."""
+"""Stream processing: the live processor around the pure fold (fold/)."""
 
-from services.stream.estimates import EngineEstimates
-from services.stream.fold import Folder
 from services.stream.processor import StreamProcessor
 
-__all__ = ["EngineEstimates", "Folder", "StreamProcessor"]
+__all__ = ["StreamProcessor"]

@@ -9,10 +9,10 @@ happens here, once:
    its code, reason and source offset, and is counted;
 2. a record at or below its partition's applied offset (kept in Redis) is skipped, so a restarted
    processor never folds an event twice;
-3. valid events are checked by their engine's guard (services/stream/event_guard.py): a duplicate
+3. valid events are checked by their engine's guard (fold/event_guard.py): a duplicate
    ``event_id`` is skipped and counted, ``seq`` gaps and restarts are counted, and an event of an
    older producer generation or out of event-time bounds is dead-lettered; the others are folded
-   (services/stream/fold.py) into their engine's estimates, loading the engine's stored state the
+   (fold/folder.py) into their engine's estimates, loading the engine's stored state the
    first time this processor sees it after an assignment; an event the loaded state already holds
    (the previous owner committed after this one read the offsets) is skipped, so the window between
    reading offsets and loading states cannot fold anything twice;
@@ -20,7 +20,7 @@ happens here, once:
    soon as it is taken, and confirmed delivered at the end of the batch (services/delivery.py); fleet contributions
    are held until the member's event-time watermark (the least event time folded among the assigned
    partitions it has not read to their end) passes them, then produced in event-time order, all
-   under the key ``fleet`` (one partition: services/stream/fleet.py says why);
+   under the key ``fleet`` (one partition: fold/fleet.py says why);
 5. at most every ``commit_interval_s`` (and when idle, on revocation and on close) the touched
    engines' states, their summaries and the folded offsets are committed to Redis in one atomic,
    offset-fenced write. Committing at an interval rather than per batch keeps the serialisation of
@@ -57,6 +57,9 @@ from typing import Protocol
 import structlog
 from kafka import KafkaProducer
 
+from fold.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
+from fold.folder import Folder
+from fold.triggers import TriggerSpec
 from schemas.engines import PolicyApplied
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event, parse_event
@@ -78,9 +81,6 @@ from services.health import ServiceMetrics
 from services.kafka_clients import ConsumedRecord
 from services.settings import DEFAULT_LIFECYCLE, STREAM_COMMIT_INTERVAL_S, EngineLifecycle
 from services.store.protocol import Store
-from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
-from services.stream.fold import Folder
-from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 

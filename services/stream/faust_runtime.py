@@ -71,6 +71,8 @@ from faust.types.transports import ConsumerT
 from kafka.errors import KafkaError
 from mode.types.signals import BaseSignalT
 
+from fold.event_guard import DEFAULT_LIMITS, GuardLimits
+from fold.triggers import TriggerSpec
 from schemas.errors import BackendUnavailableError, GovernorError
 from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.signing import PolicyKeyring
@@ -88,10 +90,8 @@ from services.settings import (
 )
 from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
-from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
 from services.stream.state_checkpoints import write_stream_checkpoints
-from services.triggers import TriggerSpec
 
 TAKE_MAX = 2000  # events per batch handed to the fold; the fastest measured form
 TAKE_WITHIN_S = 0.2  # the longest a partial batch waits for more events

@@ -26,13 +26,13 @@ from typing import Any
 import structlog
 from pydantic import ValidationError
 
+from fold.engine_estimates import EngineEstimates
 from schemas.estimates import EngineRegistration
 from schemas.names import Partition
 from services.engine_partitions import engine_partition
 from services.log_reset import LogReset
 from services.store.protocol import Store
 from services.stream.batches import CONSUMER_NAME, SUMMARY_NAME, TelemetryBatches
-from services.stream.estimates import EngineEstimates
 
 log = structlog.get_logger(__name__)
 

@@ -38,6 +38,8 @@ from kafka import KafkaConsumer, TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
+from fold.event_guard import DEFAULT_LIMITS, GuardLimits
+from fold.triggers import TriggerSpec
 from schemas.errors import BackendUnavailableError
 from schemas.names import TELEMETRY_TOPIC, Partition
 from schemas.signing import PolicyKeyring
@@ -70,10 +72,8 @@ from services.settings import (
 from services.store.protocol import Store
 from services.stream.batch_size import BatchSizer
 from services.stream.batches import CONSUMER_NAME, StreamCounters, TelemetryBatches
-from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.log_rebuild import rebuild_partition
 from services.stream.state_checkpoints import write_stream_checkpoints
-from services.triggers import TriggerSpec
 
 log = structlog.get_logger(__name__)
 

@@ -11,6 +11,8 @@ import sys
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Literal
 
+from fold.event_guard import DEFAULT_LIMITS, GuardLimits
+from fold.triggers import TriggerSpec
 from schemas.errors import ConfigError
 from schemas.signing import PolicyKeyring
 from services.checkpoints import CheckpointSource
@@ -25,9 +27,7 @@ from services.settings import (
     KafkaSecurity,
 )
 from services.store.protocol import Store
-from services.stream.event_guard import DEFAULT_LIMITS, GuardLimits
 from services.stream.processor import StreamProcessor
-from services.triggers import TriggerSpec
 
 if TYPE_CHECKING:
     from services.stream.faust_runtime import FaustStreamProcessor

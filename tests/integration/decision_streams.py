@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from fold.folder import Folder
 from schemas.events import Event
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
@@ -23,7 +24,6 @@ from services.policy.intake import read_record
 from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.store.memory_store import MemoryStore
-from services.stream.fold import Folder
 
 Decision = tuple[str, str, int, str]  # kind, scope, version, the document as sorted JSON
 Snapshot = tuple[str, int, str]  # scope, version, snapshot id

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from fold.engine_estimates import EngineEstimates
 from schemas.engines import EngineRegistered
 from schemas.events import Event, parse_event
 from schemas.names import TELEMETRY_TOPIC
@@ -29,7 +30,6 @@ from services.engines.vllm.tiny_servers import SERVED_MODEL, stop_vllm, tiny_mod
 from services.replay.replay import read_topic
 from services.stack.launcher import StackState
 from services.stack.processes import free_port
-from services.stream.estimates import EngineEstimates
 from tests.integration.processes import wait_until
 
 pytest.importorskip("vllm", reason="needs vLLM's CPU build: bash ops/install.sh --vllm")

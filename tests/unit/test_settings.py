@@ -10,11 +10,11 @@ from pathlib import Path
 import pytest
 import yaml
 
+from fold.triggers import EverySeconds
 from schemas.errors import ConfigError
 from services.cli.main import build_parser
 from services.policy.specs import default_registry
 from services.settings import APACHE_KAFKA_TIMEOUTS, LOCAL_BROKER_TIMEOUTS, Settings
-from services.triggers import EverySeconds
 
 ROOT = Path(__file__).resolve().parents[2]
 

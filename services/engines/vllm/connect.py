@@ -18,7 +18,7 @@ API server, which balances requests over the ranks) is one rank of one Governor 
 engine with ``dp_size`` N and the engine's limits (its own times N, the ranks being alike), stamps its rank
 on every event, follows each step with the rank's ``rank.step``, and is a producer of its own (its
 ``seq`` and ``source_epoch``; its event ids carry the rank), so the stream processor follows each rank's
-``seq`` apart (services/stream/event_guard.py). ``internal_dp_rank`` reads rank and size from vLLM's
+``seq`` apart (fold/event_guard.py). ``internal_dp_rank`` reads rank and size from vLLM's
 parallel config.
 
 Per request, vLLM carries no tier: a client names one in the sampling parameters' ``extra_args``

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from fold.triggers import EveryEvents
 from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams
 from policies.ebplus import decide as decide_ebplus
 from policies.ebplus.calibration import CALIBRATION_PROFILES
@@ -26,7 +27,6 @@ from schemas.policy_docs import EbplusPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
-from services.triggers import EveryEvents
 
 
 def _cost_model(s: EngineSummary) -> CostModel | None:

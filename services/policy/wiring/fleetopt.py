@@ -1,6 +1,6 @@
 """Wiring of FleetOpt (seed 002): its inputs from a fleet snapshot, and its fleet-scope spec.
 
-The fleet snapshot (services/stream/fleet.py) carries the fleet-wide windowed arrival rate, the
+The fleet snapshot (fold/fleet.py) carries the fleet-wide windowed arrival rate, the
 p95 of per-minute rates, the total-length CDF merged from every engine's slot contributions, and
 the input share of the tokens. The planner sizes for the p95 per-minute rate, so that one busy
 minute in the window does not under-provision the fleet (spec seed-002 section 5.2).
@@ -14,13 +14,13 @@ requests, and the reference planner fixes the share at 0.8 (spec seed-002 sectio
 
 from __future__ import annotations
 
+from fold.triggers import EverySeconds
 from policies.fleetopt import FleetoptInputs, FleetoptParams, LengthCdf
 from policies.fleetopt import decide as decide_fleetopt
 from schemas.policy_docs import FleetoptPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec
 from services.policy.wiring.summary import bind_params, fleet_summary
-from services.triggers import EverySeconds
 
 FLEET_SLOT_S = 60.0  # seed-002 section 5.4: replan about every minute, on 1-min slots
 MIN_FINISHED = 50

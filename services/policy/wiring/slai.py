@@ -2,7 +2,7 @@
 
 The SLAI document carries the offset rule, the tier -> TBT map, the token budget and the caps
 (specs/seed-000-slai.md section 3.4); the engine applies it between batches. The decision reads the
-engine's estimates of spec section 4.3 from the summary of services/stream/estimates.py:
+engine's estimates of spec section 4.3 from the summary of fold/engine_estimates.py:
 
 - tbar (cumulative mean step time) and the windowed P99 step time (the safety floor delta_min);
 - KV-block use after the last step;
@@ -19,6 +19,7 @@ off by default).
 
 from __future__ import annotations
 
+from fold.triggers import EverySeconds
 from policies.slai import SlaiInputs, SlaiParams, TierObservation
 from policies.slai import decide as decide_slai
 from policies.slai.decide import unchanged as slai_unchanged
@@ -27,7 +28,6 @@ from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
 from services.policy.registry import PolicySpec, engine_obeys
 from services.policy.wiring.summary import bind_params, engine_summary
-from services.triggers import EverySeconds
 
 SLAI_INTERVAL_S = 2.0  # spec §3.4: the control plane's cadence is seconds; the engine switches per batch
 

@@ -1,7 +1,7 @@
 """Reading estimate summaries: the typed summary a snapshot carries, and binding params.
 
 Each policy's wiring builds its inputs from the snapshot's summary alone (schemas/estimates.py,
-built by services/stream/estimates.py and services/stream/fleet.py), through its attributes, so a
+built by fold/engine_estimates.py and fold/fleet.py), through its attributes, so a
 renamed field fails mypy and the schema rather than silently switching a policy off, and a snapshot
 replayed from ``gov.estimates`` decides exactly as it did live.
 """

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fold.folder import Folder
 from schemas.policy_docs.base import SourceOffset
 from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
@@ -10,7 +11,6 @@ from services.engines.vllm.connect import finish_reason_name, identifier
 from services.policy.specs import default_registry
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
-from services.stream.fold import Folder
 
 REGISTRATION = {
     "model": "tiny",

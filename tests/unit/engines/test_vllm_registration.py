@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from fold.engine_estimates import EngineEstimates
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.errors import ConfigError
 from schemas.events import Event
@@ -19,7 +20,6 @@ from services.engines.vllm import connect
 from services.engines.vllm.connect import EngineLink, VllmEngineSettings, gateway_fields, internal_dp_rank
 from services.gateway.upstreams import UpstreamRegistry
 from services.sdk.publisher import EventSource, PublisherStats
-from services.stream.estimates import EngineEstimates
 
 
 class _RecordingPublisher:

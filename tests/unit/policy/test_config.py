@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from fold.triggers import EveryEvents, EverySeconds
 from policies.ebplus import EbplusParams
 from policies.fleetopt import PlannerMode
 from policies.slai import TierSlo
@@ -22,7 +23,6 @@ from services.policy.config import (
 from services.policy.decisions import DecisionMaker
 from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
-from services.triggers import EveryEvents, EverySeconds
 from tests.unit.policy.snapshots import registered_admission_snapshot
 
 EXAMPLE = Path(__file__).resolve().parents[3] / "ops" / "config" / "policy.example.toml"

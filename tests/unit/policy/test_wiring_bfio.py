@@ -7,6 +7,7 @@ import itertools
 import pytest
 
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES, log_bin_edges_tokens
+from fold.triggers import EverySeconds
 from schemas.engines import EngineRegistered
 from schemas.estimates import EngineRegistration, StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
@@ -18,7 +19,6 @@ from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream
-from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
 
 

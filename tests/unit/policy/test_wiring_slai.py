@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from fold.triggers import EverySeconds
 from policies.slai import OffsetMode, SlaiParams, TierObservation
 from schemas.estimates import LinearCostFit, TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
@@ -15,7 +16,6 @@ from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream
-from services.triggers import EverySeconds
 from tests.fixtures import last_snapshot
 
 

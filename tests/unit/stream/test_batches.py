@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 import structlog.testing
 
+from fold.fleet import FleetAggregator
 from schemas.errors import BackendUnavailableError
 from schemas.estimates import EngineSummary, FleetContribution
 from schemas.events import encode_event
@@ -31,7 +32,6 @@ from services.stream.batches import (
     UNADMITTED_RETENTION_S,
     TelemetryBatches,
 )
-from services.stream.fleet import FleetAggregator
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream
 from tests.unit.stream.fakes import Consumer, KeptProducer, Record, Sent

@@ -11,6 +11,9 @@ import json
 
 import pytest
 
+from fold.engine_estimates import EngineEstimates
+from fold.event_guard import Admission, EventGuard, GuardLimits
+from fold.folder import Folder
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.errors import FutureEventError, InvalidInputError, LateEventError
 from schemas.events import Event
@@ -19,9 +22,6 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.requests import RequestArrived
 from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
-from services.stream.estimates import EngineEstimates
-from services.stream.event_guard import Admission, EventGuard, GuardLimits
-from services.stream.fold import Folder
 from services.testing.streams import long_requests_still_running, synthetic_stream
 
 AT = SourceOffset(topic="t", partition=0, offset=0)

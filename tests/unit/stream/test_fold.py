@@ -10,6 +10,8 @@ import random
 import pytest
 
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES
+from fold.engine_estimates import EngineEstimates
+from fold.folder import Folder
 from schemas.engines import EngineRegistered
 from schemas.envelope import Envelope
 from schemas.estimates import EngineSummary, SurvivalSummary
@@ -19,8 +21,6 @@ from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 from services.policy.specs import default_registry
 from services.policy.wiring.summary import engine_summary
-from services.stream.estimates import EngineEstimates
-from services.stream.fold import Folder
 from services.testing.models import changed
 from services.testing.streams import long_requests_still_running, synthetic_stream
 

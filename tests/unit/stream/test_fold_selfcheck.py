@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from fold.engine_estimates import EngineEstimates
+from fold.folder import Folder
 from schemas.engines import EngineRegistered
 from schemas.estimates import SelfCheckSummary
 from schemas.events import Event
@@ -11,8 +13,6 @@ from schemas.policy_docs.base import SourceOffset
 from schemas.steps import BfioSelfCheckReport, RankStepReport
 from services.policy.specs import default_registry
 from services.policy.wiring.bfio import bfio_inputs
-from services.stream.estimates import EngineEstimates
-from services.stream.fold import Folder
 
 ENGINE = "dp-0"
 

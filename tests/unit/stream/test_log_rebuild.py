@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
+from fold.engine_estimates import EngineEstimates
 from schemas.estimates import EngineRegistration
-from services.stream.estimates import EngineEstimates
 from services.stream.log_rebuild import reset_state
 
 REGISTRATION = EngineRegistration(

@@ -1,12 +1,12 @@
 """The pure fold: telemetry events into per-engine estimates, and the trigger positions.
 
 ``Folder`` holds the estimate state of the engines a processor owns. ``admit`` checks one event
-against its engine's guard (services/stream/event_guard.py: duplicates are skipped, ``seq`` gaps and
+against its engine's guard (fold/event_guard.py: duplicates are skipped, ``seq`` gaps and
 restarts counted, events of an older generation or out of time bounds refused); ``apply`` folds an
 admitted event into its engine's estimates and returns the estimate snapshots taken at this
 position: for each registered engine-scope policy whose trigger fires here (every N events of a
 type, or every T seconds of event time on that engine's stream), and, for each fleet-scope policy,
-the engine's contribution to the fleet slot this event's time has just left (services/stream/fleet.py).
+the engine's contribution to the fleet slot this event's time has just left (fold/fleet.py).
 Everything is a function of the event sequence alone, so the live processor and the offline
 replay produce identical snapshots (DESIGN principle 2), and an engine's state round-trips
 through JSON for the store.
@@ -18,6 +18,11 @@ import json
 import math
 from collections.abc import Iterable
 
+from fold.engine_estimates import EngineEstimates
+from fold.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
+from fold.fleet import CONTRIBUTION_TRIGGER, JOIN_TRIGGER, FleetSlot
+from fold.snapshot_id import snapshot_id
+from fold.triggers import EveryEvents, EverySeconds, TriggerSpec
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
 from schemas.estimates import EngineRegistration, FleetContribution, FleetJoin
@@ -26,12 +31,8 @@ from schemas.names import Partition
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.snapshot_trigger import SnapshotTrigger
-from services.settings import REGISTRATION_GRACE_S
-from services.stream.estimates import EngineEstimates
-from services.stream.event_guard import DEFAULT_LIMITS, Admission, GuardLimits
-from services.stream.fleet import CONTRIBUTION_TRIGGER, JOIN_TRIGGER, FleetSlot
-from services.stream.snapshot_id import snapshot_id
-from services.triggers import EveryEvents, EverySeconds, TriggerSpec
+
+REGISTRATION_GRACE_S = 60.0  # event time an engine's events wait for its registration (the services' default)
 
 
 class Folder:
@@ -244,7 +245,7 @@ class Folder:
         self, spec: TriggerSpec, estimates: EngineEstimates, event: Event, position: SourceOffset
     ) -> list[EstimateSnapshot]:
         """Fold ``event`` into the engine's current fleet slot; return the old slot's contribution when it starts a
-        new one, and the engine's ``FleetJoin`` at its first event (services/stream/fleet.py)."""
+        new one, and the engine's ``FleetJoin`` at its first event (fold/fleet.py)."""
         assert isinstance(spec.trigger, EverySeconds)
         index = math.floor(event.ts / spec.trigger.seconds)
         current = estimates.fleet_slots.get(spec.kind)

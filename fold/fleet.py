@@ -84,13 +84,13 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from estimators import BUCKET_EDGES_TOKENS, FLEETOPT_BREAKPOINTS_TOKENS, bucket_of
+from fold.snapshot_id import snapshot_id
 from schemas.errors import InvalidInputError
 from schemas.estimates import FleetContribution, FleetJoin, FleetSilence, FleetSummary, LengthCdfPoint
 from schemas.events import Event
 from schemas.records import EstimateSnapshot
 from schemas.requests import RequestArrived, RequestFinished
 from schemas.snapshot_trigger import SnapshotTrigger
-from services.stream.snapshot_id import snapshot_id
 
 FORMAT = 2
 CONTRIBUTION_TRIGGER = "contribution"

@@ -20,11 +20,11 @@ helpers hold no estimator maths). One ``EngineEstimates`` per engine holds:
   not heard from yet holds 0), and the step model is fitted per rank, T_g = C + t_l L_g, as there is no
   barrier;
 - trigger bookkeeping: counters and last firing time per policy, and the snapshot version;
-- the event guard (services/stream/event_guard.py): recent event ids, ``seq`` and epoch, the
+- the event guard (fold/event_guard.py): recent event ids, ``seq`` and epoch, the
   event-time watermark, and the counts of duplicates, ``seq`` gaps and restarts; a restart drops
   the running requests of the old generation into the output-length window as censored at their
   age (they were cut short, not finished);
-- for fleet-scope policies, the engine's contribution to the current fleet slot (services/stream/fleet.py).
+- for fleet-scope policies, the engine's contribution to the current fleet slot (fold/fleet.py).
 
 ``summary`` renders the current estimates as a typed ``EngineSummary`` (schemas/estimates.py, units in
 every field name); a policy's inputs are built from that summary alone, so that a snapshot read back
@@ -54,6 +54,8 @@ from estimators import (
     kaplan_meier,
     smoothed_survival_table,
 )
+from fold.event_guard import DEFAULT_LIMITS, Admission, EventGuard, GuardLimits
+from fold.fleet import FleetSlot
 from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
 from schemas.estimates import (
@@ -74,8 +76,6 @@ from schemas.estimates import (
 from schemas.events import Event
 from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken, RequestPreempted
 from schemas.steps import BatchKind, BfioSelfCheckReport, RankStepReport, StepReport
-from services.stream.event_guard import DEFAULT_LIMITS, Admission, EventGuard, GuardLimits
-from services.stream.fleet import FleetSlot
 
 FORMAT = 4  # 2: in-flight ages (``in_flight``); 3: the event guard (``guard``); 4: BF-IO's ``self_check``
 READABLE_FORMATS = (2, 3, 4)  # a format-2 state starts its guard empty, an older one its self-check
