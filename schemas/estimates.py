@@ -3,7 +3,7 @@
 Five summaries travel in snapshots, told apart by ``summary_type``:
 
 - ``EngineSummary``: one engine's estimates (fold/engine_estimates.py), what the engine-scope
-  policies decide from (services/policy/wiring/);
+  policies decide from (decide/wiring/);
 - ``FleetJoin``: an engine's first fleet slot, sent when its first event is folded, so the fleet
   waits for the engine from then on rather than from its first closed slot;
 - ``FleetContribution``: one engine's counts over one closed fleet slot (fold/fleet.py);

@@ -6,11 +6,11 @@ import functools
 from dataclasses import replace
 from pathlib import Path
 
+from decide.specs import default_registry
 from schemas.estimates import EngineSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
-from services.policy.specs import default_registry
 from services.replay.files import read_events, write_events
 from services.replay.offline import OfflineControlPlane
 from services.replay.replay import replay_offline

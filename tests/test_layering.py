@@ -2,10 +2,10 @@
 
 ``layering_violations(root)`` reads a tree (the repository, or a temporary copy of it):
 
-- the layers schemas <- estimators <- fold, policies <- services: a package imports its own layer or those left
-  of it (the fold and the policies are side by side: neither imports the other);
-- the pure core (estimators/, fold/, policies/) does no I/O, reads no clock and draws no unseeded random number:
-  no I/O, clock, process, thread, logging or dynamic-import module, no ``open()`` or ``__import__()``, and
+- the layers schemas <- estimators <- fold, policies <- decide <- services: a package imports its own layer or
+  those left of it (the fold and the policies are side by side: neither imports the other);
+- the pure core (estimators/, fold/, policies/, decide/) does no I/O, reads no clock and draws no unseeded random
+  number: no I/O, clock, process, thread, logging or dynamic-import module, no ``open()`` or ``__import__()``, and
   random numbers only from generators built with a seed (``random.Random(seed)``,
   ``np.random.default_rng(seed)``), never from the modules' global state (``random.random()``,
   ``np.random.rand()``, ``np.random.default_rng()``);
@@ -26,14 +26,15 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("schemas", "estimators", "fold", "policies", "services")
-PURE = ("estimators", "fold", "policies")
+PACKAGES = ("schemas", "estimators", "fold", "policies", "decide", "services")
+PURE = ("estimators", "fold", "policies", "decide")
 ALLOWED: dict[str, set[str]] = {
     "schemas": {"schemas"},
     "estimators": {"schemas", "estimators"},
     "fold": {"schemas", "estimators", "fold"},
     "policies": {"schemas", "estimators", "policies"},
-    "services": {"schemas", "estimators", "fold", "policies", "services"},
+    "decide": {"schemas", "estimators", "fold", "policies", "decide"},
+    "services": {"schemas", "estimators", "fold", "policies", "decide", "services"},
 }
 FORBIDDEN_IN_PURE = {
     "aiokafka",
@@ -268,6 +269,9 @@ INJECTIONS = {
     "fold_policies_import": ("fold/injected.py", "from policies.ebplus import decide\n"),
     "fold_clock": ("fold/injected.py", "import time\n\nNOW = time.time\n"),
     "policies_fold_import": ("policies/injected.py", "from fold import Folder\n"),
+    "decide_services_import": ("decide/injected.py", "from services.store.redis_store import RedisStore\n"),
+    "decide_logging": ("decide/injected.py", "import structlog\n\nlog = structlog.get_logger()\n"),
+    "fold_decide_import": ("fold/injected.py", "from decide import default_registry\n"),
     "environment": ("services/injected.py", "import os\n\nHOME = os.environ['HOME']\n"),
     "services_cycle": ("services/store/injected.py", "from services.stream import processor\n"),
 }
@@ -275,7 +279,7 @@ INJECTIONS = {
 
 @pytest.fixture(scope="module")
 def tree_copy(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A copy of the five packages, clean (checked by ``test_the_copy_holds``)."""
+    """A copy of the six packages, clean (checked by ``test_the_copy_holds``)."""
     root = tmp_path_factory.mktemp("tree")
     for package in PACKAGES:
         shutil.copytree(ROOT / package, root / package, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))

@@ -41,11 +41,11 @@ from pathlib import Path
 
 import numpy as np
 
+from decide.registry import PolicyRegistry
+from decide.wiring.ebplus import ebplus_inputs, ebplus_spec
 from policies.ebplus import CostModel, EbplusParams
 from policies.ebplus.calibration import QWEN3_8B_H200, QWEN3_8B_RTX_PRO_6000, calibration_profile
 from schemas.events import Event
-from services.policy.registry import PolicyRegistry
-from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import StaticPolicySource
 from services.sim.engine import EngineConfig, SimEngine

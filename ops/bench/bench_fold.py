@@ -30,6 +30,9 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from decide.registry import PolicyRegistry
+from decide.specs import default_registry
+from decide.wiring import admission_spec
 from fold.folder import Folder
 from fold.snapshot_id import snapshot_id
 from fold.triggers import EveryEvents
@@ -38,9 +41,6 @@ from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.snapshot_trigger import SnapshotTrigger
-from services.policy.registry import PolicyRegistry
-from services.policy.specs import default_registry
-from services.policy.wiring import admission_spec
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
 

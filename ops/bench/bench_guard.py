@@ -20,10 +20,10 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from decide.specs import default_registry
 from fold.folder import Folder
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
-from services.policy.specs import default_registry
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
 

@@ -22,11 +22,11 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from decide.specs import default_registry
 from policies.ebplus import EbplusParams
 from schemas.events import Event
 from schemas.policy_docs import EbplusPolicy
 from schemas.policy_docs.base import PolicyDocument
-from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import PolicySource, StaticPolicySource, TelemetrySink
 from services.sim.runner import build_simulation

@@ -23,12 +23,12 @@ from pathlib import Path
 
 import structlog
 
+from decide.specs import default_registry
 from ops.bench.backlog import ConsumedRecordView
 from schemas.names import ESTIMATES_TOPIC
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from services.policy.handler import PendingBatch, PolicyHandler
-from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline

@@ -43,11 +43,11 @@ from pathlib import Path
 
 from kafka import KafkaProducer
 
+from decide.specs import default_registry
 from ops.bench.bench_soak import SoakPlan, run_soak
 from schemas.errors import InvalidInputError
 from schemas.events import MAX_EVENT_BYTES, Event, encode_event, parse_event
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, TELEMETRY_TOPIC, estimate_key
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic, replay_offline
 from services.settings import Settings
 from services.stack.launcher import StackState, stack_down, stack_up

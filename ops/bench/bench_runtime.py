@@ -61,13 +61,13 @@ import numpy as np
 import redis
 from kafka import KafkaConsumer, TopicPartition
 
+from decide.specs import default_registry
 from fold.folder import Folder
 from ops.bench.backlog import ConsumedRecordView, first_fleet_events, fleet_events, publish_backlog
 from ops.bench.relay import RELAY_TOPIC, end_reader
 from schemas.events import Event, encode_event
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, Partition, TopicSpec, policy_channel
 from schemas.policy_docs.base import SourceOffset
-from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import LOCAL_BROKER_TIMEOUTS, Settings

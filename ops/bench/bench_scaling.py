@@ -36,9 +36,9 @@ from pathlib import Path
 from kafka import KafkaConsumer, TopicPartition
 from kafka.partitioner import murmur2
 
+from decide.specs import default_registry
 from ops.bench.backlog import fleet_events, publish_backlog
 from schemas.names import TELEMETRY_TOPIC
-from services.policy.specs import default_registry
 from services.settings import Settings
 from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port

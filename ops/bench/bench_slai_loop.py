@@ -27,9 +27,9 @@ mpl.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
 
+from decide.registry import PolicyRegistry
+from decide.wiring.slai import slai_spec
 from policies.slai import OffsetMode, PrefillOrder, SlaiParams
-from services.policy.registry import PolicyRegistry
-from services.policy.wiring.slai import slai_spec
 from services.replay.offline import OfflineControlPlane
 from services.sim.engine import EngineConfig, SimEngine
 from services.sim.routing import LeastLoadedRouter

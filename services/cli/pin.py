@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 from kafka.errors import KafkaError
 from pydantic import JsonValue, ValidationError
 
+from decide.specs import default_registry
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import DECISIONS_TOPIC
 from schemas.policy_docs.base import PolicyDocument
@@ -25,7 +26,6 @@ from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.cli.options import add_settings_flags, settings_from_args
 from services.kafka_clients import record_producer
 from services.policy.pins import RedisPins, parse_assignment, pinned_document
-from services.policy.specs import default_registry
 from services.settings import Settings
 from services.store.redis_store import RedisStore
 

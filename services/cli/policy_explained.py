@@ -20,12 +20,12 @@ from typing import Any, TypeGuard, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from decide.wiring.fleetopt import FLEET_SLOT_S
 from policies.decision import Decision
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.config import PolicyConfig, config_policy_set, read_config
-from services.policy.wiring.fleetopt import FLEET_SLOT_S
 
 SHOWN_VALUE_CHARS = 80
 

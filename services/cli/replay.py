@@ -11,12 +11,12 @@ from pathlib import Path
 
 from tqdm import tqdm
 
+from decide.specs import default_registry
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event
 from schemas.names import TELEMETRY_TOPIC
 from services.backends import kafka_answers
 from services.cli.options import add_settings_flags, settings_from_args
-from services.policy.specs import default_registry
 from services.replay.files import read_events, write_lines
 from services.replay.replay import as_deployment, decision_lines, read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher

@@ -17,6 +17,8 @@ from typing import Protocol
 
 import structlog
 
+from decide.registry import PolicyRegistry
+from decide.specs import default_registry
 from fold.event_guard import GuardLimits
 from schemas.errors import ConfigError
 from schemas.names import POLICY_CONSUMER, STREAM_CONSUMER
@@ -27,9 +29,7 @@ from services.health import HealthServer, ServiceMetrics
 from services.policy.config import policy_set, read_config
 from services.policy.config_records import LIVE, file_record, publish_configs, shadow_assignment
 from services.policy.pins import RedisPins
-from services.policy.registry import PolicyRegistry
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.checkpoints import read_checkpoints
 from services.settings import Settings
 from services.store.redis_store import RedisStore

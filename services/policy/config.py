@@ -25,6 +25,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from decide.registry import PolicyRegistry
+from decide.specs import default_registry
+from decide.wiring.fleetopt import FLEET_SLOT_S
 from policies.admission import AdmissionParams
 from policies.bfio import BfioParams
 from policies.ebplus import EbplusParams
@@ -33,9 +36,6 @@ from policies.fleetopt import FleetoptParams, PlannerMode
 from policies.slai import OffsetMode, PrefillOrder, SlaiParams, TierSlo
 from schemas.errors import InvalidInputError
 from schemas.estimates import EngineRegistration
-from services.policy.registry import PolicyRegistry
-from services.policy.specs import default_registry
-from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.toml_files import read_toml
 
 Positive = Annotated[float, Field(gt=0.0, allow_inf_nan=False)]

@@ -2,11 +2,11 @@
 
 The live policy service and the offline replay both call ``on_snapshot`` (STYLE principle 2). An
 engine-scope snapshot is decided at once: find the policy it was taken for, read its previous
-document from the store, decide (services/policy/from_snapshot.py), compare-and-set the new version into
+document from the store, decide (decide/from_snapshot.py), compare-and-set the new version into
 the store (which announces it). A fleet-scope policy's per-engine slot contributions go to that
 policy's ``FleetAggregator`` instead, and each fleet slot they close is decided the same way. A BF-IO
 snapshot of an engine registered as a rank of a ``dp_group`` goes to ``DpGroups`` and is decided for the
-group, whose bundle ``governor gateway`` reads (services/policy/wiring/bfio.py).
+group, whose bundle ``governor gateway`` reads (decide/wiring/bfio.py).
 
 The policy set (services/policy/config.py) can narrow the engines a kind decides for
 (``applies_to``); an engine outside it is skipped as ``not_applicable``. While an operator's pin
@@ -35,6 +35,9 @@ from dataclasses import dataclass, field
 import structlog
 from pydantic import ValidationError
 
+from decide.from_snapshot import Outcome, decide_from_snapshot
+from decide.registry import PolicyRegistry, PolicySpec
+from decide.wiring.bfio import BFIO_KIND, DpGroups
 from fold.fleet import FleetAggregator, SilenceRule
 from fold.triggers import EverySeconds
 from schemas.errors import UnreadableValueError
@@ -44,10 +47,7 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.health import ServiceMetrics
 from services.policy.config import PolicySet
-from services.policy.from_snapshot import Outcome, decide_from_snapshot
 from services.policy.pins import PinBoard
-from services.policy.registry import PolicyRegistry, PolicySpec
-from services.policy.wiring.bfio import BFIO_KIND, DpGroups
 from services.store.memory_store import stored_version
 from services.store.protocol import Store
 

@@ -38,6 +38,8 @@ from typing import Protocol, TypeVar
 
 import structlog
 
+from decide.registry import PolicyRegistry
+from decide.wiring.fleetopt import FLEET_SLOT_S
 from fold.fleet import SilenceRule
 from fold.snapshot_id import snapshot_id
 from schemas.errors import BackendUnavailableError, ConfigError, InvalidInputError
@@ -53,9 +55,7 @@ from services.policy.config import PolicySet, config_policy_set
 from services.policy.decisions import FLEET_STATE_PREFIX, DecisionMaker, PolicyWrite
 from services.policy.intake import Refusal, SnapshotLedger, read_record
 from services.policy.pins import PinBoard
-from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
-from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.store.protocol import Store
 from services.watched_values import parse_document
 

@@ -56,6 +56,8 @@ from kafka import TopicPartition
 from kafka.consumer.fetcher import ConsumerRecord
 from kafka.errors import KafkaError
 
+from decide.registry import PolicyRegistry
+from decide.wiring.fleetopt import FLEET_SLOT_S
 from policies.fleetopt.kernels import warm_up as warm_up_fleetopt
 from schemas.errors import BackendUnavailableError
 from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER, Partition
@@ -92,10 +94,8 @@ from services.policy.handler import (
     ledger_scope,
 )
 from services.policy.pins import PinBoard
-from services.policy.registry import PolicyRegistry
 from services.policy.shadow import ShadowPolicy
 from services.policy.stored_states import load_policy_states
-from services.policy.wiring.fleetopt import FLEET_SLOT_S
 from services.settings import FLEET_SILENCE_WAIT_S, LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaSecurity
 from services.store.protocol import Store
 

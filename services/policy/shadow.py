@@ -12,12 +12,12 @@ from __future__ import annotations
 
 import json
 
+from decide.from_snapshot import decide_from_snapshot
+from decide.registry import PolicySpec
 from schemas.estimates import EngineSummary
 from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.config import PolicySet
-from services.policy.from_snapshot import decide_from_snapshot
-from services.policy.registry import PolicySpec
 
 SHADOW_STATE_PREFIX = "shadow-"
 

@@ -7,13 +7,13 @@ fold and decide code as the live services (DESIGN principle 2), deterministicall
 
 from __future__ import annotations
 
+from decide.registry import PolicyRegistry
 from fold.folder import Folder
 from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.policy_docs.base import PolicyDocument, SourceOffset
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.decisions import DecisionMaker
-from services.policy.registry import PolicyRegistry
 from services.store.memory_store import MemoryStore
 
 OFFLINE_TOPIC = "offline"

@@ -15,13 +15,13 @@ from dataclasses import dataclass
 from kafka import KafkaConsumer, TopicPartition
 from pydantic import TypeAdapter, ValidationError
 
+from decide.registry import PolicyRegistry
 from schemas.envelope import Identifier
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.events import Event
 from schemas.records import DecisionRecord
 from services.kafka_clients import reader, require_topic
 from services.kafka_security import PLAINTEXT
-from services.policy.registry import PolicyRegistry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
 from services.settings import KafkaSecurity

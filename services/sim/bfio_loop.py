@@ -35,14 +35,14 @@ from typing import Literal
 import numpy as np
 import numpy.typing as npt
 
+from decide.registry import PolicyRegistry
+from decide.wiring.bfio import bfio_spec
 from policies.bfio import BfioParams
 from schemas.engines import PolicyApplied
 from schemas.errors import InvalidInputError
 from schemas.events import Event
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished
 from schemas.steps import StepReport
-from services.policy.registry import PolicyRegistry
-from services.policy.wiring.bfio import bfio_spec
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import TelemetrySink
 from services.sim.dp import DpConfig, DpEngine

@@ -24,10 +24,10 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, replace
 from typing import Literal
 
+from decide.specs import default_registry
 from schemas.engines import PolicyApplied
 from schemas.events import Event
 from schemas.policy_docs import FleetoptPolicy
-from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import PolicySource, StaticPolicySource, TelemetrySink
 from services.sim.dp import DpConfig

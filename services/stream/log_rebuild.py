@@ -10,7 +10,7 @@ Each reset engine keeps two things of its old state:
 
 - its snapshot version: snapshots taken from the new log continue the version sequence the policy
   service has seen, where a restart from version 1 would be skipped as duplicates of old snapshots
-  (services/policy/from_snapshot.py) and freeze the engine's policies until the old count was passed;
+  (decide/from_snapshot.py) and freeze the engine's policies until the old count was passed;
 - its registration (``EngineRegistered``: model, capacity), which an engine sends once at start
   and would not send again to a log that lost it.
 

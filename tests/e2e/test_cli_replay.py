@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from services.cli.main import main
-from services.policy.specs import default_registry
 from services.replay.files import write_events
 from services.replay.replay import replay_offline
 from services.testing.streams import synthetic_stream

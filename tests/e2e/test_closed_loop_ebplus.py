@@ -17,10 +17,10 @@ import dataclasses
 import numpy as np
 import pytest
 
+from decide.registry import PolicyRegistry
+from decide.wiring.ebplus import ebplus_inputs, ebplus_spec
 from policies.ebplus import CostModel, EbplusParams
 from policies.ebplus.calibration import QWEN3_8B_H200, QWEN3_8B_RTX_PRO_6000, calibration_profile
-from services.policy.registry import PolicyRegistry
-from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
 from services.replay.offline import OfflineControlPlane
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim.engine import EngineConfig, SimEngine

@@ -13,9 +13,9 @@ import functools
 import numpy as np
 import pytest
 
+from decide.registry import PolicyRegistry
+from decide.wiring.slai import slai_spec
 from policies.slai import PrefillOrder, SlaiParams
-from services.policy.registry import PolicyRegistry
-from services.policy.wiring.slai import slai_spec
 from services.replay.offline import OfflineControlPlane
 from services.sim.engine import SimEngine
 from services.sim.routing import LeastLoadedRouter

@@ -14,8 +14,8 @@ import argparse
 import os
 import signal
 
+from decide.specs import default_registry
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
 

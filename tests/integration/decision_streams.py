@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 
 import redis
 
+from decide.specs import default_registry
 from fold.folder import Folder
 from schemas.events import Event
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
@@ -21,7 +22,6 @@ from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli.shadow import read_decisions
 from services.policy.handler import PendingBatch, PolicyHandler
 from services.policy.intake import read_record
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.store.memory_store import MemoryStore
 

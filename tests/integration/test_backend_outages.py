@@ -25,9 +25,9 @@ import pytest
 import redis
 import structlog.testing
 
+from decide.specs import default_registry
 from schemas.errors import BackendUnavailableError
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.faust_runtime import FaustStreamProcessor

@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kafka import KafkaProducer
 
+from decide.specs import default_registry
 from schemas.estimates import EngineSummary
 from schemas.events import Event, encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key, policy_key
@@ -21,7 +22,6 @@ from schemas.policy_docs import AdmissionPayload, AdmissionPolicy, AdmissionStat
 from schemas.records import DeadLetter
 from services.health import ServiceMetrics
 from services.policy.decisions import DecisionMaker
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher

@@ -22,11 +22,11 @@ import pytest
 import redis
 from kafka import KafkaConsumer, KafkaProducer, TopicPartition
 
+from decide.specs import default_registry
 from schemas.estimates import EngineSummary
 from schemas.events import MAX_EVENT_BYTES, Event, encode_event
 from schemas.names import DEADLETTER_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, estimate_key
 from schemas.records import DeadLetter
-from services.policy.specs import default_registry
 from services.settings import LOCAL_BROKER_TIMEOUTS
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port

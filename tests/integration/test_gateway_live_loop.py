@@ -24,6 +24,7 @@ import aiohttp
 import pytest
 from aiohttp import web
 
+from decide.specs import default_registry
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.events import Event
 from schemas.policy_docs.fleetopt import FleetoptPolicy
@@ -31,7 +32,6 @@ from services.gateway.app import Gateway
 from services.gateway.registrations import RegistrationFeed
 from services.gateway.upstreams import UpstreamRegistry
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import KafkaSecurity

@@ -13,6 +13,7 @@ import redis
 import structlog.testing
 from kafka import KafkaProducer
 
+from decide.specs import default_registry
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.estimates import FleetSummary
 from schemas.events import Event
@@ -35,7 +36,6 @@ from services.policy.decisions import DecisionMaker
 from services.policy.handler import config_scope, ledger_scope
 from services.policy.intake import SnapshotLedger
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore

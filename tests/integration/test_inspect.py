@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from schemas.names import TELEMETRY_TOPIC
 from schemas.policy_docs.base import PolicyDocument
 from services.cli.main import main
 from services.health import ServiceMetrics
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.files import write_events
 from services.replay.replay import read_topic
 from services.sdk.policy_client import acknowledge

@@ -18,11 +18,11 @@ import pytest
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
+from decide.specs import default_registry
 from schemas.names import TELEMETRY_TOPIC, TOPICS
 from services.health import ServiceMetrics
 from services.kafka_clients import KafkaLogView, reader, record_producer
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
 from services.settings import LOCAL_BROKER_TIMEOUTS
 from services.stack.launcher import StackState, create_topics, stack_down, stack_status, stack_up

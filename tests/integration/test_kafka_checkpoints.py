@@ -17,12 +17,12 @@ import pytest
 import redis
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 
+from decide.specs import default_registry
 from schemas.names import POLICY_CONSUMER, STREAM_CONSUMER, TELEMETRY_TOPIC, estimate_key
 from services.checkpoints import CheckpointSource
 from services.cli.shadow import read_decisions
 from services.kafka_security import PLAINTEXT
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.checkpoints import read_checkpoints
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore

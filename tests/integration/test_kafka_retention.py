@@ -16,6 +16,7 @@ import redis
 from kafka import KafkaAdminClient, KafkaConsumer, TopicPartition
 from kafka.admin import ConfigResource, ConfigResourceType
 
+from decide.specs import default_registry
 from schemas.errors import ConfigError
 from schemas.estimates import EngineSummary
 from schemas.names import ESTIMATES_TOPIC, TELEMETRY_TOPIC, TOPICS
@@ -25,7 +26,6 @@ from services.policy.config import config_digest
 from services.policy.config_records import LIVE, config_record, publish_configs
 from services.policy.intake import read_record
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.settings import Settings
 from services.stack.kafka_broker import locate_kafka

@@ -22,11 +22,11 @@ import pytest
 from kafka.errors import KafkaTimeoutError
 from pydantic import SecretStr
 
+from decide.specs import default_registry
 from schemas.errors import ConfigError
 from services.cli.shadow import read_decisions
 from services.kafka_security import PLAINTEXT, kafka_admin
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import KafkaSecurity
 from services.stack.kafka_broker import BrokerSasl, BrokerTls, locate_kafka, start_kafka

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from schemas.names import DECISIONS_TOPIC, estimate_key
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.files import read_events
 from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.policy_client import PolicyClient, acknowledge

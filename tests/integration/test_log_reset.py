@@ -20,12 +20,12 @@ import pytest
 from kafka.admin import NewTopic
 from kafka.errors import TopicAlreadyExistsError
 
+from decide.specs import default_registry
 from schemas.events import Event
 from schemas.names import TELEMETRY_TOPIC
 from services.health import ServiceMetrics
 from services.kafka_security import kafka_admin
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState, stack_down, stack_up
 from services.stack.processes import free_port

@@ -10,6 +10,7 @@ import pytest
 import redis
 from kafka import KafkaProducer
 
+from decide.specs import default_registry
 from schemas.estimates import EngineSummary, LastStep
 from schemas.names import ESTIMATES_TOPIC, estimate_key, policy_key
 from schemas.policy_docs import AdmissionPolicy
@@ -21,7 +22,6 @@ from services.policy.config_records import LIVE, file_record, publish_configs
 from services.policy.intake import read_record
 from services.policy.pins import SUMMARY_NAME, RedisPins
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic
 from services.sdk.policy_client import PolicyClient
 from services.stack.launcher import StackState

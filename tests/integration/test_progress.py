@@ -11,9 +11,9 @@ import urllib.request
 
 import pytest
 
+from decide.specs import default_registry
 from schemas.events import Event
 from services.health import HealthServer, ServiceMetrics
-from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore

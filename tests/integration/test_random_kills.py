@@ -23,8 +23,8 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from schemas.names import DECISIONS_TOPIC
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState

@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC, TOPICS
 from services.engine_partitions import engine_partition, key_partition
 from services.policy.handler import FLEET_SCOPE, PendingBatch, PolicyHandler, config_scope, ledger_scope
-from services.policy.specs import default_registry
 from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import Settings

@@ -22,6 +22,7 @@ import redis
 import structlog
 from pydantic import SecretStr
 
+from decide.specs import default_registry
 from schemas.errors import BackendUnavailableError, ConfigError
 from schemas.names import policy_key
 from schemas.policy_docs import AdmissionPolicy
@@ -30,7 +31,6 @@ from schemas.signing import PolicyKeyring, SigningKey, sign
 from services.backends import redis_answers
 from services.policy.decisions import DecisionMaker
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
 from services.sdk.policy_client import PolicyClient
 from services.settings import RedisSecurity
 from services.stack.launcher import StackState, stack_down, stack_up

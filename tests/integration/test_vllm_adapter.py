@@ -25,6 +25,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from decide.specs import default_registry
+from decide.wiring.admission import ADMISSION_INTERVAL_S
 from schemas.engines import EngineRegistered
 from schemas.events import Event, parse_event
 from schemas.names import TELEMETRY_TOPIC, estimate_key
@@ -35,8 +37,6 @@ from schemas.requests import RequestFinished
 from schemas.steps import StepReport
 from services.cli.main import main as governor
 from services.policy.service import PolicyService
-from services.policy.specs import default_registry
-from services.policy.wiring.admission import ADMISSION_INTERVAL_S
 from services.replay.replay import read_topic
 from services.stack.launcher import StackState
 from services.stack.processes import free_port

@@ -10,6 +10,8 @@ import structlog
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer
 from pydantic import SecretStr
 
+from decide.from_snapshot import decide_from_snapshot
+from decide.specs import default_registry
 from schemas.errors import ConfigError
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import EstimateSnapshot
@@ -19,9 +21,7 @@ from services.health import HealthServer, ServiceMetrics
 from services.kafka_clients import group_consumer, record_producer
 from services.kafka_security import kafka_admin, security_config
 from services.policy.decisions import DecisionMaker
-from services.policy.from_snapshot import decide_from_snapshot
 from services.policy.pins import pinned_document
-from services.policy.specs import default_registry
 from services.sdk.publisher import TelemetryPublisher
 from services.settings import EngineSettings, KafkaSecurity, RedisSecurity, Settings
 from services.store.memory_store import MemoryStore

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from decide.specs import default_registry
 from fold.triggers import EverySeconds
 from schemas.errors import ConfigError
 from services.cli.main import build_parser
-from services.policy.specs import default_registry
 from services.settings import APACHE_KAFKA_TIMEOUTS, LOCAL_BROKER_TIMEOUTS, Settings
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from decide.specs import default_registry
 from fold.folder import Folder
 from schemas.policy_docs.base import SourceOffset
 from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
 from services.engines.stream import EngineStream, RankSlots, RequestTrack, StepCounts
 from services.engines.vllm.connect import finish_reason_name, identifier
-from services.policy.specs import default_registry
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
 

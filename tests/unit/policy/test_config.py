@@ -6,6 +6,7 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from fold.triggers import EveryEvents, EverySeconds
 from policies.ebplus import EbplusParams
 from policies.fleetopt import PlannerMode
@@ -21,7 +22,6 @@ from services.policy.config import (
     slai_params,
 )
 from services.policy.decisions import DecisionMaker
-from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from tests.unit.policy.snapshots import registered_admission_snapshot
 

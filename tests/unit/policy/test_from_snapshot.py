@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
+from decide.from_snapshot import decide_from_snapshot
+from decide.specs import default_registry
+from decide.wiring.summary import engine_summary
 from schemas.estimates import EngineSummary, LastStep
 from schemas.policy_docs import AdmissionPolicy
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
-from services.policy.from_snapshot import decide_from_snapshot
-from services.policy.specs import default_registry
-from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 from tests.fixtures import last_snapshot

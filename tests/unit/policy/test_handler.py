@@ -14,6 +14,7 @@ import structlog.testing
 from hypothesis import given
 from hypothesis import strategies as st
 
+from decide.specs import default_registry
 from schemas.estimates import FleetContribution
 from schemas.events import encode_event
 from schemas.names import DEADLETTER_TOPIC, DECISIONS_TOPIC, ESTIMATES_TOPIC, TELEMETRY_TOPIC
@@ -31,7 +32,6 @@ from services.policy.handler import (
     partition_scope,
     scope_parts,
 )
-from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches
 from services.testing.streams import synthetic_stream

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from decide.specs import default_registry
 from schemas.errors import InvalidInputError
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import DecisionRecord
@@ -16,7 +17,6 @@ from services.policy.config import config_policy_set, read_config
 from services.policy.decisions import DecisionMaker
 from services.policy.pins import parse_assignment, pinned_document
 from services.policy.shadow import ShadowPolicy
-from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.testing.models import changed
 from tests.unit.policy.snapshots import registered_admission_snapshot

@@ -7,13 +7,13 @@ from pathlib import Path
 
 import pytest
 
+from decide.wiring.ebplus import ebplus_inputs
 from policies.ebplus import EbplusParams
 from policies.ebplus import decide as decide_ebplus
 from schemas.policy_docs import EbplusPolicy
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli.explain import NO_SLO, diagnostic_text, render
 from services.cli.main import main
-from services.policy.wiring.ebplus import ebplus_inputs
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 

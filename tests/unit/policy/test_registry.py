@@ -1,9 +1,9 @@
-"""Which engines a policy applies to, judged on the typed registration (services/policy/registry.py)."""
+"""Which engines a policy applies to, judged on the typed registration (decide/registry.py)."""
 
 from __future__ import annotations
 
+from decide.registry import engine_obeys
 from schemas.estimates import EngineRegistration
-from services.policy.registry import engine_obeys
 
 
 def _registration(obeys: list[str] | None) -> EngineRegistration:

@@ -16,6 +16,7 @@ import pytest
 import redis
 import structlog.testing
 
+from decide.specs import default_registry
 from schemas.events import Event, encode_event
 from schemas.names import (
     ESTIMATES_TOPIC,
@@ -27,7 +28,6 @@ from schemas.names import (
 )
 from services.policy.config_records import config_record
 from services.policy.handler import PendingBatch, PolicyHandler, config_scope, ledger_scope
-from services.policy.specs import default_registry
 from services.policy.stored_states import load_policy_states
 from services.store.memory_store import MemoryStore
 from services.store.redis_store import RedisStore

@@ -6,16 +6,16 @@ import itertools
 
 import pytest
 
+from decide.from_snapshot import decide_from_snapshot
+from decide.specs import default_registry
+from decide.wiring.bfio import DpGroups, bfio_inputs, bfio_spec, is_dp_engine, pooled_survival
+from decide.wiring.summary import engine_summary
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES, log_bin_edges_tokens
 from fold.triggers import EverySeconds
 from schemas.engines import EngineRegistered
 from schemas.estimates import EngineRegistration, StepModelFit, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.from_snapshot import decide_from_snapshot
-from services.policy.specs import default_registry
-from services.policy.wiring.bfio import DpGroups, bfio_inputs, bfio_spec, is_dp_engine, pooled_survival
-from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream

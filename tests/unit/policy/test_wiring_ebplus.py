@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
+from decide.wiring.ebplus import ebplus_inputs, ebplus_spec
+from decide.wiring.summary import engine_summary
 from policies.ebplus.calibration import calibration_profile
 from schemas.estimates import EngineSummary, LinearCostFit
 from schemas.records import EstimateSnapshot
-from services.policy.wiring.ebplus import ebplus_inputs, ebplus_spec
-from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 from tests.fixtures import last_snapshot

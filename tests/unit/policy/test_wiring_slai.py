@@ -4,15 +4,15 @@ from __future__ import annotations
 
 import pytest
 
+from decide.registry import PolicyRegistry
+from decide.specs import default_registry
+from decide.wiring.slai import slai_inputs, slai_spec
+from decide.wiring.summary import engine_summary
 from fold.triggers import EverySeconds
 from policies.slai import OffsetMode, SlaiParams, TierObservation
 from schemas.estimates import LinearCostFit, TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicyRegistry
-from services.policy.specs import default_registry
-from services.policy.wiring.slai import slai_inputs, slai_spec
-from services.policy.wiring.summary import engine_summary
 from services.replay.offline import OfflineControlPlane
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream

@@ -8,8 +8,8 @@ from types import SimpleNamespace
 import pytest
 from kafka import TopicPartition
 
+from decide.specs import default_registry
 from schemas.errors import BackendUnavailableError, InvalidInputError
-from services.policy.specs import default_registry
 from services.replay import replay
 from services.replay.files import read_events, write_events
 from services.replay.replay import replay_events, replay_offline

@@ -7,10 +7,10 @@ import json
 import pytest
 from pydantic import ValidationError
 
+from decide.specs import default_registry
 from fold.folder import Folder
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
-from services.policy.specs import default_registry
 from services.testing.streams import synthetic_stream
 
 

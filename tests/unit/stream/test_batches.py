@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pytest
 import structlog.testing
 
+from decide.specs import default_registry
 from fold.fleet import FleetAggregator
 from schemas.errors import BackendUnavailableError
 from schemas.estimates import EngineSummary, FleetContribution
@@ -23,7 +24,6 @@ from schemas.records import EstimateSnapshot
 from services.delivery import no_checkpoint
 from services.engine_partitions import engine_partition
 from services.health import ServiceMetrics
-from services.policy.specs import default_registry
 from services.settings import EngineLifecycle
 from services.store.memory_store import MemoryStore
 from services.stream.batches import (

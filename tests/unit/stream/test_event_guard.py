@@ -11,6 +11,7 @@ import json
 
 import pytest
 
+from decide.specs import default_registry
 from fold.engine_estimates import EngineEstimates
 from fold.event_guard import Admission, EventGuard, GuardLimits
 from fold.folder import Folder
@@ -20,7 +21,6 @@ from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.requests import RequestArrived
-from services.policy.specs import default_registry
 from services.replay.offline import OfflineControlPlane
 from services.testing.streams import long_requests_still_running, synthetic_stream
 

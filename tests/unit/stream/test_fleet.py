@@ -5,13 +5,13 @@ from __future__ import annotations
 import itertools
 from typing import ClassVar
 
+from decide.specs import default_registry
+from decide.wiring.fleetopt import fleetopt_inputs
+from decide.wiring.summary import fleet_summary
 from estimators import bucket_of
 from fold.fleet import FleetAggregator, FleetSlot, SilenceRule
 from schemas.estimates import FleetContribution, FleetJoin, FleetSilence, FleetSummary
 from schemas.records import EstimateSnapshot
-from services.policy.specs import default_registry
-from services.policy.wiring.fleetopt import fleetopt_inputs
-from services.policy.wiring.summary import fleet_summary
 from services.replay.replay import replay_offline
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream

@@ -9,6 +9,8 @@ import random
 
 import pytest
 
+from decide.specs import default_registry
+from decide.wiring.summary import engine_summary
 from estimators import DEFAULT_MAX_SURVIVAL_EDGES
 from fold.engine_estimates import EngineEstimates
 from fold.folder import Folder
@@ -19,8 +21,6 @@ from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
-from services.policy.specs import default_registry
-from services.policy.wiring.summary import engine_summary
 from services.testing.models import changed
 from services.testing.streams import long_requests_still_running, synthetic_stream
 

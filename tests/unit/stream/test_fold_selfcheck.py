@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from decide.specs import default_registry
+from decide.wiring.bfio import bfio_inputs
 from fold.engine_estimates import EngineEstimates
 from fold.folder import Folder
 from schemas.engines import EngineRegistered
@@ -11,8 +13,6 @@ from schemas.estimates import SelfCheckSummary
 from schemas.events import Event
 from schemas.policy_docs.base import SourceOffset
 from schemas.steps import BfioSelfCheckReport, RankStepReport
-from services.policy.specs import default_registry
-from services.policy.wiring.bfio import bfio_inputs
 
 ENGINE = "dp-0"
 

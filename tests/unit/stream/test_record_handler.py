@@ -12,12 +12,12 @@ from typing import Any
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from decide.specs import default_registry
 from schemas.errors import InputErrorCode
 from schemas.events import MAX_EVENT_BYTES, encode_event
 from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC
 from schemas.records import DeadLetter
 from services.health import ServiceMetrics
-from services.policy.specs import default_registry
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches, read_record
 from services.testing.streams import synthetic_stream

@@ -31,6 +31,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from decide.registry import PolicySpec, engine_obeys
+from decide.wiring.summary import bind_params, engine_summary
 from estimators import fine_bin_edges_tokens
 from fold.engine_estimates import SURVIVAL_MAX_TOKENS
 from fold.triggers import EverySeconds
@@ -39,8 +41,6 @@ from policies.bfio import decide as decide_bfio
 from schemas.estimates import EngineRegistration, EngineSummary, SurvivalSummary
 from schemas.policy_docs import BfioPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicySpec, engine_obeys
-from services.policy.wiring.summary import bind_params, engine_summary
 
 BFIO_KIND = "bfio"
 BFIO_INTERVAL_S = 1.0  # spec 6.2: tier-1 loop every 100 ms to 5 s

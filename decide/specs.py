@@ -1,18 +1,18 @@
-"""The policies a deployment runs by default, each from its wiring module (services/policy/wiring/)."""
+"""The policies a deployment runs by default, each from its wiring module (decide/wiring/)."""
 
 from __future__ import annotations
 
+from decide.registry import PolicyRegistry
+from decide.wiring.admission import admission_spec
+from decide.wiring.bfio import bfio_spec
+from decide.wiring.ebplus import ebplus_spec
+from decide.wiring.fleetopt import FLEET_SLOT_S, fleetopt_spec
+from decide.wiring.slai import slai_spec
 from policies.admission import AdmissionParams
 from policies.bfio import BfioParams
 from policies.ebplus import EbplusParams
 from policies.fleetopt import FleetoptParams
 from policies.slai import SlaiParams
-from services.policy.registry import PolicyRegistry
-from services.policy.wiring.admission import admission_spec
-from services.policy.wiring.bfio import bfio_spec
-from services.policy.wiring.ebplus import ebplus_spec
-from services.policy.wiring.fleetopt import FLEET_SLOT_S, fleetopt_spec
-from services.policy.wiring.slai import slai_spec
 
 
 def default_registry(

@@ -16,10 +16,10 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from decide.registry import PolicySpec
 from schemas.estimates import FleetSummary
 from schemas.policy_docs.base import ClampRecord, InputsDigest, PolicyDocument
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicySpec
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
+from decide.registry import PolicySpec
+from decide.wiring.summary import bind_params, engine_summary
 from fold.triggers import EverySeconds
 from policies.admission import AdmissionInputs, AdmissionParams
 from policies.admission import decide as decide_admission
 from schemas.policy_docs import AdmissionPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicySpec
-from services.policy.wiring.summary import bind_params, engine_summary
 
 ADMISSION_INTERVAL_S = 5.0
 

@@ -19,6 +19,8 @@ off by default).
 
 from __future__ import annotations
 
+from decide.registry import PolicySpec, engine_obeys
+from decide.wiring.summary import bind_params, engine_summary
 from fold.triggers import EverySeconds
 from policies.slai import SlaiInputs, SlaiParams, TierObservation
 from policies.slai import decide as decide_slai
@@ -26,8 +28,6 @@ from policies.slai.decide import unchanged as slai_unchanged
 from schemas.estimates import TierSummary
 from schemas.policy_docs.slai import SlaiPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicySpec, engine_obeys
-from services.policy.wiring.summary import bind_params, engine_summary
 
 SLAI_INTERVAL_S = 2.0  # spec §3.4: the control plane's cadence is seconds; the engine switches per batch
 

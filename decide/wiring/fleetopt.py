@@ -14,13 +14,13 @@ requests, and the reference planner fixes the share at 0.8 (spec seed-002 sectio
 
 from __future__ import annotations
 
+from decide.registry import PolicySpec
+from decide.wiring.summary import bind_params, fleet_summary
 from fold.triggers import EverySeconds
 from policies.fleetopt import FleetoptInputs, FleetoptParams, LengthCdf
 from policies.fleetopt import decide as decide_fleetopt
 from schemas.policy_docs import FleetoptPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicySpec
-from services.policy.wiring.summary import bind_params, fleet_summary
 
 FLEET_SLOT_S = 60.0  # seed-002 section 5.4: replan about every minute, on 1-min slots
 MIN_FINISHED = 50

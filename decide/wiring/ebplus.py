@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from functools import partial
 
+from decide.registry import PolicySpec, engine_obeys
+from decide.wiring.summary import bind_params, engine_summary
 from fold.triggers import EveryEvents
 from policies.ebplus import BetaMbQuadratic, CostModel, EbplusInputs, EbplusParams
 from policies.ebplus import decide as decide_ebplus
@@ -25,8 +27,6 @@ from policies.ebplus.inputs import ONLINE_CALIB_ID
 from schemas.estimates import EngineRegistration, EngineSummary
 from schemas.policy_docs import EbplusPolicy
 from schemas.records import EstimateSnapshot
-from services.policy.registry import PolicySpec, engine_obeys
-from services.policy.wiring.summary import bind_params, engine_summary
 
 
 def _cost_model(s: EngineSummary) -> CostModel | None:

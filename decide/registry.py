@@ -36,7 +36,7 @@ class PolicySpec:
             apply to are never snapshotted for it.
         unchanged: whether a decision pushes nothing new over the previous document; such a
             decision is not published until the previous document is half way to its expiry
-            (services/policy/from_snapshot.py). None: every decision is published.
+            (decide/from_snapshot.py). None: every decision is published.
     """
 
     kind: str
