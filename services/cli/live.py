@@ -243,7 +243,11 @@ def run_governed_live(
     try:
         if not wait_until_consuming(logs["stream"], services["stream"], SERVICES_READY_TIMEOUT_S):
             say("warning: the stream processor has not joined its group yet; starting the fleet anyway")
-        publisher = TelemetryPublisher(state.kafka_bootstrap, security=settings.kafka_security())
+        # The simulated fleet is a tool's, not an engine's step loop: it waits out a slow broker (the tool's
+        # send timeout) rather than dropping events. On a loaded 2-core CI machine an engine's 5 s timeout
+        # expired 652 of 45,907 events and the run, which promises that every event reached the services,
+        # failed.
+        publisher = TelemetryPublisher(state.kafka_bootstrap, security=settings.kafka_security(), block_when_full=True)
         recorder = PolicyChangeRecorder(publisher)
         client = PolicyClient(
             state.redis_url,
