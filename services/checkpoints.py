@@ -35,7 +35,7 @@ from schemas.names import CHECKPOINTS_TOPIC, Partition
 from schemas.records import CheckpointDocument, StateCheckpoint
 from services.delivery import Delivery
 from services.log_reset import LogView
-from services.store.memory_store import stored_version
+from services.store.policy_versions import stored_version
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)

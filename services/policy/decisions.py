@@ -48,7 +48,7 @@ from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.health import ServiceMetrics
 from services.policy.config import PolicySet
 from services.policy.pins import PinBoard
-from services.store.memory_store import stored_version
+from services.store.policy_versions import stored_version
 from services.store.protocol import Store
 
 log = structlog.get_logger(__name__)

@@ -30,7 +30,7 @@ from schemas.names import (
 )
 from schemas.policy_docs.base import MAX_VERSION
 from services.settings import RedisSecurity
-from services.store.memory_store import HISTORY_CAP, check_version
+from services.store.policy_versions import HISTORY_CAP, check_version
 
 VERSION_BOUND = MAX_VERSION + 1  # put_policy.lua's exclusive bound, 2**53
 

@@ -8,7 +8,8 @@ import pytest
 
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import MAX_VERSION
-from services.store.memory_store import MemoryStore, stored_version
+from services.store.memory_store import MemoryStore
+from services.store.policy_versions import stored_version
 
 
 class TestCommit:
