@@ -100,21 +100,11 @@ def is_decoding(request: Request) -> bool:
 
 
 def split_decoding(requests: Iterable[Request]) -> tuple[list[Request], list[Request]]:
-    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass.
-
-    The engine reads this at every step over all its running requests, so the test is written out
-    here rather than called per request (the same test, about half the time per request).
-    """
+    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass."""
     decoding: list[Request] = []
     prefilling: list[Request] = []
     for request in requests:
-        placeholders = request.num_output_placeholders
-        if request.num_computed_tokens >= request.num_tokens + placeholders - 1 and (
-            placeholders > 0 or request.num_output_tokens > 0
-        ):
-            decoding.append(request)
-        else:
-            prefilling.append(request)
+        (decoding if is_decoding(request) else prefilling).append(request)
     return decoding, prefilling
 
 

@@ -126,7 +126,7 @@ class TestSplitDecoding:
     def test_it_splits_as_is_decoding_does_keeping_each_sides_order(
         self, shapes: list[tuple[int, int, int, int]]
     ) -> None:
-        """The step path's one-pass split is ``is_decoding`` written out; both must read every state alike."""
+        """The step path's one-pass split puts each request where ``is_decoding`` says, in its order."""
         requests = []
         for index, (prompt, computed, outputs, placeholders) in enumerate(shapes):
             request = Request(f"r{index}", list(range(prompt)), SamplingParams(max_tokens=8), None)
