@@ -24,7 +24,7 @@ from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, PinDetails
 from schemas.signing import PolicyKeyring, sign, signature_problem
 from services.cli.options import add_settings_flags, settings_from_args
-from services.kafka_clients import record_producer
+from services.kafka_clients import close_producer, record_producer
 from services.policy.pins import RedisPins, parse_assignment, pinned_document
 from services.settings import Settings
 from services.store.redis_store import RedisStore
@@ -127,7 +127,7 @@ def _record(settings: Settings, record: DecisionRecord) -> None:
             msg = f"kafka at {settings.kafka_bootstrap} did not take the {record.origin} record"
             raise BackendUnavailableError(msg, backend="kafka")
     finally:
-        producer.close(timeout=5)
+        close_producer(producer, timeout_s=5.0)
 
 
 def _utc(unix_s: float) -> str:

@@ -18,7 +18,7 @@ from pydantic import JsonValue
 from schemas.errors import BackendUnavailableError, InvalidInputError
 from schemas.names import ESTIMATES_TOPIC
 from schemas.records import PolicyConfigRecord
-from services.kafka_clients import record_producer
+from services.kafka_clients import close_producer, record_producer
 from services.kafka_security import PLAINTEXT
 from services.policy.config import config_digest, read_config
 from services.settings import KafkaSecurity
@@ -103,4 +103,4 @@ def publish_configs(
                 msg = f"kafka at {bootstrap} did not take the policy config record within {timeout_s:g} s"
                 raise BackendUnavailableError(msg, backend="kafka")
     finally:
-        producer.close(timeout=5)
+        close_producer(producer, timeout_s=5.0)

@@ -78,6 +78,7 @@ from services.kafka_clients import (
     KafkaLogView,
     Rebalance,
     caught_up,
+    close_producer,
     consumer_lag,
     group_consumer,
     record_producer,
@@ -259,7 +260,7 @@ class PolicyService:
     def close(self) -> None:
         """Leave the group and close the clients."""
         self._consumer.close()
-        self._producer.close(timeout=5)
+        close_producer(self._producer, timeout_s=5.0)
 
     def run(self, *, idle_exit_s: float | None = None) -> PolicyCounters:
         """Decide from snapshots until ``stop`` (or ``idle_exit_s`` without records while assigned and caught up).

@@ -19,7 +19,7 @@ from pydantic import ValidationError
 
 from schemas.errors import BackendUnavailableError
 from schemas.scaling import SCALING_TOPIC, ScalingAction
-from services.kafka_clients import reader, require_topic
+from services.kafka_clients import close_producer, reader, require_topic
 from services.kafka_security import PLAINTEXT, kafka_admin, kafka_producer
 from services.settings import KafkaSecurity
 
@@ -95,7 +95,7 @@ class KafkaActionSink:
 
     def close(self) -> None:
         """Flush and close the producer."""
-        self._producer.close(timeout=self._timeout_s)
+        close_producer(self._producer, timeout_s=self._timeout_s)
 
 
 def read_actions(

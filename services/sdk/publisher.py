@@ -51,6 +51,7 @@ from kafka.errors import KafkaError
 from schemas.events import Event, encode_event
 from schemas.names import TELEMETRY_TOPIC
 from services.engine_partitions import EnginePartitioner
+from services.kafka_clients import RECONNECT_BACKOFF_MAX_MS, close_producer
 from services.kafka_security import PLAINTEXT, kafka_producer
 from services.settings import KafkaSecurity
 
@@ -287,16 +288,16 @@ class TelemetryPublisher:
                 max_block_ms=timeout_ms,
                 bootstrap_timeout_ms=timeout_ms,
                 delivery_timeout_ms=timeout_ms + self._linger_ms,
-                reconnect_backoff_max_ms=1000,
+                reconnect_backoff_max_ms=RECONNECT_BACKOFF_MAX_MS,
             )
         except KafkaError as exc:
             log.warning("broker_connection_lost", error=str(exc))
             return None
 
     def _release(self, producer: KafkaProducer, timeout_s: float) -> None:
-        """Close ``producer``, waiting up to ``timeout_s`` for its pending records to resolve."""
+        """Close ``producer``, waiting up to ``timeout_s`` for its pending records to resolve; it aborts the rest."""
         try:
-            producer.close(timeout=timeout_s)
+            close_producer(producer, timeout_s)
         except KafkaError as exc:
             log.warning("producer_close_failed", error=str(exc))
 

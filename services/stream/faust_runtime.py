@@ -79,7 +79,7 @@ from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.checkpoints import CheckpointSource, CheckpointWriter, resume_from_checkpoints
 from services.health import ServiceMetrics
-from services.kafka_clients import IDLE_AFTER_S, IDLE_FETCH_WAIT_MS, ConsumedRecord, record_producer
+from services.kafka_clients import IDLE_AFTER_S, IDLE_FETCH_WAIT_MS, ConsumedRecord, close_producer, record_producer
 from services.log_reset import LogWatch
 from services.settings import (
     DEFAULT_LIFECYCLE,
@@ -314,7 +314,7 @@ class FaustStreamProcessor:
         """Commit what is folded (unless fenced; with Redis down a restart re-folds it), close the clients and loop."""
         if not self._fenced_worker:
             self._final_commit()
-        self._producer.close(timeout=5)
+        close_producer(self._producer, timeout_s=5.0)
         self._loop.close()
         self._datadir.cleanup()
 

@@ -53,6 +53,7 @@ from services.kafka_clients import (
     PartitionEnds,
     Rebalance,
     caught_up,
+    close_producer,
     consumer_lag,
     group_consumer,
     record_producer,
@@ -226,7 +227,7 @@ class StreamProcessor:
         except BackendUnavailableError as exc:
             log.warning("final_commit_failed", error=str(exc)[:300])
         self._consumer.close()
-        self._producer.close(timeout=5)
+        close_producer(self._producer, timeout_s=5.0)
 
     def run(self, *, idle_exit_s: float | None = None) -> StreamCounters:
         """Process batches until ``stop`` (or ``idle_exit_s`` quiet, assigned and caught up); return the counters."""

@@ -19,9 +19,9 @@ from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition
 from kafka.errors import KafkaTimeoutError
 
 from decide.specs import default_registry
-from schemas.names import TELEMETRY_TOPIC, TOPICS
+from schemas.names import DEADLETTER_TOPIC, TELEMETRY_TOPIC, TOPICS
 from services.health import ServiceMetrics
-from services.kafka_clients import KafkaLogView, reader, record_producer
+from services.kafka_clients import KafkaLogView, close_producer, reader, record_producer
 from services.policy.service import PolicyService
 from services.sdk.policy_client import PolicyClient
 from services.settings import LOCAL_BROKER_TIMEOUTS
@@ -112,7 +112,8 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
 ) -> None:
     """SIGKILL gives Kafka no controlled shutdown: the restart recovers the log from disk, and the
     services, which kept running with idempotent producers, fold the events of both sides of it
-    exactly once."""
+    exactly once. A producer closed while the broker is down aborts what it holds instead of
+    raising (kafka-python's own ``close`` raises and leaves its I/O thread running)."""
     timeouts = replace(LOCAL_BROKER_TIMEOUTS, idempotent_producer=True)
     stack_dir = tmp_path
     own = stack_up(stack_dir, kafka_stack.redis_url, free_port(), broker="kafka")
@@ -143,16 +144,26 @@ def test_a_broker_killed_mid_stream_loses_no_record_and_triggers_no_log_reset(
             publish_all(own.kafka_bootstrap, before)
             wait_until(lambda: applied_total(store) == len(before), 120.0, "the events before the kill")
             ids_before = _topic_ids(own.kafka_bootstrap)
+            decided_before = policy.counters.decisions
+            stranded = record_producer(own.kafka_bootstrap, timeouts=timeouts)
+            stranded.send(DEADLETTER_TOPIC, key=b"test", value=b"before").get(timeout=30)
             assert own.broker_pid is not None
             os.kill(own.broker_pid, signal.SIGKILL)
             os.waitpid(own.broker_pid, 0)  # the broker is this process's child: reaped once every thread is gone
+            stranded.send(DEADLETTER_TOPIC, key=b"test", value=b"while down")
+            assert not close_producer(stranded, timeout_s=1.0)
+            assert not stranded._sender.is_alive()
 
             restarted = stack_up(stack_dir, own.redis_url, port, broker="kafka")
             assert restarted.broker_pid != own.broker_pid
             assert _topic_ids(own.kafka_bootstrap) == ids_before
             publish_all(own.kafka_bootstrap, after)
             wait_until(lambda: applied_total(store) == len(events), 180.0, "every event after the restart")
-            wait_until(lambda: policy.counters.decisions > 0, 120.0, "a decision")
+            wait_until(
+                lambda: policy.counters.decisions > decided_before and not policy.outage.ongoing,
+                120.0,
+                "the policy service's decisions on the restarted broker",
+            )
         assert log_resets(stream_metrics) == 0
         assert log_resets(policy_metrics) == 0
         assert processor.counters.skipped == 0

@@ -133,21 +133,29 @@ class _ScriptedPublisher(TelemetryPublisher):
         return cast(KafkaProducer, producer)
 
 
-def _publish_until(publisher: TelemetryPublisher, events: list[Event], done: Callable[[], bool]) -> int:
-    """Publish ``events`` one every 10 ms until ``done``; return how many were published."""
-    for count, event in enumerate(events, start=1):
+def _publish_until(publisher: TelemetryPublisher, events: list[Event], done: Callable[[], bool]) -> None:
+    """Publish ``events`` one every 10 ms until ``done``, then give the publisher's thread 10 s to get there."""
+    for event in events:
         publisher.publish(event)
         time.sleep(0.01)
         if done():
-            return count
-    raise AssertionError("the publisher never got there")
+            return
+    deadline = time.monotonic() + 10.0
+    while not done():
+        if time.monotonic() > deadline:
+            raise AssertionError("the publisher never got there")
+        time.sleep(0.01)
 
 
 def test_expired_records_followed_by_deliveries_keep_the_producer() -> None:
-    """The client recovers from expiries itself: rebuilding would lose what it holds in flight."""
+    """The client recovers from expiries itself: rebuilding would lose what it holds in flight.
+
+    The send timeout is long beside the answers' 1 ms, so that a loaded machine that stalls this
+    test's threads for a few hundred milliseconds cannot make the deliveries look late.
+    """
     events = synthetic_stream(engines=1, requests=40, seed=4)
     producer = _Producer(lambda sent: "expired" if sent < 5 else "delivered")
-    publisher = _ScriptedPublisher([producer], send_timeout_s=0.3)
+    publisher = _ScriptedPublisher([producer], send_timeout_s=3.0)
     _publish_until(publisher, events, lambda: publisher.stats().delivered >= 60)
     publisher.close(timeout_s=5.0)
     stats = publisher.stats()
