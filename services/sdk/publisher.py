@@ -143,6 +143,12 @@ class TelemetryPublisher:
         self._resolved_at_s = 0.0  # its last callback, or its first send since all were resolved
         self._failing_since_s: float | None = None  # its first failure since its last delivery
         self._backoff_s = REBUILD_BACKOFF_S[0]
+        # The current generation's callbacks, built once per producer rather than twice per event.
+        self._callbacks: tuple[int, Callable[[object], None], Callable[[BaseException], None]] = (
+            self._generation,
+            self._delivered_in(self._generation),
+            self._failed_in(self._generation),
+        )
         self._sources: tuple[EventSource, ...] = ()
         self._thread = threading.Thread(target=self._run, name="governor-publisher", daemon=True)
         self._thread.start()
@@ -308,8 +314,11 @@ class TelemetryPublisher:
                 self._resolved_at_s = time.monotonic()
             self._unresolved += 1
             generation = self._generation
-        future.add_callback(self._delivered_in(generation))
-        future.add_errback(self._failed_in(generation))
+        if self._callbacks[0] != generation:
+            self._callbacks = (generation, self._delivered_in(generation), self._failed_in(generation))
+        _, delivered, failed = self._callbacks
+        future.add_callback(delivered)
+        future.add_errback(failed)
 
     def _send_failed(self) -> None:
         """A send the producer refused outright: start the rebuild clock as a failed delivery does."""
