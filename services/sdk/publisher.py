@@ -60,9 +60,13 @@ log = structlog.get_logger(__name__)
 REBUILD_BACKOFF_S = (0.5, 5.0)  # wait before the first new producer after a failure, and the longest wait
 ENGINE_SEND_TIMEOUT_S = 5.0  # an engine drops telemetry the broker has not taken by then, and goes on
 TOOL_SEND_TIMEOUT_S = 60.0  # a tool that must lose nothing waits out a slow broker
-# How often the sending thread drains its sources: the producer's own 5 ms linger, so a step's event
-# waits about as long again before it is batched, and an idle engine wakes the thread 200 times a second.
-SOURCE_POLL_S = 0.005
+# How often the sending thread drains its sources. Every wake of that thread costs the engine CPU (and
+# a GIL hand-over): with a 5 ms drain, most wake-ups found nothing, and the thread spent 0.83-0.98 ms
+# of CPU per step of the tiny model's CPU engine; with 50 ms, 0.43-0.45 ms (three rounds each,
+# ops/bench/bench_vllm_adapter.py, docs/engines/vllm.md). An event then reaches the producer up to
+# 50 ms after its step: its event time is the step's, and the policies decide over windows of
+# seconds, so only the wall-clock freshness of the engine's estimates moves.
+SOURCE_POLL_S = 0.05
 IDLE_POLL_S = 0.5  # without sources: how soon the thread notices one attached
 
 
