@@ -131,7 +131,7 @@ def close_producer(producer: KafkaProducer, timeout_s: float) -> bool:
         producer.close(timeout=timeout_s)
     except KafkaTimeoutError:
         log.warning("producer_closed_with_records_pending", timeout_s=timeout_s)
-        producer._sender.force_close()
+        producer._sender.force_close()  # kafka-python 3.0 has no public way to abort pending batches
         producer.close(timeout=timeout_s)
         return False
     return True

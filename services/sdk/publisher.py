@@ -147,12 +147,9 @@ class TelemetryPublisher:
         self._resolved_at_s = 0.0  # its last callback, or its first send since all were resolved
         self._failing_since_s: float | None = None  # its first failure since its last delivery
         self._backoff_s = REBUILD_BACKOFF_S[0]
-        # The current generation's callbacks, built once per producer rather than twice per event.
-        self._callbacks: tuple[int, Callable[[object], None], Callable[[BaseException], None]] = (
-            self._generation,
-            self._delivered_in(self._generation),
-            self._failed_in(self._generation),
-        )
+        # The current producer's callbacks, built once per producer (here and in ``_abandon``), not per event.
+        self._delivered = self._delivered_in(self._generation)
+        self._failed = self._failed_in(self._generation)
         self._sources: tuple[EventSource, ...] = ()
         self._thread = threading.Thread(target=self._run, name="governor-publisher", daemon=True)
         self._thread.start()
@@ -317,12 +314,8 @@ class TelemetryPublisher:
             if self._unresolved == 0:
                 self._resolved_at_s = time.monotonic()
             self._unresolved += 1
-            generation = self._generation
-        if self._callbacks[0] != generation:
-            self._callbacks = (generation, self._delivered_in(generation), self._failed_in(generation))
-        _, delivered, failed = self._callbacks
-        future.add_callback(delivered)
-        future.add_errback(failed)
+        future.add_callback(self._delivered)
+        future.add_errback(self._failed)
 
     def _send_failed(self) -> None:
         """A send the producer refused outright: start the rebuild clock as a failed delivery does."""
@@ -337,6 +330,8 @@ class TelemetryPublisher:
             self._generation += 1
             self._unresolved = 0
             self._failing_since_s = None
+            self._delivered = self._delivered_in(self._generation)
+            self._failed = self._failed_in(self._generation)
         if lost:
             self._drop(lost, reason="producer_released")
 
