@@ -38,7 +38,7 @@ from kafka.partitioner import murmur2
 
 from decide.specs import default_registry
 from ops.bench.backlog import fleet_events, publish_backlog
-from schemas.names import TELEMETRY_TOPIC
+from schemas.names import TELEMETRY_TOPIC, Partition
 from services.settings import Settings
 from services.stack.launcher import stack_down, stack_up
 from services.stack.processes import free_port
@@ -68,9 +68,9 @@ class _Member(StreamProcessor):
 
     assignments: list[list[int]]
 
-    def on_assigned(self, partitions: list[TopicPartition]) -> None:
-        self.assignments.append(sorted(tp.partition for tp in partitions))
-        super().on_assigned(partitions)
+    def position(self, partitions: list[Partition]) -> dict[Partition, int]:
+        self.assignments.append(sorted(partition for _, partition in partitions))
+        return super().position(partitions)
 
 
 def member(bootstrap: str, redis_url: str, deployment: str, group_id: str) -> int:

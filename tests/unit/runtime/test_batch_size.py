@@ -1,8 +1,8 @@
-"""services/stream/batch_size.py: a batch folds within a quarter of the poll interval."""
+"""services/runtime/batch_size.py: a batch folds within a quarter of the poll interval."""
 
 from __future__ import annotations
 
-from services.stream.batch_size import MIN_BATCH_RECORDS, BatchSizer
+from services.runtime.batch_size import MIN_BATCH_RECORDS, BatchSizer
 
 
 class TestBatchSizer:

@@ -1,4 +1,4 @@
-"""How many records the stream processor takes per poll: as many as it can fold well within its poll interval.
+"""How many records a partition loop takes per poll: as many as it can fold well within its poll interval.
 
 A group member that does not poll again within ``max_poll_interval_ms`` is taken out of its group
 by its client and must join again (on Tansu a join waits out the rebalance timeout and the broker's
