@@ -45,6 +45,7 @@ from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
+from services.sdk.step_counts import DEFAULT_BLOCK_SIZE_TOKENS, StepCounts
 from services.sdk.token_gaps import token_gap_summary
 
 log = structlog.get_logger(__name__)
@@ -89,37 +90,6 @@ class RequestTrack:
     output_tokens: int = 0
     gaps_s: list[float] = field(default_factory=list)
     preemptions: int = 0
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepCounts:
-    """One engine iteration as the adapter saw it (the forward-pass metrics of schemas/steps.py).
-
-    Attributes:
-        duration_s: wall time of the iteration, seconds (> 0).
-        num_prefill_requests: requests that computed prompt tokens.
-        sum_prefill_tokens: prompt tokens computed.
-        num_decode_requests: requests that decoded one token.
-        sum_decode_kv_tokens: summed context of the decoding requests, tokens.
-        num_running: requests holding KV after the iteration.
-        num_waiting: requests queued after the iteration.
-        kv_blocks_used: KV blocks in use after the iteration.
-        kv_blocks_total: KV blocks of the engine.
-        num_preempted: requests preempted by the iteration's scheduling.
-        scheduler_mode: what the scheduler ran (``mb``, ``eb``, ``slai``, ``vllm``...).
-    """
-
-    duration_s: float
-    num_prefill_requests: int
-    sum_prefill_tokens: int
-    num_decode_requests: int
-    sum_decode_kv_tokens: int
-    num_running: int
-    num_waiting: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    num_preempted: int = 0
-    scheduler_mode: str | None = None
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -223,9 +193,8 @@ class EventBuilder:
         """Emit one ``step`` (and a rank's ``rank.step``); an iteration that computed nothing is skipped."""
         if counts.sum_prefill_tokens <= 0 and counts.num_decode_requests <= 0:
             return
-        kind: Literal["prefill", "decode", "mixed"] = (
-            ("mixed" if counts.num_decode_requests > 0 else "prefill") if counts.sum_prefill_tokens > 0 else "decode"
-        )
+        kind = counts.batch_kind
+        block_size_tokens = self.block_size_tokens if counts.block_size_tokens is None else counts.block_size_tokens
         step_id = self._step_id
         self._step_id += 1
         self.emit(
@@ -242,7 +211,7 @@ class EventBuilder:
                 num_waiting=counts.num_waiting,
                 kv_blocks_used=min(counts.kv_blocks_used, counts.kv_blocks_total),
                 kv_blocks_total=counts.kv_blocks_total,
-                block_size_tokens=self.block_size_tokens,
+                block_size_tokens=block_size_tokens,
                 num_preempted=counts.num_preempted,
                 scheduler_mode=counts.scheduler_mode,
             )
@@ -360,7 +329,7 @@ class EngineStream:
         *,
         stamper: EnvelopeStamper,
         sink: TelemetrySink,
-        block_size_tokens: int = 16,
+        block_size_tokens: int = DEFAULT_BLOCK_SIZE_TOKENS,
         deferred: bool = False,
         max_pending: int = MAX_PENDING_RECORDS,
         rank: RankSlots | None = None,

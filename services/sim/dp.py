@@ -30,11 +30,12 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from services.sdk.protocol import PolicySource
+from services.sdk.step_counts import StepCounts
 from services.sim.engine_base import EngineBase, require_positive
 from services.sim.rank_routers import RankRouter, RankView
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.run_summary import MetricsRecorder
-from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
+from services.sim.telemetry import EngineTelemetry, Registration
 from services.sim.timing import BatchShape, TimingModel
 
 
@@ -317,6 +318,8 @@ class DpEngine(EngineBase):
                 sum_prefill_tokens=prefill_tokens,
                 num_decode_requests=decodes,
                 sum_decode_kv_tokens=decode_ctx - prefill_tokens,
+                num_running=self.num_running,
+                num_waiting=self.num_waiting,
                 kv_blocks_used=sum(blocks_for_tokens(load, c.block_size_tokens) for load in self._loads),
                 kv_blocks_total=c.ranks * blocks_for_tokens(c.kv_tokens_per_rank, c.block_size_tokens),
                 block_size_tokens=c.block_size_tokens,

@@ -18,11 +18,12 @@ from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
 from services.sdk.protocol import PolicySource
+from services.sdk.step_counts import StepCounts
 from services.sim.engine_base import EngineBase, require_positive
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.base import BatchPlan, Scheduler
-from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
+from services.sim.telemetry import EngineTelemetry, Registration
 from services.sim.timing import BatchShape, TimingModel
 
 
@@ -244,6 +245,8 @@ class SimEngine(EngineBase):
                 sum_prefill_tokens=prefill_tokens,
                 num_decode_requests=len(plan.decodes),
                 sum_decode_kv_tokens=decode_ctx,
+                num_running=self.num_running,
+                num_waiting=self.num_waiting,
                 kv_blocks_used=self._kv_blocks_used,
                 kv_blocks_total=self.config.kv_blocks_total,
                 block_size_tokens=self.config.block_size_tokens,

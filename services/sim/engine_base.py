@@ -25,9 +25,10 @@ from collections import deque
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
 from services.sdk.protocol import PolicySource
+from services.sdk.step_counts import StepCounts
 from services.sim.request import RequestSpec, SimRequest
 from services.sim.run_summary import MetricsRecorder
-from services.sim.telemetry import EngineTelemetry, Registration, StepCounts
+from services.sim.telemetry import EngineTelemetry, Registration
 from services.sim.timing import TimingModel
 
 
@@ -88,6 +89,11 @@ class EngineBase(ABC):
     @abstractmethod
     def num_running(self) -> int:
         """Requests admitted and not finished."""
+
+    @property
+    def num_waiting(self) -> int:
+        """Requests queued, not yet admitted."""
+        return len(self._waiting)
 
     @abstractmethod
     def registration(self) -> Registration:
@@ -171,8 +177,7 @@ class EngineBase(ABC):
             counts: what it did.
             tokens: tokens it produced or computed, for throughput.
         """
-        running, waiting = self.num_running, len(self._waiting)
-        self.telemetry.step(now_s, counts, step_id=self._step_id, num_running=running, num_waiting=waiting)
+        self.telemetry.step(now_s, counts, step_id=self._step_id)
         kv_use_frac = counts.kv_blocks_used / counts.kv_blocks_total
         self.metrics.step(
             self.engine_id,
@@ -180,8 +185,8 @@ class EngineBase(ABC):
             duration_s=counts.duration_s,
             tokens=tokens,
             kv_use_frac=kv_use_frac,
-            num_running=running,
-            num_waiting=waiting,
+            num_running=counts.num_running,
+            num_waiting=counts.num_waiting,
         )
         self._step_id += 1
         self.busy = False

@@ -15,6 +15,7 @@ from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished, R
 from schemas.steps import BfioSelfCheckReport, RankStepReport, StepReport
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
+from services.sdk.step_counts import DEFAULT_BLOCK_SIZE_TOKENS, StepCounts
 from services.sdk.token_gaps import token_gap_summary
 from services.sim.request import RequestSpec, SimRequest
 from services.sim.selfcheck import SelfCheckReport
@@ -38,38 +39,8 @@ class Registration:
     dp_size: int = 1
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class StepCounts:
-    """What one finished iteration did, in the ``step`` event's own field names.
-
-    Attributes:
-        duration_s: the iteration's event time.
-        num_prefill_requests: requests with a prefill (chunk or admission) in the step.
-        sum_prefill_tokens: prompt tokens computed.
-        num_decode_requests: requests that decoded one token.
-        sum_decode_kv_tokens: summed context of the decoding requests.
-        kv_blocks_used: KV blocks held after the step.
-        kv_blocks_total: KV capacity in blocks.
-        block_size_tokens: tokens per block.
-        num_preempted: requests preempted before the step ran.
-        scheduler_mode: the scheduler's label for the step.
-    """
-
-    duration_s: float
-    num_prefill_requests: int
-    sum_prefill_tokens: int
-    num_decode_requests: int
-    sum_decode_kv_tokens: int
-    kv_blocks_used: int
-    kv_blocks_total: int
-    block_size_tokens: int
-    num_preempted: int
-    scheduler_mode: str
-
-
 _REGISTRATION_FIELDS = tuple(f.name for f in fields(Registration))
 _SELF_CHECK_FIELDS = tuple(f.name for f in fields(SelfCheckReport))
-_STEP_COUNT_FIELDS = tuple(f.name for f in fields(StepCounts))
 
 
 def _event_fields(value: object, names: tuple[str, ...]) -> dict[str, Any]:
@@ -86,6 +57,7 @@ class EngineTelemetry:
         self.sink = sink
         self._stamper = EnvelopeStamper(engine_id=engine_id, deployment=deployment, source_epoch=source_epoch)
         self._envelope = self._stamper.next
+        self._block_size_tokens = DEFAULT_BLOCK_SIZE_TOKENS
 
     @property
     def policy_versions(self) -> dict[str, int]:
@@ -94,6 +66,7 @@ class EngineTelemetry:
 
     def registered(self, now_s: float, registration: Registration, *, pool: str, obeys: list[str]) -> None:
         """Emit ``engine.registered``; ``obeys`` lists the policy kinds the engine's scheduler or router reads."""
+        self._block_size_tokens = registration.block_size_tokens
         self.sink.publish(
             EngineRegistered(
                 **self._envelope(now_s), **_event_fields(registration, _REGISTRATION_FIELDS), pool=pool, obeys=obeys
@@ -187,17 +160,29 @@ class EngineTelemetry:
             )
         )
 
-    def step(self, now_s: float, counts: StepCounts, *, step_id: int, num_running: int, num_waiting: int) -> None:
+    def step(self, now_s: float, counts: StepCounts, *, step_id: int) -> None:
         """Emit one ``step`` (forward-pass metrics of one iteration); its batch kind follows from the counts."""
-        kind: Literal["prefill", "decode", "mixed"] = "decode"
-        if counts.sum_prefill_tokens > 0:
-            kind = "mixed" if counts.num_decode_requests > 0 else "prefill"
-        values = _event_fields(counts, _STEP_COUNT_FIELDS) | {
-            "step_id": step_id,
-            "num_running": num_running,
-            "num_waiting": num_waiting,
-        }
-        self.sink.publish(StepReport(**self._envelope(now_s), **values, batch_kind=kind))
+        self.sink.publish(
+            StepReport(
+                **self._envelope(now_s),
+                step_id=step_id,
+                duration_s=counts.duration_s,
+                batch_kind=counts.batch_kind,
+                num_prefill_requests=counts.num_prefill_requests,
+                sum_prefill_tokens=counts.sum_prefill_tokens,
+                num_decode_requests=counts.num_decode_requests,
+                sum_decode_kv_tokens=counts.sum_decode_kv_tokens,
+                num_running=counts.num_running,
+                num_waiting=counts.num_waiting,
+                kv_blocks_used=counts.kv_blocks_used,
+                kv_blocks_total=counts.kv_blocks_total,
+                block_size_tokens=(
+                    self._block_size_tokens if counts.block_size_tokens is None else counts.block_size_tokens
+                ),
+                num_preempted=counts.num_preempted,
+                scheduler_mode=counts.scheduler_mode,
+            )
+        )
 
     def rank_step(
         self,

@@ -72,8 +72,9 @@ from policies.slai.offset_rule import offset_for_kv_use
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.ebplus import EbplusMode, EbplusPayload, EbplusPolicy
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy
-from services.engines.stream import EventBuilder, StepCounts
+from services.engines.stream import EventBuilder
 from services.engines.vllm.connect import EngineLink, finish_reason_name, request_track
+from services.sdk.step_counts import StepCounts
 from services.settings import EngineSettings
 
 SLAI_MODE = "slai"

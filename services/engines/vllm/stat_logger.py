@@ -41,8 +41,9 @@ from vllm.config import VllmConfig
 from vllm.v1.metrics.loggers import StatLoggerBase
 from vllm.v1.metrics.stats import FinishedRequestStats, IterationStats, SchedulerStats
 
-from services.engines.stream import RequestTrack, StepCounts
+from services.engines.stream import RequestTrack
 from services.engines.vllm.connect import EngineLink, VllmEngineSettings, finish_reason_name, identifier
+from services.sdk.step_counts import StepCounts
 
 log = structlog.get_logger(__name__)
 

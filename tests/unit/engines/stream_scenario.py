@@ -10,7 +10,8 @@ from __future__ import annotations
 
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.ebplus import EbplusMode
-from services.engines.stream import EngineStream, RequestTrack, StepCounts
+from services.engines.stream import EngineStream, RequestTrack
+from services.sdk.step_counts import StepCounts
 
 REGISTRATION: dict[str, object] = {
     "model": "tiny",

@@ -7,10 +7,11 @@ from fold.folder import Folder
 from schemas.policy_docs.base import SourceOffset
 from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
-from services.engines.stream import EngineStream, RankSlots, RequestTrack, StepCounts
+from services.engines.stream import EngineStream, RankSlots, RequestTrack
 from services.engines.vllm.connect import finish_reason_name, identifier
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
+from services.sdk.step_counts import StepCounts
 
 REGISTRATION = {
     "model": "tiny",

@@ -15,11 +15,12 @@ from schemas.engines import EngineRegistered, Heartbeat
 from schemas.errors import ConfigError
 from schemas.events import Event
 from schemas.steps import RankStepReport
-from services.engines.stream import RequestTrack, StepCounts
+from services.engines.stream import RequestTrack
 from services.engines.vllm import connect
 from services.engines.vllm.connect import EngineLink, VllmEngineSettings, gateway_fields, internal_dp_rank
 from services.gateway.upstreams import UpstreamRegistry
 from services.sdk.publisher import EventSource, PublisherStats
+from services.sdk.step_counts import StepCounts
 
 
 class _RecordingPublisher:

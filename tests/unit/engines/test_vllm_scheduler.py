@@ -13,10 +13,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from schemas.events import encode_event
-from services.engines.stream import EngineStream, StepCounts
+from services.engines.stream import EngineStream
 from services.engines.vllm.connect import VllmEngineSettings, finish_reason_name, request_track
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
+from services.sdk.step_counts import StepCounts
 
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
