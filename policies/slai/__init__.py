@@ -25,9 +25,9 @@ from policies.slai.calibration import (
     plot1_batch_times,
 )
 from policies.slai.deadline import deferral_window_s, is_critical, last_schedulable_time, safety_floor_delta
-from policies.slai.decide import decide, offset_rule_of
+from policies.slai.decide import decide
 from policies.slai.inputs import SlaiInputs, TierObservation
-from policies.slai.offset_rule import OffsetRule, offset_for_kv_use
+from policies.slai.offset_rule import OffsetRule, offset_for_kv_use, offset_rule_of
 from policies.slai.params import OffsetMode, PrefillOrder, SlaiParams, TierSlo
 
 __all__ = [

@@ -22,8 +22,8 @@ from policies.decision import Decision, DiagnosticValue
 from policies.slai.adaptive import adapt_delta_lo
 from policies.slai.deadline import deferral_window_s, safety_floor_delta
 from policies.slai.inputs import SlaiInputs
-from policies.slai.offset_rule import OffsetRule, offset_for_kv_use
-from policies.slai.params import OffsetMode, SlaiParams
+from policies.slai.offset_rule import offset_for_kv_use, offset_rule_of
+from policies.slai.params import SlaiParams
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy, SlaiState
 
@@ -110,18 +110,6 @@ def unchanged(previous: SlaiPolicy, decision: Decision[SlaiPayload, SlaiState]) 
     counted = {"decisions"}
     same_state = previous.state.model_dump(exclude=counted) == decision.state.model_dump(exclude=counted)
     return previous.payload == decision.payload and same_state
-
-
-def offset_rule_of(payload: SlaiPayload) -> OffsetRule:
-    """Return the engine-side offset rule a pushed payload encodes."""
-    return OffsetRule(
-        mode=OffsetMode(payload.mode),
-        delta_fixed=payload.delta_fixed,
-        delta_lo=payload.delta_lo,
-        delta_hi=payload.delta_hi,
-        kv_threshold_frac=payload.kv_threshold_frac,
-        delta_override=payload.delta_override,
-    )
 
 
 def _safety_floor(inputs: SlaiInputs) -> float | None:

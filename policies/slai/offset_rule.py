@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 from policies.slai.params import OffsetMode, SlaiParams
 from schemas.errors import InvalidInputError
+from schemas.policy_docs.slai import SlaiPayload
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -72,3 +73,15 @@ def offset_for_kv_use(kv_use_frac: float, rule: OffsetRule) -> float:
     if rule.mode is OffsetMode.FIXED:
         return rule.delta_fixed
     return rule.delta_hi if kv_use_frac >= rule.kv_threshold_frac else rule.delta_lo
+
+
+def offset_rule_of(payload: SlaiPayload) -> OffsetRule:
+    """Return the engine-side offset rule a pushed payload encodes."""
+    return OffsetRule(
+        mode=OffsetMode(payload.mode),
+        delta_fixed=payload.delta_fixed,
+        delta_lo=payload.delta_lo,
+        delta_hi=payload.delta_hi,
+        kv_threshold_frac=payload.kv_threshold_frac,
+        delta_override=payload.delta_override,
+    )

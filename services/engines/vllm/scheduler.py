@@ -67,8 +67,7 @@ from vllm.v1.request import Request, RequestStatus
 from policies.ebplus.phase_machine import EngineView as PhaseView
 from policies.ebplus.phase_machine import PhaseState, StepKind, advance, runs_phases
 from policies.slai.deadline import last_schedulable_time
-from policies.slai.decide import offset_rule_of
-from policies.slai.offset_rule import offset_for_kv_use
+from policies.slai.offset_rule import offset_for_kv_use, offset_rule_of
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.ebplus import EbplusMode, EbplusPayload, EbplusPolicy
 from schemas.policy_docs.slai import SlaiPayload, SlaiPolicy

@@ -7,9 +7,9 @@ import dataclasses
 import pytest
 
 from policies.decision import Decision
-from policies.slai.decide import decide, offset_rule_of, unchanged
+from policies.slai.decide import decide, unchanged
 from policies.slai.inputs import SlaiInputs, TierObservation
-from policies.slai.offset_rule import offset_for_kv_use
+from policies.slai.offset_rule import offset_for_kv_use, offset_rule_of
 from policies.slai.params import OffsetMode, PrefillOrder, SlaiParams
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.base import InputsDigest
