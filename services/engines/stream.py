@@ -193,29 +193,15 @@ class EventBuilder:
         """Emit one ``step`` (and a rank's ``rank.step``); an iteration that computed nothing is skipped."""
         if counts.sum_prefill_tokens <= 0 and counts.num_decode_requests <= 0:
             return
-        kind = counts.batch_kind
-        block_size_tokens = self.block_size_tokens if counts.block_size_tokens is None else counts.block_size_tokens
         step_id = self._step_id
         self._step_id += 1
-        self.emit(
-            lambda: StepReport(
-                **self._stamper.next(now_s),
-                step_id=step_id,
-                duration_s=max(counts.duration_s, 1e-6),
-                batch_kind=kind,
-                num_prefill_requests=counts.num_prefill_requests,
-                sum_prefill_tokens=counts.sum_prefill_tokens,
-                num_decode_requests=counts.num_decode_requests,
-                sum_decode_kv_tokens=counts.sum_decode_kv_tokens,
-                num_running=counts.num_running,
-                num_waiting=counts.num_waiting,
-                kv_blocks_used=min(counts.kv_blocks_used, counts.kv_blocks_total),
-                kv_blocks_total=counts.kv_blocks_total,
-                block_size_tokens=block_size_tokens,
-                num_preempted=counts.num_preempted,
-                scheduler_mode=counts.scheduler_mode,
-            )
-        )
+        # vLLM's clocks and block counts are taken as they come: a zero duration or more blocks used than
+        # the engine has are clamped to what the event accepts rather than losing the step.
+        values = counts.event_fields(registered_block_size_tokens=self.block_size_tokens) | {
+            "duration_s": max(counts.duration_s, 1e-6),
+            "kv_blocks_used": min(counts.kv_blocks_used, counts.kv_blocks_total),
+        }
+        self.emit(lambda: StepReport(**self._stamper.next(now_s), step_id=step_id, **values))
         if self.rank is not None:
             self._rank_step(now_s, step_id, counts, self.rank)
 

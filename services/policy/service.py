@@ -46,7 +46,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from functools import partial
 
 import structlog
 
@@ -69,7 +68,6 @@ from services.health import ServiceMetrics
 from services.kafka_clients import (
     ConsumedRecord,
     close_producer,
-    group_consumer,
     record_producer,
 )
 from services.kafka_security import PLAINTEXT
@@ -140,19 +138,14 @@ class PolicyService:
         self._source = KafkaSource(
             service="policy",
             topic=ESTIMATES_TOPIC,
-            new_consumer=partial(
-                group_consumer,
-                bootstrap,
-                group_id or f"governor-policy-{deployment}",
-                timeouts=kafka_timeouts,
-                security=security,
-            ),
+            bootstrap=bootstrap,
+            group_id=group_id or f"governor-policy-{deployment}",
             timeouts=kafka_timeouts,
+            security=security,
             poll_timeout_ms=POLL_TIMEOUT_MS,
             commit_timeout_ms=KAFKA_COMMIT_TIMEOUT_MS,
         )
         self._loop = PartitionLoop(
-            topic=ESTIMATES_TOPIC,
             consumer_name=CONSUMER_NAME,
             source=self._source,
             work=self,

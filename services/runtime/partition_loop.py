@@ -105,7 +105,6 @@ class PartitionLoop:
     def __init__(
         self,
         *,
-        topic: str,
         consumer_name: str,
         source: RecordSource,
         work: PartitionWork,
@@ -120,14 +119,13 @@ class PartitionLoop:
         ``consumer_name`` names the member's applied offsets and log ids in Redis.
         """
         self.source = source
-        self._topic = topic
         self._work = work
         self._clock = clock
         self._metrics = metrics
         self._sizer = sizer
         self.outage = outage
         self._log_watch = LogWatch(consumer=consumer_name, store=store, metrics=metrics)
-        self._layout_watch = LayoutWatch(topic)
+        self._layout_watch = LayoutWatch(source.topic)
         self._unpositioned: list[Partition] = []
         self._stopped = False
         source.subscribe(self._assigned, self._work.revoked)

@@ -10,10 +10,11 @@ the network.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import partial
 from typing import Protocol
 
 import structlog
-from kafka import KafkaConsumer, TopicPartition
+from kafka import TopicPartition
 from kafka.errors import KafkaError
 
 from schemas.names import Partition
@@ -25,11 +26,12 @@ from services.kafka_clients import (
     Rebalance,
     caught_up,
     consumer_lag,
+    group_consumer,
     subscribe,
 )
 from services.log_reset import TopicLayout
 from services.membership import FetchStallWatch, ReadStallWatch, stall_bound_s, unfetched
-from services.settings import KafkaClientTimeouts
+from services.settings import KafkaClientTimeouts, KafkaSecurity
 
 log = structlog.get_logger(__name__)
 
@@ -39,6 +41,11 @@ Assignment = Callable[[list[Partition]], None]
 
 class RecordSource(Protocol):
     """One topic read as a member of a consumer group; assignment callbacks run inside ``poll``."""
+
+    @property
+    def topic(self) -> str:
+        """The topic read."""
+        ...
 
     def subscribe(self, on_assigned: Assignment, on_revoked: Assignment) -> None:
         """Join the group; the callbacks are called from ``poll`` whenever the assignment changes."""
@@ -139,16 +146,29 @@ class KafkaSource:
         *,
         service: str,
         topic: str,
-        new_consumer: Callable[[], KafkaConsumer],
+        bootstrap: str,
+        group_id: str,
         timeouts: KafkaClientTimeouts,
+        security: KafkaSecurity,
         poll_timeout_ms: int,
+        max_poll_records: int = 500,
         commit_timeout_ms: int = 2000,
     ) -> None:
-        """Build the first consumer; ``poll_timeout_ms`` is a poll's wait while records flow (longer once idle)."""
-        self._topic = topic
-        self._new_consumer = new_consumer
+        """Build the first member of ``group_id``; a poll waits ``poll_timeout_ms`` while records flow, longer idle.
+
+        ``service`` names the member in the wedge watches' logs.
+        """
+        self.topic = topic
+        self._new_consumer = partial(
+            group_consumer,
+            bootstrap,
+            group_id,
+            max_poll_records=max_poll_records,
+            timeouts=timeouts,
+            security=security,
+        )
         self._commit_timeout_ms = commit_timeout_ms
-        self.consumer = new_consumer()
+        self.consumer = self._new_consumer()
         self._view = KafkaLogView(self.consumer)
         self._ends = PartitionEnds(self.consumer)
         self._pace = IdlePace(self.consumer, fetch_wait_ms=timeouts.fetch_max_wait_ms, poll_timeout_ms=poll_timeout_ms)
@@ -159,7 +179,7 @@ class KafkaSource:
     def subscribe(self, on_assigned: Assignment, on_revoked: Assignment) -> None:
         """Join the group with the topic's metadata fetched first (``services.kafka_clients.subscribe``)."""
         self._callbacks = (on_assigned, on_revoked)
-        subscribe(self.consumer, self._topic, Rebalance(self._assigned, self._revoked))
+        subscribe(self.consumer, self.topic, Rebalance(self._assigned, self._revoked))
 
     def poll(self, max_records: int | None) -> list[ConsumedRecord]:
         """One poll, waiting ``poll_timeout_ms`` for records while they flow and longer once idle (``IdlePace``)."""
@@ -174,11 +194,11 @@ class KafkaSource:
 
     def partition_count(self) -> int:
         """The topic's partitions in the client's metadata (fetched when unknown)."""
-        return len(self.consumer.partitions_for_topic(self._topic) or ())
+        return len(self.consumer.partitions_for_topic(self.topic) or ())
 
     def layout(self) -> TopicLayout | None:
         """The topic's id and partitions in the client's metadata (``KafkaLogView.layout``)."""
-        return self._view.layout(self._topic)
+        return self._view.layout(self.topic)
 
     def highwater(self, partition: Partition) -> int | None:
         """The last fetch's end, None when behind the position (``KafkaLogView.highwater``)."""
@@ -247,7 +267,7 @@ class KafkaSource:
         self._view = KafkaLogView(self.consumer)
         self._ends = PartitionEnds(self.consumer)
         if self._callbacks is not None:
-            subscribe(self.consumer, self._topic, Rebalance(self._assigned, self._revoked))
+            subscribe(self.consumer, self.topic, Rebalance(self._assigned, self._revoked))
 
     def close(self) -> None:
         """Leave the group and close the consumer."""

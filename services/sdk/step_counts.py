@@ -2,14 +2,14 @@
 
 The simulated engines (services/sim) and the vLLM adapter (services/engines) both hand one to their
 event builder after each iteration; the ``step`` event (schemas/steps.py, ``StepReport``) takes its
-forward-pass fields from it. Adding a step field means this class, the event and the builders that
-fill it.
+forward-pass fields from it. Adding a step field means this class
+(and ``event_fields``) and the event.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 BatchKind = Literal["prefill", "decode", "mixed"]
 DEFAULT_BLOCK_SIZE_TOKENS = 16  # vLLM's default KV block size, and the step event's default
@@ -53,3 +53,23 @@ class StepCounts:
         if self.sum_prefill_tokens > 0:
             return "mixed" if self.num_decode_requests > 0 else "prefill"
         return "decode"
+
+    def event_fields(self, *, registered_block_size_tokens: int) -> dict[str, Any]:
+        """The ``step`` event's forward-pass fields with its batch kind; no block size here: the registered one."""
+        return {
+            "duration_s": self.duration_s,
+            "batch_kind": self.batch_kind,
+            "num_prefill_requests": self.num_prefill_requests,
+            "sum_prefill_tokens": self.sum_prefill_tokens,
+            "num_decode_requests": self.num_decode_requests,
+            "sum_decode_kv_tokens": self.sum_decode_kv_tokens,
+            "num_running": self.num_running,
+            "num_waiting": self.num_waiting,
+            "kv_blocks_used": self.kv_blocks_used,
+            "kv_blocks_total": self.kv_blocks_total,
+            "block_size_tokens": (
+                registered_block_size_tokens if self.block_size_tokens is None else self.block_size_tokens
+            ),
+            "num_preempted": self.num_preempted,
+            "scheduler_mode": self.scheduler_mode,
+        }

@@ -162,27 +162,8 @@ class EngineTelemetry:
 
     def step(self, now_s: float, counts: StepCounts, *, step_id: int) -> None:
         """Emit one ``step`` (forward-pass metrics of one iteration); its batch kind follows from the counts."""
-        self.sink.publish(
-            StepReport(
-                **self._envelope(now_s),
-                step_id=step_id,
-                duration_s=counts.duration_s,
-                batch_kind=counts.batch_kind,
-                num_prefill_requests=counts.num_prefill_requests,
-                sum_prefill_tokens=counts.sum_prefill_tokens,
-                num_decode_requests=counts.num_decode_requests,
-                sum_decode_kv_tokens=counts.sum_decode_kv_tokens,
-                num_running=counts.num_running,
-                num_waiting=counts.num_waiting,
-                kv_blocks_used=counts.kv_blocks_used,
-                kv_blocks_total=counts.kv_blocks_total,
-                block_size_tokens=(
-                    self._block_size_tokens if counts.block_size_tokens is None else counts.block_size_tokens
-                ),
-                num_preempted=counts.num_preempted,
-                scheduler_mode=counts.scheduler_mode,
-            )
-        )
+        values = counts.event_fields(registered_block_size_tokens=self._block_size_tokens)
+        self.sink.publish(StepReport(**self._envelope(now_s), step_id=step_id, **values))
 
     def rank_step(
         self,

@@ -21,7 +21,6 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable, Iterable
-from functools import partial
 
 import structlog
 
@@ -34,7 +33,7 @@ from services.backends import BackendOutage
 from services.checkpoints import CheckpointSource, CheckpointWriter, resume_from_checkpoints
 from services.delivery import Checkpoint, no_checkpoint
 from services.health import ServiceMetrics
-from services.kafka_clients import ConsumedRecord, close_producer, group_consumer, record_producer
+from services.kafka_clients import ConsumedRecord, close_producer, record_producer
 from services.kafka_security import PLAINTEXT
 from services.log_reset import LogReset
 from services.runtime.batch_size import BatchSizer
@@ -109,19 +108,14 @@ class StreamProcessor:
         self._source = KafkaSource(
             service="stream",
             topic=TELEMETRY_TOPIC,
-            new_consumer=partial(
-                group_consumer,
-                bootstrap,
-                group_id or f"governor-stream-{deployment}",
-                max_poll_records=max_poll_records,
-                timeouts=kafka_timeouts,
-                security=security,
-            ),
+            bootstrap=bootstrap,
+            group_id=group_id or f"governor-stream-{deployment}",
             timeouts=kafka_timeouts,
+            security=security,
             poll_timeout_ms=POLL_TIMEOUT_MS,
+            max_poll_records=max_poll_records,
         )
         self._loop = PartitionLoop(
-            topic=TELEMETRY_TOPIC,
             consumer_name=CONSUMER_NAME,
             source=self._source,
             work=self,

@@ -127,7 +127,6 @@ def _run(source: MemorySource, ledger: Ledger, *, idle_exit_s: float = 3.0) -> P
     ticks = count()
     outage = BackendOutage("test", clock=lambda: float(next(ticks)))
     loop = PartitionLoop(
-        topic=TOPIC,
         consumer_name=CONSUMER,
         source=source,
         work=ledger,
