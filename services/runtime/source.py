@@ -138,7 +138,7 @@ class KafkaSource:
 
     kafka-python 3.0 can stop fetching a partition it holds (services/membership.py), and a member
     closed and built again is the cure: ``stalled`` reports both wedges, ``rejoin`` builds a fresh
-    consumer with ``new_consumer``.
+    member of the same group.
     """
 
     def __init__(
@@ -168,10 +168,10 @@ class KafkaSource:
             security=security,
         )
         self._commit_timeout_ms = commit_timeout_ms
-        self.consumer = self._new_consumer()
-        self._view = KafkaLogView(self.consumer)
-        self._ends = PartitionEnds(self.consumer)
-        self._pace = IdlePace(self.consumer, fetch_wait_ms=timeouts.fetch_max_wait_ms, poll_timeout_ms=poll_timeout_ms)
+        self._consumer = self._new_consumer()
+        self._view = KafkaLogView(self._consumer)
+        self._ends = PartitionEnds(self._consumer)
+        self._pace = IdlePace(self._consumer, fetch_wait_ms=timeouts.fetch_max_wait_ms, poll_timeout_ms=poll_timeout_ms)
         self._stall_watch = FetchStallWatch(service, stall_bound_s(timeouts))
         self._read_watch = ReadStallWatch(service, stall_bound_s(timeouts))
         self._callbacks: tuple[Assignment, Assignment] | None = None
@@ -179,22 +179,22 @@ class KafkaSource:
     def subscribe(self, on_assigned: Assignment, on_revoked: Assignment) -> None:
         """Join the group with the topic's metadata fetched first (``services.kafka_clients.subscribe``)."""
         self._callbacks = (on_assigned, on_revoked)
-        subscribe(self.consumer, self.topic, Rebalance(self._assigned, self._revoked))
+        subscribe(self._consumer, self.topic, Rebalance(self._assigned, self._revoked))
 
     def poll(self, max_records: int | None) -> list[ConsumedRecord]:
         """One poll, waiting ``poll_timeout_ms`` for records while they flow and longer once idle (``IdlePace``)."""
-        batch = self.consumer.poll(timeout_ms=self._pace.poll_timeout_ms, max_records=max_records)
+        batch = self._consumer.poll(timeout_ms=self._pace.poll_timeout_ms, max_records=max_records)
         records: list[ConsumedRecord] = [record for part in batch.values() for record in part]
         self._pace.polled(len(records))
         return records
 
     def assigned(self) -> list[Partition]:
         """The partitions held now."""
-        return [Partition(tp.topic, tp.partition) for tp in self.consumer.assignment()]
+        return [Partition(tp.topic, tp.partition) for tp in self._consumer.assignment()]
 
     def partition_count(self) -> int:
         """The topic's partitions in the client's metadata (fetched when unknown)."""
-        return len(self.consumer.partitions_for_topic(self.topic) or ())
+        return len(self._consumer.partitions_for_topic(self.topic) or ())
 
     def layout(self) -> TopicLayout | None:
         """The topic's id and partitions in the client's metadata (``KafkaLogView.layout``)."""
@@ -214,42 +214,42 @@ class KafkaSource:
 
     def seek(self, partition: Partition, offset: int) -> None:
         """Read ``partition`` from ``offset``."""
-        self.consumer.seek(TopicPartition(*partition), offset)
+        self._consumer.seek(TopicPartition(*partition), offset)
 
     def seek_to_beginning(self, partition: Partition) -> None:
         """Read ``partition`` from its log's beginning."""
-        self.consumer.seek_to_beginning(TopicPartition(*partition))
+        self._consumer.seek_to_beginning(TopicPartition(*partition))
 
     def pause(self, partitions: list[Partition]) -> None:
         """Pause ``partitions``."""
-        self.consumer.pause(*(TopicPartition(*partition) for partition in partitions))
+        self._consumer.pause(*(TopicPartition(*partition) for partition in partitions))
 
     def resume(self, partitions: list[Partition]) -> None:
         """Resume ``partitions``."""
-        self.consumer.resume(*(TopicPartition(*partition) for partition in partitions))
+        self._consumer.resume(*(TopicPartition(*partition) for partition in partitions))
 
     def wait(self, seconds: float) -> None:
         """Poll through the wait so that the group keeps this member (the partitions are paused, nothing comes)."""
-        self.consumer.poll(timeout_ms=int(seconds * 1000))
+        self._consumer.poll(timeout_ms=int(seconds * 1000))
 
     def stalled(self, now_s: float, *, waiting: bool) -> bool:
         """A positioned partition not fetched, or not read past its end, for longer than any rebalance takes."""
-        return self._stall_watch.rejoin_due(unfetched(self.consumer), now_s) or self._read_watch.rejoin_due(
-            self.consumer, now_s, waiting=waiting
+        return self._stall_watch.rejoin_due(unfetched(self._consumer), now_s) or self._read_watch.rejoin_due(
+            self._consumer, now_s, waiting=waiting
         )
 
     def caught_up(self) -> bool:
         """``services.kafka_clients.caught_up``."""
-        return caught_up(self.consumer)
+        return caught_up(self._consumer)
 
     def lag(self) -> int:
         """``services.kafka_clients.consumer_lag``: local to the client, no request."""
-        return consumer_lag(self.consumer)
+        return consumer_lag(self._consumer)
 
     def commit(self) -> None:
         """Commit the positions as the group's offsets; a failure is only logged (they inform lag tools)."""
         try:
-            self.consumer.commit(timeout_ms=self._commit_timeout_ms)
+            self._consumer.commit(timeout_ms=self._commit_timeout_ms)
         except KafkaError as exc:
             log.debug("kafka_offset_commit_skipped", error=str(exc))
 
@@ -261,17 +261,17 @@ class KafkaSource:
         its earlier assignment however often it rejoined: a new consumer is what works on both brokers.
         """
         self._read_watch.rejoined()
-        self.consumer.close()
-        self.consumer = self._new_consumer()
-        self._pace.replaced(self.consumer)
-        self._view = KafkaLogView(self.consumer)
-        self._ends = PartitionEnds(self.consumer)
+        self._consumer.close()
+        self._consumer = self._new_consumer()
+        self._pace.replaced(self._consumer)
+        self._view = KafkaLogView(self._consumer)
+        self._ends = PartitionEnds(self._consumer)
         if self._callbacks is not None:
-            subscribe(self.consumer, self.topic, Rebalance(self._assigned, self._revoked))
+            subscribe(self._consumer, self.topic, Rebalance(self._assigned, self._revoked))
 
     def close(self) -> None:
         """Leave the group and close the consumer."""
-        self.consumer.close()
+        self._consumer.close()
 
     def _assigned(self, partitions: list[TopicPartition]) -> None:
         self._ends.assigned()
