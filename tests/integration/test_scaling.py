@@ -28,10 +28,10 @@ from services.settings import Settings
 from services.stack.launcher import BrokerKind, StackState, stack_down, stack_up
 from services.stack.processes import free_port
 from services.store.redis_store import RedisStore
+from services.testing.memory_source import MemoryRecord as Record
 from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.integration.processes import applied_total, start_service, summaries, wait_until
-from tests.unit.stream.fakes import Record
 
 pytestmark = [pytest.mark.integration, pytest.mark.slow]
 

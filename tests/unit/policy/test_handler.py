@@ -34,10 +34,11 @@ from services.policy.handler import (
 )
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches
+from services.testing.memory_source import MemoryRecord as Record
 from services.testing.streams import synthetic_stream
 from tests.fixtures import admission_snapshot, synthetic_engine_summary
 from tests.unit.policy.fakes import ListSink
-from tests.unit.stream.fakes import Consumer, KeptProducer, Record
+from tests.unit.stream.fakes import Consumer, KeptProducer
 
 SUMMARY = synthetic_engine_summary()
 

@@ -32,9 +32,10 @@ from services.policy.stored_states import load_policy_states
 from services.store.memory_store import MemoryStore
 from services.store.redis_store import RedisStore
 from services.stream.batches import TelemetryBatches
+from services.testing.memory_source import MemoryRecord as Record
 from services.testing.streams import synthetic_stream
 from tests.unit.policy.fakes import ListSink
-from tests.unit.stream.fakes import Consumer, KeptProducer, Record
+from tests.unit.stream.fakes import Consumer, KeptProducer
 
 # Each engine is named like one scope of the policy service's own state.
 ENGINES = {"eng-0": "policy-config", "eng-1": "policy-ledger", "eng-2": "fleet-fleetopt", "eng-3": "shadow-canary"}

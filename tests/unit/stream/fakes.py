@@ -1,4 +1,6 @@
-"""Kafka stand-ins for the stream side's unit tests: a consumed record, a producer keeping its sends, a consumer.
+"""Kafka stand-ins for the stream side's unit tests: a producer keeping its sends, and a consumer.
+
+A consumed record is ``services.testing.memory_source.MemoryRecord``.
 
 The batch handling both runtimes share takes these through small protocols (services/stream/batches.py);
 the integration tests run the same code on the real broker.
@@ -11,17 +13,6 @@ from dataclasses import dataclass, field
 from kafka.errors import KafkaTimeoutError
 
 from schemas.names import TELEMETRY_TOPIC, Partition
-
-
-@dataclass(frozen=True, slots=True)
-class Record:
-    """A consumed record as both runtimes hand it over."""
-
-    topic: str
-    partition: int
-    offset: int
-    key: bytes | None
-    value: bytes | None
 
 
 @dataclass(frozen=True, slots=True)

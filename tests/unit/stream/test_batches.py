@@ -32,9 +32,10 @@ from services.stream.batches import (
     UNADMITTED_RETENTION_S,
     TelemetryBatches,
 )
+from services.testing.memory_source import MemoryRecord as Record
 from services.testing.models import changed
 from services.testing.streams import synthetic_stream
-from tests.unit.stream.fakes import Consumer, KeptProducer, Record, Sent
+from tests.unit.stream.fakes import Consumer, KeptProducer, Sent
 
 
 def _records(deployment: str, requests: int = 60) -> list[Record]:

@@ -20,8 +20,9 @@ from schemas.records import DeadLetter
 from services.health import ServiceMetrics
 from services.store.memory_store import MemoryStore
 from services.stream.batches import TelemetryBatches, read_record
+from services.testing.memory_source import MemoryRecord as Record
 from services.testing.streams import synthetic_stream
-from tests.unit.stream.fakes import Consumer, KeptProducer, Record
+from tests.unit.stream.fakes import Consumer, KeptProducer
 
 VALID = [encode_event(event) for event in synthetic_stream(engines=1, requests=20, seed=5)]
 WRONG_TYPED = [["not", "this"], {"field": None}]  # a wrong type for every field of every event
