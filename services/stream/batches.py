@@ -114,6 +114,7 @@ class StreamCounters:
     """What the processor has done, for logs, metrics and tests."""
 
     folded: int = 0
+    folds_undone: int = 0
     dead_lettered: int = 0
     skipped: int = 0
     duplicates: int = 0
@@ -214,6 +215,7 @@ class TelemetryBatches:
         self._pending_from: dict[str, int] = {}
         self._pending_engines: set[str] = set()
         self._pending_acks: dict[str, str] = {}
+        self._pending_folds: dict[str, int] = {}  # partition field -> events folded since its last commit
         self._metrics_folded = 0
         self._metrics_dead = 0
         self._foreign_sources: set[tuple[str, str]] = set()
@@ -359,7 +361,7 @@ class TelemetryBatches:
             The snapshot version each dropped engine had reached in memory.
         """
         field_name = Partition(*partition).field
-        for offsets in (self._applied, self._folded, self._pending_offsets, self._pending_from):
+        for offsets in (self._applied, self._folded, self._pending_offsets, self._pending_from, self._pending_folds):
             offsets.pop(field_name, None)
         engines = sorted(e for e, tp in self._engine_partition.items() if tp == field_name)
         versions = {e: self._folder.engines[e].snapshot_version for e in engines if self._folder.has(e)}
@@ -455,6 +457,7 @@ class TelemetryBatches:
                     self._send_snapshots(taken)
                     snapshots.extend(taken)
                 self.counters.folded += 1
+                self._pending_folds[tp] = self._pending_folds.get(tp, 0) + 1
             released = self._release(self._watermark())
             self._delivery.confirm()
         except BaseException:
@@ -512,9 +515,21 @@ class TelemetryBatches:
         self._pending_from.clear()
         self._pending_engines.clear()
         self._pending_acks.clear()
+        self._undo_folds()
         self._consumer.rewind(rewind)
         self.counters.batches_discarded += 1
         log.warning("batch_discarded", engines=len(engines), partitions=sorted(p for _, p in rewind))
+
+    def _undo_folds(self) -> None:
+        """Take the folds since the last commit off ``folded``: they were dropped, and their records are read again.
+
+        ``folded`` then counts each event once however often a failure made it fold again, which is
+        what a caller waiting for "every event folded" needs; ``folds_undone`` says how many were undone.
+        """
+        undone = sum(self._pending_folds.values())
+        self.counters.folded -= undone
+        self.counters.folds_undone += undone
+        self._pending_folds.clear()
 
     def commit(self) -> bool:
         """Write the folded engines' states and summaries with their offsets, atomically (step 5).
@@ -543,6 +558,7 @@ class TelemetryBatches:
         self._pending_engines.clear()
         self._pending_acks.clear()
         if committed:
+            self._pending_folds.clear()
             self._applied.update(offsets)
             self.counters.commits += 1
             self._forget_idle()
@@ -553,6 +569,7 @@ class TelemetryBatches:
         log.warning("commit_refused", offsets=offsets)
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
         self._drop(engines)
+        self._undo_folds()
         assigned = set(self._consumer.assigned())
         rewind: dict[Partition, int] = {}
         for field_name in offsets:

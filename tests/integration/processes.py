@@ -8,7 +8,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -125,14 +125,16 @@ def applied_total(store: RedisStore) -> int:
     return sum(offset + 1 for offset in store.applied_offsets("stream").values())
 
 
-def wait_until(predicate: object, timeout_s: float, what: str) -> None:
-    """Poll ``predicate()`` every 0.1 s until true; fail the test with ``what`` after ``timeout_s``."""
+def wait_until(predicate: object, timeout_s: float, what: str, state: Callable[[], object] | None = None) -> None:
+    """Poll ``predicate()`` every 0.1 s until true; after ``timeout_s`` fail with ``what`` and ``state()`` then."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if predicate():  # type: ignore[operator]
             return
         time.sleep(0.1)
     msg = f"timed out after {timeout_s:.0f} s waiting for {what}"
+    if state is not None:
+        msg += f"; at the end: {state()}"
     raise AssertionError(msg)
 
 

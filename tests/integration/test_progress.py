@@ -14,7 +14,7 @@ import pytest
 from decide.specs import default_registry
 from schemas.events import Event
 from services.health import HealthServer, ServiceMetrics
-from services.sdk.publisher import TelemetryPublisher
+from services.sdk.publisher import TOOL_SEND_TIMEOUT_S, TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
 from services.stream.processor import StreamProcessor
@@ -36,15 +36,17 @@ def _health(port: int) -> tuple[int, dict[str, object]]:
         return int(exc.code), body
 
 
-def _publish_steadily(bootstrap: str, events: list[Event], done: threading.Event) -> None:
-    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1)
+def _publish_steadily(bootstrap: str, events: list[Event], done: threading.Event, dropped: list[int]) -> None:
+    """Publish at ``RATE_EVENTS_PER_S``, never blocking, with a tool's send timeout so a slow broker loses nothing."""
+    publisher = TelemetryPublisher(bootstrap, max_queue=len(events) + 1, send_timeout_s=TOOL_SEND_TIMEOUT_S)
     started = time.perf_counter()
     for i, event in enumerate(events):
         wait = started + i / RATE_EVENTS_PER_S - time.perf_counter()
         if wait > 0:
             time.sleep(wait)
         publisher.publish(event)
-    publisher.flush(60.0)
+    publisher.flush(2 * TOOL_SEND_TIMEOUT_S)
+    dropped.append(publisher.stats().dropped)
     publisher.close()
     done.set()
 
@@ -65,11 +67,12 @@ def test_a_steady_stream_is_folded_whole_with_health_green_and_lag_measured(stac
     worker = threading.Thread(target=processor.run, daemon=True)
     worker.start()
     published = threading.Event()
+    dropped: list[int] = []
     statuses: list[int] = []
     lags: list[object] = []
     try:
         wait_until(lambda: metrics.assigned > 0, 60.0, "the processor to be assigned its partitions")
-        publisher = threading.Thread(target=_publish_steadily, args=(stack.kafka_bootstrap, events, published))
+        publisher = threading.Thread(target=_publish_steadily, args=(stack.kafka_bootstrap, events, published, dropped))
         publisher.start()
         while not published.is_set():
             status, body = _health(server.port)
@@ -77,7 +80,13 @@ def test_a_steady_stream_is_folded_whole_with_health_green_and_lag_measured(stac
             lags.append(body["lag"])
             time.sleep(0.5)
         publisher.join()
-        wait_until(lambda: processor.counters.folded == len(events), 120.0, "every published event to be folded")
+        assert dropped == [0]
+        wait_until(
+            lambda: processor.counters.folded == len(events),
+            120.0,
+            f"all {len(events)} published events to be folded",
+            state=lambda: processor.counters,
+        )
     finally:
         processor.stop()
         worker.join(timeout=30)

@@ -404,6 +404,32 @@ class TestOutboxOrder:
         assert store.states == states
         assert [value for topic, value in producer.sent if topic == ESTIMATES_TOPIC] == snapshots
 
+    def test_a_discarded_batch_folded_again_counts_each_event_once(self) -> None:
+        """``folded`` is what a caller waits on for "every event folded": a re-fold must not count twice."""
+        store, records = MemoryStore(), _records("dep", requests=400)
+        armed = [False]
+
+        def crash_once(point: str) -> None:
+            if armed[0] and point == "snapshots_folded":
+                armed[0] = False
+                raise CrashError(point)
+
+        consumer = Consumer()
+        batches = _batches(store, KeptProducer(), consumer, crash_once)
+        batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
+        half, three_quarters = len(records) // 2, 3 * len(records) // 4
+        batches.process(records[:half])
+        assert batches.commit()
+        batches.process(records[half:three_quarters])
+        armed[0] = True
+        with pytest.raises(CrashError):
+            batches.process(records[three_quarters:])
+        assert consumer.rewinds == [{(TELEMETRY_TOPIC, 0): half}]
+        batches.process(records[half:])
+        assert batches.commit()
+        assert batches.counters.folded == len(records)
+        assert batches.counters.folds_undone > 0
+
     def test_snapshots_the_broker_did_not_take_discard_the_batch_and_it_folds_again_identically(self) -> None:
         store, records = MemoryStore(), _records("dep", requests=400)
         producer, consumer = KeptProducer(failing=True), Consumer()
