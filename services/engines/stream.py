@@ -33,24 +33,26 @@ from collections import deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import partial
-from typing import Any, Concatenate, Literal, ParamSpec
+from typing import Any, Concatenate, ParamSpec
 
 import structlog
 from pydantic import ValidationError
 
-from schemas.engines import EngineRegistered, Heartbeat, PolicyApplied
 from schemas.events import Event
 from schemas.policy_docs.base import PolicyDocument
-from schemas.requests import RequestArrived, RequestFinished, RequestFirstToken
-from schemas.steps import RankStepReport, StepReport
+from services.sdk.engine_events import (
+    MIN_STEP_DURATION_S,
+    Announcement,
+    EngineEvents,
+    FinishedRequest,
+    FinishReasonName,
+    Registration,
+)
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
 from services.sdk.step_counts import DEFAULT_BLOCK_SIZE_TOKENS, StepCounts
-from services.sdk.token_gaps import token_gap_summary
 
 log = structlog.get_logger(__name__)
-
-FinishReasonName = Literal["stop", "length", "abort", "error"]
 
 P = ParamSpec("P")
 
@@ -115,7 +117,7 @@ class EventBuilder:
     def __init__(
         self, *, stamper: EnvelopeStamper, sink: TelemetrySink, block_size_tokens: int, rank: RankSlots | None = None
     ) -> None:
-        self._stamper = stamper
+        self._events = EngineEvents(stamper)
         self._sink = sink
         self._requests: dict[str, RequestTrack] = {}
         self._step_id = 0
@@ -126,10 +128,10 @@ class EventBuilder:
         self._admitted = 0
         self._completed = 0
 
-    def registered(self, now_s: float, fields: dict[str, Any]) -> None:
-        """Emit ``engine.registered`` with the engine's limits (fields of ``EngineRegistered``)."""
-        self.block_size_tokens = int(fields.get("block_size_tokens", self.block_size_tokens))
-        self.emit(lambda: EngineRegistered(**self._stamper.next(now_s), **fields))
+    def registered(self, now_s: float, registration: Registration, announced: Announcement) -> None:
+        """Emit ``engine.registered`` with the engine's limits and what it announces besides them."""
+        self.block_size_tokens = registration.block_size_tokens
+        self.emit(lambda: self._events.registered(now_s, registration, announced))
 
     def arrived(self, now_s: float, track: RequestTrack) -> None:
         """Start tracking ``track`` and emit ``request.arrived``."""
@@ -159,7 +161,9 @@ class EventBuilder:
                 continue
             if track.first_token_s is None:
                 track.first_token_s = now_s
-                self.emit(partial(self._first_token, now_s, track))
+                self.emit(
+                    partial(self._events.first_token, now_s, request_id=track.request_id, arrived_s=track.arrived_s)
+                )
             elif track.last_token_s is not None:
                 track.gaps_s.append(max(0.0, now_s - track.last_token_s))
             track.last_token_s = now_s
@@ -195,13 +199,10 @@ class EventBuilder:
             return
         step_id = self._step_id
         self._step_id += 1
-        # vLLM's clocks and block counts are taken as they come: a zero duration or more blocks used than
-        # the engine has are clamped to what the event accepts rather than losing the step.
-        values = counts.event_fields(registered_block_size_tokens=self.block_size_tokens) | {
-            "duration_s": max(counts.duration_s, 1e-6),
-            "kv_blocks_used": min(counts.kv_blocks_used, counts.kv_blocks_total),
-        }
-        self.emit(lambda: StepReport(**self._stamper.next(now_s), step_id=step_id, **values))
+        block_size_tokens = self.block_size_tokens
+        self.emit(
+            lambda: self._events.step(now_s, counts, step_id=step_id, registered_block_size_tokens=block_size_tokens)
+        )
         if self.rank is not None:
             self._rank_step(now_s, step_id, counts, self.rank)
 
@@ -210,13 +211,14 @@ class EventBuilder:
         admitted, completed, self._admitted, self._completed = self._admitted, self._completed, 0, 0
         load_tokens = max(0, self.load_tokens)
         self.emit(
-            lambda: RankStepReport(
-                **self._stamper.next(now_s, rank.dp_rank),
+            lambda: self._events.rank_step(
+                now_s,
+                dp_rank=rank.dp_rank,
                 step_id=step_id,
                 load_tokens=load_tokens,
                 num_running=counts.num_running,
                 free_slots=max(0, rank.max_num_seqs - counts.num_running),
-                local_compute_s=max(counts.duration_s, 1e-6),
+                local_compute_s=max(counts.duration_s, MIN_STEP_DURATION_S),
                 barrier_wait_s=0.0,
                 admitted=admitted,
                 completed=completed,
@@ -225,15 +227,12 @@ class EventBuilder:
 
     def heartbeat(self, now_s: float, num_running: int, num_waiting: int) -> None:
         """Emit ``engine.heartbeat`` (liveness while the engine is idle)."""
-        self.emit(lambda: Heartbeat(**self._stamper.next(now_s), num_running=num_running, num_waiting=num_waiting))
+        self.emit(lambda: self._events.heartbeat(now_s, num_running=num_running, num_waiting=num_waiting))
 
     def applied(self, now_s: float, document: PolicyDocument) -> None:
         """Record ``document`` as in effect for every later event and emit its ``policy.applied`` ack."""
-        self._stamper.applied(document.kind, document.version)
         self.emit(
-            lambda: PolicyApplied(
-                **self._stamper.next(now_s), kind=document.kind, scope=document.scope, version=document.version
-            )
+            lambda: self._events.applied(now_s, kind=document.kind, scope=document.scope, version=document.version)
         )
 
     def emit(self, build: Callable[[], Event]) -> None:
@@ -251,14 +250,9 @@ class EventBuilder:
         if self.rejected == 1 or self.rejected % 1000 == 0:
             log.warning("engine_event_rejected", rejected_total=self.rejected, reason=reason)
 
-    def _first_token(self, now_s: float, track: RequestTrack) -> RequestFirstToken:
-        return RequestFirstToken(
-            **self._stamper.next(now_s), request_id=track.request_id, ttft_s=max(0.0, now_s - track.arrived_s)
-        )
-
-    def _arrival(self, now_s: float, track: RequestTrack) -> RequestArrived:
-        return RequestArrived(
-            **self._stamper.next(now_s),
+    def _arrival(self, now_s: float, track: RequestTrack) -> Event:
+        return self._events.arrived(
+            now_s,
             request_id=track.request_id,
             prompt_tokens=track.prompt_tokens,
             max_tokens=track.max_tokens,
@@ -277,25 +271,20 @@ class EventBuilder:
     ) -> None:
         if ttft_s is None and track.first_token_s is not None:
             ttft_s = max(0.0, track.first_token_s - track.arrived_s)
-        gaps = token_gap_summary(track.gaps_s, track.tbt_slo_s)
-        if tbt_mean_s is not None and gaps["tbt_gaps"] == 0:
-            gaps["tbt_mean_s"] = tbt_mean_s
-        self.emit(
-            lambda: RequestFinished(
-                **self._stamper.next(now_s),
-                request_id=track.request_id,
-                prompt_tokens=track.prompt_tokens,
-                output_tokens=track.output_tokens,
-                finish_reason=reason,
-                tier=track.tier,
-                tbt_slo_s=track.tbt_slo_s,
-                arrived_ts=min(track.arrived_s, now_s),
-                admitted_ts=track.admitted_s,
-                ttft_s=ttft_s,
-                preemptions=track.preemptions,
-                **gaps,
-            )
+        story = FinishedRequest(
+            request_id=track.request_id,
+            prompt_tokens=track.prompt_tokens,
+            output_tokens=track.output_tokens,
+            tier=track.tier,
+            tbt_slo_s=track.tbt_slo_s,
+            arrived_s=track.arrived_s,
+            admitted_s=track.admitted_s,
+            ttft_s=ttft_s,
+            preemptions=track.preemptions,
+            gaps_s=track.gaps_s,
+            tbt_mean_s=tbt_mean_s,
         )
+        self.emit(lambda: self._events.finished(now_s, story, reason=reason))
 
 
 Record = tuple[Callable[..., None], tuple[Any, ...]]
@@ -395,9 +384,9 @@ class EngineStream:
         """True while records wait for a drain or a drain is handing events over."""
         return bool(self._records) or self._drain_lock.locked()
 
-    def registered(self, now_s: float, **fields: object) -> None:
-        """Emit ``engine.registered`` with the engine's limits (fields of ``EngineRegistered``)."""
-        self.later(EventBuilder.registered, now_s, fields)
+    def registered(self, now_s: float, registration: Registration, announced: Announcement) -> None:
+        """Emit ``engine.registered`` with the engine's limits and what it announces besides them."""
+        self.later(EventBuilder.registered, now_s, registration, announced)
 
     def arrived(self, now_s: float, track: RequestTrack) -> None:
         """Start tracking ``track`` and emit ``request.arrived``."""

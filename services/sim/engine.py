@@ -17,13 +17,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from schemas.errors import InvalidInputError
+from services.sdk.engine_events import Registration
 from services.sdk.protocol import PolicySource
 from services.sdk.step_counts import StepCounts
 from services.sim.engine_base import EngineBase, require_positive
 from services.sim.request import RequestSpec, SimRequest, blocks_for_tokens
 from services.sim.run_summary import MetricsRecorder
 from services.sim.schedulers.base import BatchPlan, Scheduler
-from services.sim.telemetry import EngineTelemetry, Registration
+from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import BatchShape, TimingModel
 
 

@@ -24,11 +24,12 @@ from collections import deque
 
 from schemas.errors import ConfigError
 from schemas.policy_docs.base import PolicyDocument
+from services.sdk.engine_events import Registration
 from services.sdk.protocol import PolicySource
 from services.sdk.step_counts import StepCounts
 from services.sim.request import RequestSpec, SimRequest
 from services.sim.run_summary import MetricsRecorder
-from services.sim.telemetry import EngineTelemetry, Registration
+from services.sim.telemetry import EngineTelemetry
 from services.sim.timing import TimingModel
 
 

@@ -43,11 +43,12 @@ from schemas.policy_docs.bfio import (
 )
 from schemas.requests import RequestAdmitted, RequestArrived, RequestFinished
 from schemas.steps import StepReport
+from services.sdk.engine_events import SelfCheckReport
 from services.sdk.protocol import PolicySource, TelemetrySink
 from services.sim.length_hints import LengthHints
 from services.sim.rank_routers import RankView, kv_admissible
 from services.sim.request import SimRequest
-from services.sim.selfcheck import SelfCheckReport, ShadowJudge, StepDecisions
+from services.sim.selfcheck import ShadowJudge, StepDecisions
 
 NO_CLASS = -1
 

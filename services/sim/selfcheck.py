@@ -23,27 +23,11 @@ import numpy as np
 import numpy.typing as npt
 
 from policies.bfio.selfcheck import realised_objective
+from services.sdk.engine_events import SelfCheckReport
 from services.sim.request import SimRequest
 
 IntArray = npt.NDArray[np.int64]
 MAX_PENDING_STEPS = 512  # a step whose shadow-only placements are not resolved within this many steps is dropped
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class SelfCheckReport:
-    """One period's judged steps, in the ``bfio.self_check`` event's field names."""
-
-    first_step_id: int
-    last_step_id: int
-    judged_steps: int
-    differing_steps: int
-    expired_steps: int
-    lookahead_horizon_steps: int
-    lookahead_in_force: bool
-    myopic_imbalance_tokens: float
-    lookahead_imbalance_tokens: float
-    squared_difference_tokens2: float
-    shadow_compute_s: float
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -44,7 +44,8 @@ from schemas.envelope import MAX_ID_CHARS
 from schemas.errors import ConfigError
 from schemas.names import IDENTIFIER_PATTERN
 from schemas.policy_docs.base import PolicyDocument
-from services.engines.stream import EngineStream, FinishReasonName, RankSlots, RequestTrack
+from services.engines.stream import EngineStream, RankSlots, RequestTrack
+from services.sdk.engine_events import Announcement, FinishReasonName, Registration
 from services.sdk.envelope import EnvelopeFields, EnvelopeStamper
 from services.sdk.policy_client import PolicyClient
 from services.sdk.publisher import TelemetryPublisher
@@ -338,19 +339,24 @@ class EngineLink:
         # rank registers the same engine, its own limits being alike.
         stream.registered(
             time.time(),
-            model=identifier(str(served[0] if isinstance(served, list | tuple) else served)),
-            gpu=identifier(settings.gpu),
-            hardware_profile=settings.hardware_profile,
-            pool=identifier(settings.pool),
-            max_num_seqs=max_num_seqs * dp_size,
-            max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens) * dp_size,
-            max_model_len=int(model_config.max_model_len),
-            kv_blocks_total=kv_blocks_total * dp_size,
-            block_size_tokens=block_size_tokens,
-            dp_size=dp_size,
-            scheduler=scheduler,
-            obeys=obeys,
-            **gateway,
+            Registration(
+                model=identifier(str(served[0] if isinstance(served, list | tuple) else served)),
+                gpu=identifier(settings.gpu),
+                hardware_profile=settings.hardware_profile,
+                max_num_seqs=max_num_seqs * dp_size,
+                max_num_batched_tokens=int(scheduler_config.max_num_batched_tokens) * dp_size,
+                max_model_len=int(model_config.max_model_len),
+                kv_blocks_total=kv_blocks_total * dp_size,
+                block_size_tokens=block_size_tokens,
+                dp_size=dp_size,
+            ),
+            Announcement(
+                pool=identifier(settings.pool),
+                obeys=obeys,
+                scheduler=scheduler,
+                endpoint_url=gateway.get("endpoint_url"),
+                dp_group=gateway.get("dp_group"),
+            ),
         )
         for kind in obeys:
             if policies is not None:

@@ -11,19 +11,20 @@ from __future__ import annotations
 from schemas.policy_docs.base import PolicyDocument
 from schemas.policy_docs.ebplus import EbplusMode
 from services.engines.stream import EngineStream, RequestTrack
+from services.sdk.engine_events import Announcement, Registration
 from services.sdk.step_counts import StepCounts
 
-REGISTRATION: dict[str, object] = {
-    "model": "tiny",
-    "gpu": "cpu",
-    "max_num_seqs": 16,
-    "max_num_batched_tokens": 512,
-    "max_model_len": 1024,
-    "kv_blocks_total": 100,
-    "block_size_tokens": 32,
-    "scheduler": "ebplus",
-    "obeys": ["ebplus"],
-}
+REGISTRATION = Registration(
+    model="tiny",
+    gpu="cpu",
+    hardware_profile=None,
+    max_num_seqs=16,
+    max_num_batched_tokens=512,
+    max_model_len=1024,
+    kv_blocks_total=100,
+    block_size_tokens=32,
+)
+ANNOUNCED = Announcement(scheduler="ebplus", obeys=["ebplus"])
 
 
 def _counts(duration_s: float, prefill: int, decode: int, *, mode: str | None = EbplusMode.MB) -> StepCounts:
@@ -44,7 +45,7 @@ def _counts(duration_s: float, prefill: int, decode: int, *, mode: str | None = 
 
 def drive(stream: EngineStream, document: PolicyDocument) -> None:
     """Register, serve four requests (one preempted, one aborted, one huge), ack ``document``, beat."""
-    stream.registered(100.0, **REGISTRATION)
+    stream.registered(100.0, REGISTRATION, ANNOUNCED)
     for index, request_id in enumerate(("a", "b", "c")):
         stream.arrived(
             100.5 + index,

@@ -9,21 +9,22 @@ from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
 from services.engines.stream import EngineStream, RankSlots, RequestTrack
 from services.engines.vllm.connect import finish_reason_name, identifier
+from services.sdk.engine_events import Announcement, Registration
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
 from services.sdk.step_counts import StepCounts
 
-REGISTRATION = {
-    "model": "tiny",
-    "gpu": "cpu",
-    "max_num_seqs": 16,
-    "max_num_batched_tokens": 512,
-    "max_model_len": 1024,
-    "kv_blocks_total": 100,
-    "block_size_tokens": 16,
-    "scheduler": "ebplus",
-    "obeys": ["ebplus"],
-}
+REGISTRATION = Registration(
+    model="tiny",
+    gpu="cpu",
+    hardware_profile=None,
+    max_num_seqs=16,
+    max_num_batched_tokens=512,
+    max_model_len=1024,
+    kv_blocks_total=100,
+    block_size_tokens=16,
+)
+ANNOUNCED = Announcement(scheduler="ebplus", obeys=["ebplus"])
 
 
 def _stream(sink: ListSink, epoch: int) -> EngineStream:
@@ -57,11 +58,11 @@ class TestEngineStream:
     def test_a_restarted_engine_is_a_new_epoch_and_its_lost_requests_never_count(self) -> None:
         sink = ListSink()
         before = _stream(sink, 1_000)
-        before.registered(0.0, **REGISTRATION)
+        before.registered(0.0, REGISTRATION, ANNOUNCED)
         _serve(before, 1.0, ["a", "b", "c"])
         _serve(before, 5.0, ["lost"], finish=False)
         after = _stream(sink, 2_000)
-        after.registered(20.0, **REGISTRATION)
+        after.registered(20.0, REGISTRATION, ANNOUNCED)
         _serve(after, 21.0, ["a", "b"])
         assert len({e.event_id for e in sink.events}) == len(sink.events)
         assert [e.seq for e in sink.events if e.event_type == "engine.registered"] == [0, 0]

@@ -6,10 +6,11 @@ import pytest
 
 from schemas.steps import StepReport
 from services.engines.stream import EngineStream
+from services.sdk.engine_events import Announcement, Registration
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
 from services.sdk.step_counts import StepCounts
-from services.sim.telemetry import EngineTelemetry, Registration
+from services.sim.telemetry import EngineTelemetry
 
 # The step event's forward-pass fields, which a StepCounts fills and the envelope does not.
 FORWARD_PASS_FIELDS = (
@@ -79,16 +80,17 @@ def _vllm(counts: StepCounts, *, registered_block_size: int | None = None) -> St
     sink = ListSink()
     stream = EngineStream(stamper=EnvelopeStamper(engine_id="v-0", deployment="dep"), sink=sink)
     if registered_block_size is not None:
-        stream.registered(
-            0.5,
+        registration = Registration(
             model="m",
             gpu="g",
+            hardware_profile=None,
             max_num_seqs=8,
             max_num_batched_tokens=512,
             max_model_len=1024,
             kv_blocks_total=100,
             block_size_tokens=registered_block_size,
         )
+        stream.registered(0.5, registration, Announcement())
     stream.step(1.0, counts)
     event = sink.events[-1]
     assert isinstance(event, StepReport)
