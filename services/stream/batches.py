@@ -520,12 +520,16 @@ class TelemetryBatches:
         self.counters.batches_discarded += 1
         log.warning("batch_discarded", engines=len(engines), partitions=sorted(p for _, p in rewind))
 
-    def _undo_folds(self) -> None:
+    def _undo_folds(self, kept: Iterable[str] = ()) -> None:
         """Take the folds since the last commit off ``folded``: they were dropped, and their records are read again.
 
         ``folded`` then counts each event once however often a failure made it fold again, which is
         what a caller waiting for "every event folded" needs; ``folds_undone`` says how many were undone.
+        The partitions ``kept`` are not read again (Redis already holds what was folded from them), so
+        their folds stand.
         """
+        for field_name in kept:
+            self._pending_folds.pop(field_name, None)
         undone = sum(self._pending_folds.values())
         self.counters.folded -= undone
         self.counters.folds_undone += undone
@@ -569,7 +573,7 @@ class TelemetryBatches:
         log.warning("commit_refused", offsets=offsets)
         self._applied = self._store.applied_offsets(CONSUMER_NAME)
         self._drop(engines)
-        self._undo_folds()
+        self._undo_folds(kept=[tp for tp, offset in offsets.items() if self._applied.get(tp, -1) >= offset])
         assigned = set(self._consumer.assigned())
         rewind: dict[Partition, int] = {}
         for field_name in offsets:

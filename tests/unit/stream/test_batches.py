@@ -430,6 +430,26 @@ class TestOutboxOrder:
         assert batches.counters.folded == len(records)
         assert batches.counters.folds_undone > 0
 
+    def test_a_refused_commit_undoes_only_the_folds_whose_records_are_read_again(self) -> None:
+        """Partition 0 is already applied as far as this member folded it (its own earlier try, whose
+        reply was lost): its folds stand. Partition 1 is rewound and read again: its folds come off."""
+        events = synthetic_stream(engines=2, requests=120, deployment="dep", seed=2)
+        engines = sorted({event.engine_id for event in events})
+        by_partition: dict[int, list[Record]] = {0: [], 1: []}
+        for event in events:
+            partition = engines.index(event.engine_id)
+            offset = len(by_partition[partition])
+            by_partition[partition].append(
+                Record(TELEMETRY_TOPIC, partition, offset, event.engine_id.encode(), encode_event(event))
+            )
+        store = MemoryStore()
+        batches = _batches(store, KeptProducer(), Consumer())
+        batches.resume_positions([(TELEMETRY_TOPIC, 0), (TELEMETRY_TOPIC, 1)], 2)
+        batches.process(by_partition[0] + by_partition[1])
+        assert store.commit(CONSUMER_NAME, {Partition(TELEMETRY_TOPIC, 0).field: len(by_partition[0]) - 1}, {}, {})
+        assert not batches.commit()
+        assert (batches.counters.folded, batches.counters.folds_undone) == (len(by_partition[0]), len(by_partition[1]))
+
     def test_snapshots_the_broker_did_not_take_discard_the_batch_and_it_folds_again_identically(self) -> None:
         store, records = MemoryStore(), _records("dep", requests=400)
         producer, consumer = KeptProducer(failing=True), Consumer()
