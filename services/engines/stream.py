@@ -46,6 +46,7 @@ from services.sdk.engine_events import (
     EngineEvents,
     FinishedRequest,
     FinishReasonName,
+    RankShare,
     Registration,
 )
 from services.sdk.envelope import EnvelopeStamper
@@ -209,21 +210,18 @@ class EventBuilder:
     def _rank_step(self, now_s: float, step_id: int, counts: StepCounts, rank: RankSlots) -> None:
         """The rank's share of its step: vLLM's ranks step on their own, so no barrier wait is observed (0)."""
         admitted, completed, self._admitted, self._completed = self._admitted, self._completed, 0, 0
-        load_tokens = max(0, self.load_tokens)
-        self.emit(
-            lambda: self._events.rank_step(
-                now_s,
-                dp_rank=rank.dp_rank,
-                step_id=step_id,
-                load_tokens=load_tokens,
-                num_running=counts.num_running,
-                free_slots=max(0, rank.max_num_seqs - counts.num_running),
-                local_compute_s=max(counts.duration_s, MIN_STEP_DURATION_S),
-                barrier_wait_s=0.0,
-                admitted=admitted,
-                completed=completed,
-            )
+        share = RankShare(
+            dp_rank=rank.dp_rank,
+            step_id=step_id,
+            load_tokens=max(0, self.load_tokens),
+            num_running=counts.num_running,
+            free_slots=max(0, rank.max_num_seqs - counts.num_running),
+            local_compute_s=max(counts.duration_s, MIN_STEP_DURATION_S),
+            barrier_wait_s=0.0,
+            admitted=admitted,
+            completed=completed,
         )
+        self.emit(lambda: self._events.rank_step(now_s, share))
 
     def heartbeat(self, now_s: float, num_running: int, num_waiting: int) -> None:
         """Emit ``engine.heartbeat`` (liveness while the engine is idle)."""

@@ -70,6 +70,33 @@ class Announcement:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class RankShare:
+    """One data-parallel rank's share of a step, as ``rank.step`` reports it.
+
+    Attributes:
+        dp_rank: the rank.
+        step_id: the engine's step.
+        load_tokens: L_g, the summed context (prompt and generated) of the rank's active requests.
+        num_running: requests the rank runs.
+        free_slots: requests it could still admit.
+        local_compute_s: its own compute time in the step, seconds.
+        barrier_wait_s: its wait for the slowest rank, seconds (0 where ranks step on their own).
+        admitted: requests it admitted since its previous step.
+        completed: requests it finished since its previous step.
+    """
+
+    dp_rank: int
+    step_id: int
+    load_tokens: int
+    num_running: int
+    free_slots: int
+    local_compute_s: float
+    barrier_wait_s: float
+    admitted: int
+    completed: int
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SelfCheckReport:
     """One period of BF-IO's online self-check, in the ``bfio.self_check`` event's field names."""
 
@@ -230,31 +257,18 @@ class EngineEvents:
         values["kv_blocks_used"] = min(counts.kv_blocks_used, counts.kv_blocks_total)
         return StepReport(**self.stamper.next(now_s), step_id=step_id, **values)
 
-    def rank_step(
-        self,
-        now_s: float,
-        *,
-        dp_rank: int,
-        step_id: int,
-        load_tokens: int,
-        num_running: int,
-        free_slots: int,
-        local_compute_s: float,
-        barrier_wait_s: float,
-        admitted: int,
-        completed: int,
-    ) -> RankStepReport:
+    def rank_step(self, now_s: float, share: RankShare) -> RankStepReport:
         """``rank.step``: a data-parallel rank's share of a step (BF-IO's L_g, its slots and its barrier wait)."""
         return RankStepReport(
-            **self.stamper.next(now_s, dp_rank),
-            step_id=step_id,
-            load_tokens=load_tokens,
-            num_running=num_running,
-            free_slots=free_slots,
-            local_compute_s=local_compute_s,
-            barrier_wait_s=barrier_wait_s,
-            admitted=admitted,
-            completed=completed,
+            **self.stamper.next(now_s, share.dp_rank),
+            step_id=share.step_id,
+            load_tokens=share.load_tokens,
+            num_running=share.num_running,
+            free_slots=share.free_slots,
+            local_compute_s=share.local_compute_s,
+            barrier_wait_s=share.barrier_wait_s,
+            admitted=share.admitted,
+            completed=share.completed,
         )
 
     def bfio_self_check(self, now_s: float, report: SelfCheckReport) -> BfioSelfCheckReport:

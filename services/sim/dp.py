@@ -29,7 +29,7 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from services.sdk.engine_events import Registration
+from services.sdk.engine_events import RankShare, Registration
 from services.sdk.protocol import PolicySource
 from services.sdk.step_counts import StepCounts
 from services.sim.engine_base import EngineBase, require_positive
@@ -287,15 +287,17 @@ class DpEngine(EngineBase):
         for g in range(c.ranks):
             self.telemetry.rank_step(
                 now_s,
-                dp_rank=g,
-                step_id=self._step_id,
-                load_tokens=loads_before[g],
-                num_running=len(self._active[g]),
-                free_slots=c.slots_per_rank - len(self._active[g]),
-                local_compute_s=self._local_s[g],
-                barrier_wait_s=max(0.0, step_s - self._local_s[g]),
-                admitted=self._admitted_now[g],
-                completed=completed[g],
+                RankShare(
+                    dp_rank=g,
+                    step_id=self._step_id,
+                    load_tokens=loads_before[g],
+                    num_running=len(self._active[g]),
+                    free_slots=c.slots_per_rank - len(self._active[g]),
+                    local_compute_s=self._local_s[g],
+                    barrier_wait_s=max(0.0, step_s - self._local_s[g]),
+                    admitted=self._admitted_now[g],
+                    completed=completed[g],
+                ),
             )
             self._admitted_now[g] = 0
         pre_admission = float(c.ranks * max(self._loads) - sum(self._loads))

@@ -11,7 +11,14 @@ from __future__ import annotations
 
 from typing import Literal
 
-from services.sdk.engine_events import Announcement, EngineEvents, FinishedRequest, Registration, SelfCheckReport
+from services.sdk.engine_events import (
+    Announcement,
+    EngineEvents,
+    FinishedRequest,
+    RankShare,
+    Registration,
+    SelfCheckReport,
+)
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import TelemetrySink
 from services.sdk.step_counts import DEFAULT_BLOCK_SIZE_TOKENS, StepCounts
@@ -109,35 +116,9 @@ class EngineTelemetry:
             self._events.step(now_s, counts, step_id=step_id, registered_block_size_tokens=self._block_size_tokens)
         )
 
-    def rank_step(
-        self,
-        now_s: float,
-        *,
-        dp_rank: int,
-        step_id: int,
-        load_tokens: int,
-        num_running: int,
-        free_slots: int,
-        local_compute_s: float,
-        barrier_wait_s: float,
-        admitted: int,
-        completed: int,
-    ) -> None:
+    def rank_step(self, now_s: float, share: RankShare) -> None:
         """Emit one ``rank.step`` (a DP rank's share of a synchronised step)."""
-        self.sink.publish(
-            self._events.rank_step(
-                now_s,
-                dp_rank=dp_rank,
-                step_id=step_id,
-                load_tokens=load_tokens,
-                num_running=num_running,
-                free_slots=free_slots,
-                local_compute_s=local_compute_s,
-                barrier_wait_s=barrier_wait_s,
-                admitted=admitted,
-                completed=completed,
-            )
-        )
+        self.sink.publish(self._events.rank_step(now_s, share))
 
     def bfio_self_check(self, now_s: float, report: SelfCheckReport) -> None:
         """Emit one ``bfio.self_check`` (BF-IO's shadow judgements over a period, services/sim/selfcheck.py)."""

@@ -9,22 +9,10 @@ from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
 from services.engines.stream import EngineStream, RankSlots, RequestTrack
 from services.engines.vllm.connect import finish_reason_name, identifier
-from services.sdk.engine_events import Announcement, Registration
 from services.sdk.envelope import EnvelopeStamper
 from services.sdk.protocol import ListSink
 from services.sdk.step_counts import StepCounts
-
-REGISTRATION = Registration(
-    model="tiny",
-    gpu="cpu",
-    hardware_profile=None,
-    max_num_seqs=16,
-    max_num_batched_tokens=512,
-    max_model_len=1024,
-    kv_blocks_total=100,
-    block_size_tokens=16,
-)
-ANNOUNCED = Announcement(scheduler="ebplus", obeys=["ebplus"])
+from tests.unit.engines.stream_scenario import ANNOUNCED, REGISTRATION
 
 
 def _stream(sink: ListSink, epoch: int) -> EngineStream:
