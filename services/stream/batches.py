@@ -657,9 +657,11 @@ class TelemetryBatches:
         if self._metrics is None:
             return
         self._metrics.engines_seen(last_ts)
-        self._metrics.events_folded.inc(self.counters.folded - self._metrics_folded)
+        # The exported counter counts every fold, those a failure undid included: a Prometheus counter never goes down.
+        folds = self.counters.folded + self.counters.folds_undone
+        self._metrics.events_folded.inc(folds - self._metrics_folded)
         self._metrics.events_dead_lettered.inc(self.counters.dead_lettered - self._metrics_dead)
-        self._metrics_folded, self._metrics_dead = self.counters.folded, self.counters.dead_lettered
+        self._metrics_folded, self._metrics_dead = folds, self.counters.dead_lettered
         self._metrics.snapshots.inc(snapshots)
         self._metrics.loop_latency.observe(self._clock() - started)
         lag = 0

@@ -405,7 +405,10 @@ class TestOutboxOrder:
         assert [value for topic, value in producer.sent if topic == ESTIMATES_TOPIC] == snapshots
 
     def test_a_discarded_batch_folded_again_counts_each_event_once(self) -> None:
-        """``folded`` is what a caller waits on for "every event folded": a re-fold must not count twice."""
+        """``folded`` is what a caller waits on for "every event folded": a re-fold must not count twice.
+
+        With metrics on, as in every service: the fold after the discard exports its folds whole.
+        """
         store, records = MemoryStore(), _records("dep", requests=400)
         armed = [False]
 
@@ -414,8 +417,17 @@ class TestOutboxOrder:
                 armed[0] = False
                 raise CrashError(point)
 
-        consumer = Consumer()
-        batches = _batches(store, KeptProducer(), consumer, crash_once)
+        consumer, metrics = Consumer(), ServiceMetrics("stream", "dep")
+        batches = TelemetryBatches(
+            deployment="dep",
+            store=store,
+            registry=default_registry(),
+            producer=KeptProducer(),  # type: ignore[arg-type]
+            consumer=consumer,
+            metrics=metrics,
+            commit_interval_s=3600.0,
+            checkpoint=crash_once,
+        )
         batches.resume_positions([(TELEMETRY_TOPIC, 0)], 1)
         half, three_quarters = len(records) // 2, 3 * len(records) // 4
         batches.process(records[:half])
@@ -429,6 +441,8 @@ class TestOutboxOrder:
         assert batches.commit()
         assert batches.counters.folded == len(records)
         assert batches.counters.folds_undone > 0
+        # The exported counter never goes down: it counts every fold, the undone ones too.
+        assert _exported(metrics, "governor_events_folded") == len(records) + batches.counters.folds_undone
 
     def test_a_refused_commit_undoes_only_the_folds_whose_records_are_read_again(self) -> None:
         """Partition 0 is already applied as far as this member folded it (its own earlier try, whose
