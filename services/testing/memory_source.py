@@ -147,8 +147,13 @@ class MemorySource:
         self._paused.difference_update(partitions)
 
     def wait(self, seconds: float) -> None:
-        """Record the wait; nothing sleeps."""
+        """Record the wait, nothing sleeps; a pending rebalance runs in it, as in a client that polls through a wait.
+
+        Records the rebalance made fetchable are left where they are, for the next poll.
+        """
         self.waits.append(seconds)
+        if not self.down:
+            self._rebalance()
 
     def stalled(self, now_s: float, *, waiting: bool) -> bool:
         """``wedged``, unless the service is waiting out Redis."""
