@@ -27,7 +27,7 @@ from schemas.engines import EngineRegistered
 from schemas.errors import InvalidInputError
 from schemas.estimates import EngineRegistration, FleetContribution, FleetJoin
 from schemas.events import Event
-from schemas.names import Partition
+from schemas.names import RecordPosition
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.snapshot_trigger import SnapshotTrigger
@@ -138,7 +138,7 @@ class Folder:
         last_ts = estimates.last_ts
         return first_ts is not None and last_ts is not None and last_ts - first_ts >= self._registration_grace_s
 
-    def already_folded(self, engine_id: str, position: SourceOffset) -> bool:
+    def already_folded(self, engine_id: str, position: RecordPosition) -> bool:
         """True when the engine's state already holds the event at ``position``.
 
         The applied offsets and an engine's state are committed together, but a new owner reads the
@@ -147,7 +147,7 @@ class Folder:
         window: whatever it already holds is skipped.
         """
         folded = self._folded_through.get(engine_id, {})
-        last = folded.get(Partition(position.topic, position.partition).field)
+        last = folded.get(position.field)
         return last is not None and position.offset <= last
 
     def summary_json(self, engine_id: str) -> str:
@@ -180,7 +180,7 @@ class Folder:
         """The engines with fleet contributions held for release."""
         return sorted(self._held)
 
-    def fold(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
+    def fold(self, event: Event, position: RecordPosition) -> list[EstimateSnapshot]:
         """Admit ``event``, apply it unless it is a duplicate, and return the engine-scope snapshots taken here.
 
         Fleet contributions the event closes are held for ``release``.
@@ -192,7 +192,7 @@ class Folder:
             return []
         return self.apply(event, position)
 
-    def admit(self, event: Event, position: SourceOffset) -> Admission:
+    def admit(self, event: Event, position: RecordPosition) -> Admission:
         """Check ``event`` against its engine's guard (an unknown engine starts empty); see ``EngineEstimates.admit``.
 
         The position counts as folded whatever the guard says (a duplicate or a refusal changes the
@@ -205,11 +205,10 @@ class Folder:
         engine_id = event.engine_id
         if engine_id not in self.engines:
             self.engines[engine_id] = EngineEstimates(engine_id, self._limits)
-        field = Partition(position.topic, position.partition).field
-        self._folded_through.setdefault(engine_id, {})[field] = position.offset
+        self._folded_through.setdefault(engine_id, {})[position.field] = position.offset
         return self.engines[engine_id].admit(event)
 
-    def apply(self, event: Event, position: SourceOffset) -> list[EstimateSnapshot]:
+    def apply(self, event: Event, position: RecordPosition) -> list[EstimateSnapshot]:
         """Fold an admitted ``event`` and return the snapshots taken at this position (possibly none)."""
         engine_id = event.engine_id
         estimates = self.engines[engine_id]
@@ -242,7 +241,7 @@ class Folder:
         return specs
 
     def _contribution(
-        self, spec: TriggerSpec, estimates: EngineEstimates, event: Event, position: SourceOffset
+        self, spec: TriggerSpec, estimates: EngineEstimates, event: Event, position: RecordPosition
     ) -> list[EstimateSnapshot]:
         """Fold ``event`` into the engine's current fleet slot; return the old slot's contribution when it starts a
         new one, and the engine's ``FleetJoin`` at its first event (fold/fleet.py)."""
@@ -269,7 +268,7 @@ class Folder:
                 version=version,
                 ts=event.ts,
                 trigger=SnapshotTrigger(kind=spec.kind, cause=trigger),
-                offsets=[position],
+                offsets=[SourceOffset(topic=position.topic, partition=position.partition, offset=position.offset)],
                 estimates=summary,
             )
         ]
@@ -297,7 +296,7 @@ class Folder:
         return False
 
     def _snapshot(
-        self, spec: TriggerSpec, estimates: EngineEstimates, ts: float, position: SourceOffset
+        self, spec: TriggerSpec, estimates: EngineEstimates, ts: float, position: RecordPosition
     ) -> EstimateSnapshot:
         estimates.snapshot_version += 1
         summary = estimates.summary()
@@ -309,6 +308,6 @@ class Folder:
             version=version,
             ts=ts,
             trigger=SnapshotTrigger(kind=spec.kind, cause=spec.trigger.describe()),
-            offsets=[position],
+            offsets=[SourceOffset(topic=position.topic, partition=position.partition, offset=position.offset)],
             estimates=summary,
         )

@@ -8,6 +8,7 @@ given). Past it, code trusts the type.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from typing import Annotated
 
 from pydantic import Field, TypeAdapter, ValidationError
@@ -75,12 +76,14 @@ def describe_validation_error(exc: ValidationError) -> tuple[str, str]:
     return path, first["msg"]
 
 
-def parse_event(raw: bytes | str | None, *, source: str | None = None) -> Event:
+def parse_event(raw: bytes | str | None, *, source: str | Callable[[], str] | None = None) -> Event:
     """Validate one JSON-encoded event.
 
     Args:
         raw: the JSON text of one event (a Kafka record's value, which may be None: a tombstone).
-        source: where it came from (``line 17``, ``gov.telemetry[0]@42``), for the message.
+        source: where it came from (``line 17``, ``gov.telemetry:0@42``), for the message; a callable
+            is called only for a refused event (a consumer's record position is not worth spelling
+            for every record it parses).
 
     Returns:
         The typed event.
@@ -91,19 +94,27 @@ def parse_event(raw: bytes | str | None, *, source: str | None = None) -> Event:
             ``not_json``, ``oversized``, ``contract``).
     """
     if not isinstance(raw, bytes | str):
+        spelled = _spelled(source)
         kind = "no value (a tombstone)" if raw is None else f"a {type(raw).__name__}, not JSON text"
-        msg = f"the record holds {kind}{_where(source)}"
-        raise InvalidInputError(msg, source=source, code="no_value" if raw is None else "not_json")
+        msg = f"the record holds {kind}{_where(spelled)}"
+        raise InvalidInputError(msg, source=spelled, code="no_value" if raw is None else "not_json")
     if len(raw) > MAX_EVENT_BYTES:
-        msg = f"event is {len(raw)} bytes, more than {MAX_EVENT_BYTES}{_where(source)}"
-        raise InvalidInputError(msg, source=source, code="oversized")
+        spelled = _spelled(source)
+        msg = f"event is {len(raw)} bytes, more than {MAX_EVENT_BYTES}{_where(spelled)}"
+        raise InvalidInputError(msg, source=spelled, code="oversized")
     try:
         return EVENT_ADAPTER.validate_json(raw)
     except ValidationError as exc:
+        spelled = _spelled(source)
         path, reason = describe_validation_error(exc)
-        msg = f"{path}: {reason}{_where(source)}"
+        msg = f"{path}: {reason}{_where(spelled)}"
         not_json = exc.errors(include_url=False)[0]["type"] == "json_invalid"
-        raise InvalidInputError(msg, field=path, source=source, code="not_json" if not_json else "contract") from exc
+        raise InvalidInputError(msg, field=path, source=spelled, code="not_json" if not_json else "contract") from exc
+
+
+def _spelled(source: str | Callable[[], str] | None) -> str | None:
+    """``source`` as text: a callable's answer, for a refused event's message."""
+    return source() if callable(source) else source
 
 
 def _where(source: str | None) -> str:

@@ -38,7 +38,7 @@ from fold.snapshot_id import snapshot_id
 from fold.triggers import EveryEvents
 from schemas.estimates import EngineSummary
 from schemas.events import Event
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from schemas.records import EstimateSnapshot
 from schemas.snapshot_trigger import SnapshotTrigger
 from services.sdk.protocol import ListSink, StaticPolicySource
@@ -61,7 +61,7 @@ def _events(seconds: float) -> list[Event]:
 def _fold(events: list[Event], registry: PolicyRegistry) -> tuple[float, int, Folder, float]:
     """Fold every event into a fresh ``Folder``; return wall time, snapshots, the folder and thread CPU time."""
     folder = Folder(DEPLOYMENT, registry)
-    position = SourceOffset(topic="bench", partition=0, offset=0)
+    position = RecordPosition("bench", 0, 0)
     snapshots = 0
     cpu_started = time.thread_time()
     started = time.perf_counter()

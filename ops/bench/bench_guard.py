@@ -23,7 +23,7 @@ from pathlib import Path
 from decide.specs import default_registry
 from fold.folder import Folder
 from schemas.events import Event
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from services.sdk.protocol import ListSink, StaticPolicySource
 from services.sim import load_scenario, run_offline
 
@@ -44,7 +44,7 @@ def _events(seconds: float) -> list[Event]:
 
 def _admit_only(events: list[Event]) -> float:
     folder = Folder(DEPLOYMENT, default_registry())
-    position = SourceOffset(topic="bench", partition=0, offset=0)
+    position = RecordPosition("bench", 0, 0)
     started = time.thread_time()
     for event in events:
         folder.admit(event, position)
@@ -53,7 +53,7 @@ def _admit_only(events: list[Event]) -> float:
 
 def _fold(events: list[Event]) -> tuple[float, Folder]:
     folder = Folder(DEPLOYMENT, default_registry())
-    position = SourceOffset(topic="bench", partition=0, offset=0)
+    position = RecordPosition("bench", 0, 0)
     started = time.thread_time()
     for event in events:
         folder.fold(event, position)

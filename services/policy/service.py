@@ -53,7 +53,7 @@ from decide.registry import PolicyRegistry
 from decide.wiring.fleetopt import FLEET_SLOT_S
 from policies.fleetopt.kernels import warm_up as warm_up_fleetopt
 from schemas.errors import BackendUnavailableError
-from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER, Partition
+from schemas.names import ESTIMATES_TOPIC, POLICY_CONSUMER, Partition, partition_field
 from schemas.signing import PolicyKeyring
 from services.backends import BackendOutage
 from services.checkpoints import (
@@ -306,7 +306,7 @@ class PolicyService:
         batch = PendingBatch(started_s=self._clock())
         try:
             for record in records:
-                field_name = Partition(record.topic, record.partition).field
+                field_name = partition_field(record.topic, record.partition)
                 if record.offset <= self._applied.get(field_name, -1):
                     self.counters.skipped_offsets += 1
                     continue

@@ -11,7 +11,8 @@ from decide.registry import PolicyRegistry
 from fold.folder import Folder
 from schemas.errors import InvalidInputError
 from schemas.events import Event
-from schemas.policy_docs.base import PolicyDocument, SourceOffset
+from schemas.names import RecordPosition
+from schemas.policy_docs.base import PolicyDocument
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.policy.decisions import DecisionMaker
 from services.store.memory_store import MemoryStore
@@ -41,7 +42,7 @@ class OfflineControlPlane:
         counted in ``refused`` under its code, as the live processor dead-letters it; a duplicate
         folds nothing.
         """
-        position = SourceOffset(topic=OFFLINE_TOPIC, partition=0, offset=self.events_folded)
+        position = RecordPosition(OFFLINE_TOPIC, 0, self.events_folded)
         self.events_folded += 1
         try:
             taken = self.folder.fold(event, position)

@@ -69,8 +69,10 @@ from schemas.names import (
     STREAM_CONSUMER,
     TELEMETRY_TOPIC,
     Partition,
+    RecordPosition,
     ack_key,
     estimate_key,
+    partition_field,
 )
 from schemas.policy_docs.base import SourceOffset
 from schemas.records import DeadLetter, EstimateSnapshot
@@ -150,9 +152,14 @@ def read_record(record: ConsumedRecord) -> Event | DeadLetter:
     or not JSON, an oversized value, JSON of the wrong types or of another schema.
     """
     try:
-        return parse_event(record.value, source=f"{Partition(record.topic, record.partition).field}@{record.offset}")
+        return parse_event(record.value, source=lambda: record_source(record))
     except InvalidInputError as exc:
         return dead_letter(record.value, exc, read_position(record))
+
+
+def record_source(record: ConsumedRecord) -> str:
+    """``topic:partition@offset``: where a refused record was read, as its message says."""
+    return f"{partition_field(record.topic, record.partition)}@{record.offset}"
 
 
 def dead_letter(value: object, exc: InvalidInputError, position: SourceOffset) -> DeadLetter:
@@ -408,13 +415,13 @@ class TelemetryBatches:
         touched: set[str] = set()
         batch_from: dict[str, int] = {}
         for record in records:
-            tp = Partition(record.topic, record.partition).field
+            tp = partition_field(record.topic, record.partition)
             if record.offset > self._folded.get(tp, -1):
                 batch_from[tp] = min(batch_from.get(tp, record.offset), record.offset)
         try:
             self._reload()
             for record in records:
-                tp = Partition(record.topic, record.partition).field
+                tp = partition_field(record.topic, record.partition)
                 if record.offset <= self._folded.get(tp, -1):
                     self.counters.skipped += 1
                     continue
@@ -431,7 +438,7 @@ class TelemetryBatches:
                     continue
                 touched.add(event.engine_id)
                 self._ensure_loaded(event, tp)
-                position = read_position(record)
+                position = RecordPosition(record.topic, record.partition, record.offset)
                 if self._folder.already_folded(event.engine_id, position):
                     self.counters.skipped += 1
                     continue
@@ -439,7 +446,7 @@ class TelemetryBatches:
                 try:
                     admission = self._folder.admit(event, position)
                 except InvalidInputError as exc:
-                    self._send_dead_letter(record, dead_letter(record.value, exc, position))
+                    self._send_dead_letter(record, dead_letter(record.value, exc, read_position(record)))
                     continue
                 if admission.duplicate:
                     self.counters.duplicates += 1

@@ -16,8 +16,7 @@ import redis
 from decide.specs import default_registry
 from fold.folder import Folder
 from schemas.events import Event
-from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import DECISIONS_TOPIC, ESTIMATES_TOPIC, RecordPosition
 from schemas.records import DecisionRecord, EstimateSnapshot
 from services.cli.shadow import read_decisions
 from services.policy.handler import PendingBatch, PolicyHandler
@@ -110,7 +109,7 @@ def folded_snapshots(events: list[Event], deployment: str) -> set[Snapshot]:
     folder = Folder(deployment, default_registry())
     taken: set[Snapshot] = set()
     for offset, event in enumerate(events):
-        for snapshot in folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)):
+        for snapshot in folder.fold(event, RecordPosition("t", 0, offset)):
             taken.add((snapshot.scope, snapshot.version, snapshot.snapshot_id))
     taken.update((s.scope, s.version, s.snapshot_id) for s in folder.release(None))
     return taken
@@ -120,5 +119,5 @@ def folded_summaries(events: list[Event], deployment: str) -> dict[str, object]:
     """Each engine's estimate summary after the pure fold of ``events``, parsed."""
     folder = Folder(deployment, default_registry())
     for offset, event in enumerate(events):
-        folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset))
+        folder.fold(event, RecordPosition("t", 0, offset))
     return {engine: json.loads(folder.summary_json(engine)) for engine in sorted(folder.engines)}

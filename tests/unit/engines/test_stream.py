@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from decide.specs import default_registry
 from fold.folder import Folder
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import RankStepReport, StepReport
 from services.engines.stream import EngineStream, RankSlots, RequestTrack
@@ -56,7 +56,7 @@ class TestEngineStream:
         assert [e.seq for e in sink.events if e.event_type == "engine.registered"] == [0, 0]
         folder = Folder("dep", default_registry())
         for offset, event in enumerate(sink.events):
-            folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset))
+            folder.fold(event, RecordPosition("t", 0, offset))
         summary = folder.engines["vllm-0"].summary()
         assert summary.completions_total == 5
         assert summary.engine is not None

@@ -9,7 +9,7 @@ from pydantic import ValidationError
 
 from decide.specs import default_registry
 from fold.folder import Folder
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from schemas.records import EstimateSnapshot
 from services.testing.streams import synthetic_stream
 
@@ -18,7 +18,7 @@ def _snapshots() -> list[EstimateSnapshot]:
     folder = Folder("dep", default_registry(fleet_slot_s=5.0))
     taken: list[EstimateSnapshot] = []
     for offset, event in enumerate(synthetic_stream(engines=2, requests=400)):
-        taken.extend(folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)))
+        taken.extend(folder.fold(event, RecordPosition("t", 0, offset)))
     return taken + folder.release(None)
 
 

@@ -48,6 +48,19 @@ class TestInvalidEvents:
         with pytest.raises(InvalidInputError, match=r"^the record holds no value \(a tombstone\) \(t@3\)$"):
             parse_event(None, source="t@3")
 
+    def test_a_source_given_as_a_callable_is_spelled_for_a_refused_event_only(self) -> None:
+        asked: list[str] = []
+
+        def source() -> str:
+            asked.append("gov.telemetry:2@41")
+            return asked[-1]
+
+        assert parse_event(encode_event(SAMPLES[0]), source=source) == SAMPLES[0]
+        assert asked == []
+        with pytest.raises(InvalidInputError, match=r"\(gov.telemetry:2@41\)$") as refused:
+            parse_event(b"{", source=source)
+        assert (refused.value.source, asked) == ("gov.telemetry:2@41", ["gov.telemetry:2@41"])
+
     def test_kv_used_above_total_is_refused(self) -> None:
         data = _as_dict(SAMPLES[5]) | {"kv_blocks_used": 1001}
         with pytest.raises(InvalidInputError, match=r"kv_blocks_used .* must not exceed kv_blocks_total"):

@@ -18,20 +18,20 @@ from fold.folder import Folder
 from schemas.engines import EngineRegistered, Heartbeat
 from schemas.errors import FutureEventError, InvalidInputError, LateEventError
 from schemas.events import Event
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from schemas.records import DecisionRecord, EstimateSnapshot
 from schemas.requests import RequestArrived
 from services.replay.offline import OfflineControlPlane
 from services.testing.streams import long_requests_still_running, synthetic_stream
 
-AT = SourceOffset(topic="t", partition=0, offset=0)
+AT = RecordPosition("t", 0, 0)
 GUARD_COUNTS = {"duplicate_events", "seq_gaps", "seq_missing_events", "restarts"}
 
 
 def _fold(folder: Folder, events: list[Event]) -> list[EstimateSnapshot]:
     snapshots: list[EstimateSnapshot] = []
     for offset, event in enumerate(events):
-        snapshots.extend(folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)))
+        snapshots.extend(folder.fold(event, RecordPosition("t", 0, offset)))
     return snapshots
 
 
@@ -108,7 +108,7 @@ class TestDuplicates:
 
     def test_a_repeated_event_id_is_a_duplicate_whatever_its_seq(self) -> None:
         folder = Folder("dep", default_registry())
-        folder.fold(_heartbeat("eng-0", ts=1.0, seq=1, event_id="same"), SourceOffset(topic="t", partition=0, offset=0))
+        folder.fold(_heartbeat("eng-0", ts=1.0, seq=1, event_id="same"), RecordPosition("t", 0, 0))
         for seq in range(2, 502):
             assert folder.admit(_heartbeat("eng-0", ts=1.0, seq=seq, event_id="same"), AT).duplicate
         assert folder.engines["eng-0"].summary().duplicate_events == 500
@@ -159,7 +159,7 @@ class TestSeq:
         _fold(folder, [_heartbeat("eng-0", ts=1.0, seq=5), _heartbeat("eng-0", ts=2.0, seq=0, epoch=7)])
         state = folder.engines["eng-0"].to_dict()
         with pytest.raises(InvalidInputError) as refused:
-            folder.fold(_heartbeat("eng-0", ts=2.5, seq=6), SourceOffset(topic="t", partition=0, offset=2))
+            folder.fold(_heartbeat("eng-0", ts=2.5, seq=6), RecordPosition("t", 0, 2))
         assert refused.value.code == "stale_epoch"
         assert refused.value.field == "source_epoch"
         assert folder.engines["eng-0"].to_dict() == state
@@ -205,7 +205,7 @@ class TestEventTime:
 
     def test_the_refusal_names_the_bound_and_the_watermark(self) -> None:
         folder = Folder("dep", default_registry())
-        folder.fold(_heartbeat("eng-0", ts=100.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
+        folder.fold(_heartbeat("eng-0", ts=100.0, seq=0), RecordPosition("t", 0, 0))
         with pytest.raises(FutureEventError) as ahead:
             folder.admit(_heartbeat("eng-0", ts=800.0, seq=1), AT)
         refused = ahead.value
@@ -222,7 +222,7 @@ class TestEventTime:
 
     def test_a_clock_that_really_jumped_is_followed_after_the_reanchor_count(self) -> None:
         folder = Folder("dep", default_registry(), limits=GuardLimits(reanchor_after=3))
-        folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
+        folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), RecordPosition("t", 0, 0))
         jumped = [_heartbeat("eng-0", ts=5000.0 + i, seq=1 + i) for i in range(3)]
         for event in jumped[:2]:
             with pytest.raises(FutureEventError):
@@ -233,7 +233,7 @@ class TestEventTime:
 
     def test_an_in_bounds_event_between_resets_the_reanchor_count(self) -> None:
         folder = Folder("dep", default_registry(), limits=GuardLimits(reanchor_after=2))
-        folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
+        folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), RecordPosition("t", 0, 0))
         for seq in range(1, 7, 2):
             with pytest.raises(FutureEventError):
                 folder.admit(_heartbeat("eng-0", ts=5000.0, seq=seq), AT)
@@ -242,7 +242,7 @@ class TestEventTime:
 
     def test_a_restart_anchors_the_watermark_afresh(self) -> None:
         folder = Folder("dep", default_registry())
-        folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), SourceOffset(topic="t", partition=0, offset=0))
+        folder.fold(_heartbeat("eng-0", ts=10.0, seq=0), RecordPosition("t", 0, 0))
         assert folder.admit(_heartbeat("eng-0", ts=9000.0, seq=0, epoch=1), AT).restart
         assert folder.engines["eng-0"].guard.watermark_s == 9000.0
 

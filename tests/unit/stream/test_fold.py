@@ -18,7 +18,7 @@ from schemas.engines import EngineRegistered
 from schemas.envelope import Envelope
 from schemas.estimates import EngineSummary, SurvivalSummary
 from schemas.events import Event
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from schemas.requests import RequestFinished, RequestFirstToken
 from schemas.steps import StepReport
 from services.testing.models import changed
@@ -28,7 +28,7 @@ from services.testing.streams import long_requests_still_running, synthetic_stre
 def _fold_all(folder: Folder, events: list) -> list:
     snapshots = []
     for offset, event in enumerate(events):
-        snapshots.extend(folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset)))
+        snapshots.extend(folder.fold(event, RecordPosition("t", 0, offset)))
     return snapshots
 
 
@@ -76,7 +76,7 @@ class TestFolder:
         _fold_all(folder, events)
         assert folder.admitted("eng-0")
         stray = changed(events[1], engine_id="made-up")
-        assert folder.fold(stray, SourceOffset(topic="t", partition=0, offset=10_000)) == []
+        assert folder.fold(stray, RecordPosition("t", 0, 10_000)) == []
         assert not folder.admitted("made-up")
 
     def test_the_last_folded_position_and_first_event_time_survive_the_state_round_trip(self) -> None:
@@ -85,9 +85,9 @@ class TestFolder:
         _fold_all(folder, events)
         resumed = Folder("dep", default_registry())
         resumed.load("eng-0", folder.state_json("eng-0"))
-        assert resumed.already_folded("eng-0", SourceOffset(topic="t", partition=0, offset=len(events) - 1))
-        assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=0, offset=len(events)))
-        assert not resumed.already_folded("eng-0", SourceOffset(topic="t", partition=1, offset=0))
+        assert resumed.already_folded("eng-0", RecordPosition("t", 0, len(events) - 1))
+        assert not resumed.already_folded("eng-0", RecordPosition("t", 0, len(events)))
+        assert not resumed.already_folded("eng-0", RecordPosition("t", 1, 0))
         assert resumed.state_json("eng-0") == folder.state_json("eng-0")
 
     def test_the_stored_registration_keeps_the_fields_of_the_event_by_their_names(self) -> None:
@@ -126,7 +126,7 @@ class TestFolder:
         for engine in first.engines:
             second.load(engine, first.state_json(engine))
         for offset, event in enumerate(events[600:], start=600):
-            snapshots.extend(second.fold(event, SourceOffset(topic="t", partition=0, offset=offset)))
+            snapshots.extend(second.fold(event, RecordPosition("t", 0, offset)))
         assert [s.model_dump() for s in snapshots] == [s.model_dump() for s in expected]
         assert {e: whole.summary_json(e) for e in whole.engines} == {e: second.summary_json(e) for e in second.engines}
 

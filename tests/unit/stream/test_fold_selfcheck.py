@@ -11,7 +11,7 @@ from fold.folder import Folder
 from schemas.engines import EngineRegistered
 from schemas.estimates import SelfCheckSummary
 from schemas.events import Event
-from schemas.policy_docs.base import SourceOffset
+from schemas.names import RecordPosition
 from schemas.steps import BfioSelfCheckReport, RankStepReport
 
 ENGINE = "dp-0"
@@ -100,9 +100,7 @@ class TestSelfCheckFold:
     def test_the_snapshot_feeds_the_bfio_inputs(self) -> None:
         folder = Folder("dep", default_registry())
         snapshots = [
-            s
-            for offset, event in enumerate(_stream(3))
-            for s in folder.fold(event, SourceOffset(topic="t", partition=0, offset=offset))
+            s for offset, event in enumerate(_stream(3)) for s in folder.fold(event, RecordPosition("t", 0, offset))
         ]
         inputs = bfio_inputs(snapshots[-1])
         assert inputs is not None
@@ -115,21 +113,13 @@ class TestSelfCheckFold:
     def test_a_restored_state_continues_as_the_uninterrupted_fold(self) -> None:
         events = _stream(12)
         whole = Folder("dep", default_registry())
-        expected = [
-            s
-            for offset, e in enumerate(events)
-            for s in whole.fold(e, SourceOffset(topic="t", partition=0, offset=offset))
-        ]
+        expected = [s for offset, e in enumerate(events) for s in whole.fold(e, RecordPosition("t", 0, offset))]
         first = Folder("dep", default_registry())
         cut = len(events) // 2
-        snapshots = [
-            s
-            for offset, e in enumerate(events[:cut])
-            for s in first.fold(e, SourceOffset(topic="t", partition=0, offset=offset))
-        ]
+        snapshots = [s for offset, e in enumerate(events[:cut]) for s in first.fold(e, RecordPosition("t", 0, offset))]
         second = Folder("dep", default_registry())
         second.load(ENGINE, first.state_json(ENGINE))
         for offset, event in enumerate(events[cut:], start=cut):
-            snapshots.extend(second.fold(event, SourceOffset(topic="t", partition=0, offset=offset)))
+            snapshots.extend(second.fold(event, RecordPosition("t", 0, offset)))
         assert [s.model_dump() for s in snapshots] == [s.model_dump() for s in expected]
         assert whole.summary_json(ENGINE) == second.summary_json(ENGINE)
