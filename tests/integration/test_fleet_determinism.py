@@ -26,6 +26,7 @@ from services.replay.replay import read_topic, replay_events, replay_offline
 from services.sdk.publisher import TelemetryPublisher
 from services.stack.launcher import StackState
 from services.store.redis_store import RedisStore
+from services.testing.models import changed
 from tests.fixtures import DEMO_FLEET_SLOT_S, recorded_sim_stream
 from tests.integration.processes import start_service
 
@@ -103,7 +104,7 @@ def test_fleetopt_decisions_are_the_same_live_at_full_speed_and_after_a_redis_wi
         folder.mkdir()
     live_deployment, fast_deployment = f"fleet-live-{suffix}", f"fleet-fast-{suffix}"
     live_events = recorded_sim_stream(tmp_path / "live.jsonl.gz", duration_s=40.0, deployment=live_deployment)
-    fast_events = recorded_sim_stream(tmp_path / "fast.jsonl.gz", duration_s=40.0, deployment=fast_deployment)
+    fast_events = [changed(event, deployment=fast_deployment) for event in live_events]  # one recording, relabelled
     try:
         _run_both(stack, live_deployment, logs["live"], lambda: _publish(stack, live_events, PACED_SPEED))
         live = _fleetopt_decisions(stack, live_deployment)
