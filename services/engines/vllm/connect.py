@@ -153,25 +153,20 @@ def internal_dp_rank(vllm_config: Any) -> InternalDpRank | None:
     return InternalDpRank(dp_rank=rank, dp_size=size)
 
 
-def gateway_fields(vllm_config: Any, settings: VllmEngineSettings) -> tuple[dict[str, str], int | None]:
-    """The registration's gateway fields (``endpoint_url``, ``dp_group``) and the engine's DP rank.
+def gateway_dp_rank(vllm_config: Any, settings: VllmEngineSettings) -> int | None:
+    """The engine's rank in its gateway data-parallel group (``GOVERNOR_DP_GROUP``); None for an engine in none.
 
     The rank is the operator's ``GOVERNOR_DP_RANK``, else vLLM's ``--data-parallel-rank`` (each server of
-    vLLM's external load-balancing mode is started with its own); None for an engine in no group.
+    vLLM's external load-balancing mode is started with its own).
     """
-    fields: dict[str, str] = {}
-    if settings.endpoint_url is not None:
-        fields["endpoint_url"] = settings.endpoint_url
     if settings.dp_group is None:
-        return fields, None
-    fields["dp_group"] = settings.dp_group
-    rank = settings.dp_rank
-    if rank is None:
-        # A dense model's engine core reads rank 0 in data_parallel_rank (internal_dp_rank says why).
-        parallel = getattr(vllm_config, "parallel_config", None)
-        vllm_rank = getattr(parallel, "data_parallel_index", getattr(parallel, "data_parallel_rank", 0))
-        rank = vllm_rank if isinstance(vllm_rank, int) and vllm_rank >= 0 else 0
-    return fields, rank
+        return None
+    if settings.dp_rank is not None:
+        return settings.dp_rank
+    # A dense model's engine core reads rank 0 in data_parallel_rank (internal_dp_rank says why).
+    parallel = getattr(vllm_config, "parallel_config", None)
+    vllm_rank = getattr(parallel, "data_parallel_index", getattr(parallel, "data_parallel_rank", 0))
+    return vllm_rank if isinstance(vllm_rank, int) and vllm_rank >= 0 else 0
 
 
 def finish_reason_name(vllm_reason: str) -> FinishReasonName:
@@ -291,7 +286,7 @@ class EngineLink:
                 f"vLLM's internal data parallelism (--data-parallel-size {internal.dp_size}): its ranks are one engine"
             )
             raise ConfigError(msg)
-        gateway, dp_rank = gateway_fields(vllm_config, settings)
+        dp_rank = gateway_dp_rank(vllm_config, settings)
         model_config, scheduler_config = vllm_config.model_config, vllm_config.scheduler_config
         max_num_seqs, dp_size = int(scheduler_config.max_num_seqs), 1
         rank: RankSlots | None = None
@@ -354,8 +349,8 @@ class EngineLink:
                 pool=identifier(settings.pool),
                 obeys=obeys,
                 scheduler=scheduler,
-                endpoint_url=gateway.get("endpoint_url"),
-                dp_group=gateway.get("dp_group"),
+                endpoint_url=settings.endpoint_url,
+                dp_group=settings.dp_group,
             ),
         )
         for kind in obeys:
@@ -367,8 +362,8 @@ class EngineLink:
             engine_id=engine_id,
             scheduler=scheduler,
             obeys=obeys,
-            endpoint_url=gateway.get("endpoint_url"),
-            dp_group=gateway.get("dp_group"),
+            endpoint_url=settings.endpoint_url,
+            dp_group=settings.dp_group,
             dp_rank=dp_rank,
             dp_size=dp_size,
         )

@@ -17,7 +17,7 @@ from schemas.events import Event
 from schemas.steps import RankStepReport
 from services.engines.stream import RequestTrack
 from services.engines.vllm import connect
-from services.engines.vllm.connect import EngineLink, VllmEngineSettings, gateway_fields, internal_dp_rank
+from services.engines.vllm.connect import EngineLink, VllmEngineSettings, gateway_dp_rank, internal_dp_rank
 from services.gateway.upstreams import UpstreamRegistry
 from services.sdk.publisher import EventSource, PublisherStats
 from services.sdk.step_counts import StepCounts
@@ -126,10 +126,10 @@ def test_a_bad_gateway_setting_is_refused_by_name(environ: dict[str, str], named
 
 def test_the_rank_defaults_to_vllms_data_parallel_rank() -> None:
     settings = VllmEngineSettings(dp_group="dp-a")
-    assert gateway_fields(_vllm_config(data_parallel_rank=3), settings) == ({"dp_group": "dp-a"}, 3)
-    assert gateway_fields(SimpleNamespace(), settings) == ({"dp_group": "dp-a"}, 0)
-    assert gateway_fields(_vllm_config(data_parallel_rank=3), VllmEngineSettings(dp_group="dp-a", dp_rank=1))[1] == 1
-    assert gateway_fields(_vllm_config(), VllmEngineSettings()) == ({}, None)
+    assert gateway_dp_rank(_vllm_config(data_parallel_rank=3), settings) == 3
+    assert gateway_dp_rank(SimpleNamespace(), settings) == 0
+    assert gateway_dp_rank(_vllm_config(data_parallel_rank=3), VllmEngineSettings(dp_group="dp-a", dp_rank=1)) == 1
+    assert gateway_dp_rank(_vllm_config(data_parallel_rank=3), VllmEngineSettings()) is None
 
 
 def test_a_rank_registers_its_endpoint_and_group_and_joins_the_gateway_as_that_rank(
