@@ -43,7 +43,7 @@ from services.settings import LOCAL_BROKER_TIMEOUTS, KafkaClientTimeouts, KafkaS
 METADATA_MAX_AGE_MS = 10_000
 END_OFFSETS_TIMEOUT_MS = 2_000  # caught_up's question to the broker; an idle loop asks again at its next turn
 IDLE_AFTER_S = 1.0  # a consumer loop that got no record for this long is idle (``IdlePace``)
-IDLE_FETCH_WAIT_MS = 500  # the Apache Kafka clients' default; both brokers answer a held fetch when records arrive
+IDLE_FETCH_WAIT_MS = 1000  # one fetch per idle poll; both brokers answer a held fetch when records arrive
 IDLE_POLL_TIMEOUT_MS = 1000
 RECONNECT_BACKOFF_MAX_MS = 1000  # the Java clients' default; kafka-python's 30 s outlasted a broker restart
 

@@ -42,7 +42,7 @@ class KafkaClientTimeouts:
         session_timeout_ms: how long the group coordinator waits for a heartbeat.
         heartbeat_interval_ms: how often a member heartbeats.
         fetch_max_wait_ms: how long the broker may hold a fetch with no data while records flow; a
-            consumer loop idle for a second lets it hold up to 500 ms (services/kafka_clients.py,
+            consumer loop idle for a second lets it hold up to 1000 ms (services/kafka_clients.py,
             ``IdlePace``). The local default, 10 ms, was set when Tansu held a fetch whole even when
             data arrived, so that it bounded the event-to-decision latency; the bundled Tansu 0.6.0
             answered a fetch held for 1000 ms within 6-85 ms of a record's arrival (2026-11-28), as
