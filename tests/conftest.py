@@ -20,19 +20,6 @@ settings.register_profile("dev", deadline=None, suppress_health_check=[HealthChe
 settings.load_profile("ci")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Put the test files that hold a slow or an integration test first, each file's tests in their order.
-
-    The README's command hands whole files to three workers (``--dist loadfile``) in this order
-    (``--no-loadscope-reorder``). xdist's own order, by tests per file, put the few long files
-    (brokers, vLLM servers, twenty kills) last: the last 14 % of the tests took 22 of the run's 35
-    minutes, a long file on one worker while the others had run out of files. First, they start at
-    once and the many short unit files fill the workers around them.
-    """
-    heavy = {item.path for item in items if item.get_closest_marker("slow") or item.get_closest_marker("integration")}
-    items.sort(key=lambda item: item.path not in heavy)
-
-
 @pytest.fixture
 def own_redis(tmp_path: Path) -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """A redis-server of this test alone, on its own port: its URL and its process (to pause or stop it).
