@@ -28,7 +28,6 @@ from schemas.errors import InvalidInputError
 from schemas.estimates import EngineRegistration, FleetContribution, FleetJoin
 from schemas.events import Event
 from schemas.names import RecordPosition
-from schemas.policy_docs.base import SourceOffset
 from schemas.records import EstimateSnapshot
 from schemas.snapshot_trigger import SnapshotTrigger
 
@@ -268,7 +267,7 @@ class Folder:
                 version=version,
                 ts=event.ts,
                 trigger=SnapshotTrigger(kind=spec.kind, cause=trigger),
-                offsets=[SourceOffset(topic=position.topic, partition=position.partition, offset=position.offset)],
+                offsets=[position.source_offset()],
                 estimates=summary,
             )
         ]
@@ -308,6 +307,6 @@ class Folder:
             version=version,
             ts=ts,
             trigger=SnapshotTrigger(kind=spec.kind, cause=spec.trigger.describe()),
-            offsets=[SourceOffset(topic=position.topic, partition=position.partition, offset=position.offset)],
+            offsets=[position.source_offset()],
             estimates=summary,
         )

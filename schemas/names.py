@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from schemas.errors import InvalidInputError
+from schemas.policy_docs.base import SourceOffset
 
 IDENTIFIER_PATTERN = r"^[A-Za-z0-9_@-]+(?:\.[A-Za-z0-9_@-]+)*$"
 _IDENTIFIER = re.compile(IDENTIFIER_PATTERN)
@@ -110,6 +111,10 @@ class RecordPosition(NamedTuple):
     def field(self) -> str:
         """The partition's ``topic:partition``, as ``Partition.field`` spells it."""
         return partition_field(self.topic, self.partition)
+
+    def source_offset(self) -> SourceOffset:
+        """The contract's ``SourceOffset`` of this position, for a snapshot's ``offsets``."""
+        return SourceOffset(topic=self.topic, partition=self.partition, offset=self.offset)
 
 
 def key_part(value: str, what: str) -> str:
