@@ -52,10 +52,11 @@ engine core runs its own scheduler and publishes as one rank of the engine (serv
 
 from __future__ import annotations
 
+import operator
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from vllm.v1.core.sched.async_scheduler import AsyncScheduler
 from vllm.v1.core.sched.output import SchedulerOutput
@@ -77,6 +78,7 @@ from services.sdk.step_counts import StepCounts
 from services.settings import EngineSettings
 
 SLAI_MODE = "slai"
+_Running = TypeVar("_Running")  # a running request (vLLM's ``Request``)
 STOCK_MODE = "stock"
 
 
@@ -100,12 +102,42 @@ def is_decoding(request: Request) -> bool:
 
 
 def split_decoding(requests: Iterable[Request]) -> tuple[list[Request], list[Request]]:
-    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass."""
+    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass.
+
+    ``is_decoding`` is written out in the loop: EB's every step splits all running requests, and the
+    call per request was a third of the pass.
+    """
     decoding: list[Request] = []
     prefilling: list[Request] = []
+    to_decoding, to_prefilling = decoding.append, prefilling.append
     for request in requests:
-        (decoding if is_decoding(request) else prefilling).append(request)
+        placeholders = request.num_output_placeholders
+        if (
+            request.num_output_tokens + placeholders > 0
+            and request.num_computed_tokens >= request.num_tokens + placeholders - 1
+        ):
+            to_decoding(request)
+        else:
+            to_prefilling(request)
     return decoding, prefilling
+
+
+def restore_running(before: list[_Running], offered: list[_Running], after: list[_Running]) -> list[_Running]:
+    """``running`` after a stock ``schedule`` that was shown only ``offered`` of the ``before`` requests.
+
+    vLLM's ``schedule`` only removes the requests it preempts from the list it is given and appends
+    the ones it admits. So the answer is ``before`` in its order less the preempted, then ``after``'s
+    admissions; a request that was not offered (hidden for the step, or past SLAI's beta) keeps its
+    place. When ``offered`` is still the head of ``after`` (nothing preempted: the common step) that
+    is ``before`` plus ``after``'s tail, with no pass over the requests in Python.
+    """
+    count = len(offered)
+    if len(after) >= count and all(map(operator.is_, offered, after)):
+        return before + after[count:]
+    still_running = {id(request) for request in after}
+    preempted = {id(request) for request in offered if id(request) not in still_running}
+    known = {id(request) for request in before}
+    return [r for r in before if id(r) not in preempted] + [r for r in after if id(r) not in known]
 
 
 def schedulable_until_s(deadline_s: float, *, batches_in_flight: int, tokens_in_flight: int, tbar_s: float) -> float:
@@ -234,27 +266,22 @@ class GovernorScheduler(Scheduler):
 
     def schedule_only(
         self,
-        kept: list[Request],
-        hidden: list[Request],
+        offered: list[Request],
         *,
         admit_seqs: int,
         throttle_prefills: bool,
         token_budget: int | None = None,
-        order: Callable[[list[Request]], list[Request]] | None = None,
     ) -> SchedulerOutput:
-        """Run one stock ``schedule`` over the running requests ``kept``, admitting at most ``admit_seqs``.
+        """One stock ``schedule`` over the running requests ``offered`` in their order, admitting <= ``admit_seqs``.
 
-        ``kept`` and ``hidden`` split ``running`` (each in its order); the hidden requests keep their KV
-        and their place in ``running``. ``order`` may reorder the kept ones (earliest deadline first) and
-        ``token_budget`` lower the step's token budget. ``running``'s order is rebuilt only when something
-        was hidden or reordered: otherwise stock vLLM only appended admissions and removed preemptions,
-        which keeps it.
+        The running requests not offered keep their KV and their place in ``running``
+        (``restore_running``), and ``token_budget`` may lower the step's token budget. ``offered``
+        may be ``running`` itself (a lower budget only): stock vLLM then updates it in place.
         """
-        position: dict[int, int] | None = None
-        if hidden or order is not None:
-            position = {id(request): index for index, request in enumerate(self.running)}
+        before = self.running
+        if offered is not before:
+            self.running = list(offered)
         saved_active, saved_budget = self.max_num_active_reqs, self.max_num_scheduled_tokens
-        self.running = order(kept) if order is not None else kept
         self.max_num_active_reqs = min(saved_active, len(self.running) + max(0, admit_seqs))
         if token_budget is not None:
             self.max_num_scheduled_tokens = max(1, min(saved_budget, token_budget))
@@ -262,9 +289,8 @@ class GovernorScheduler(Scheduler):
             return super().schedule(throttle_prefills)
         finally:
             self.max_num_active_reqs, self.max_num_scheduled_tokens = saved_active, saved_budget
-            if position is not None:
-                last = len(position)
-                self.running = sorted([*hidden, *self.running], key=lambda request: position.get(id(request), last))
+            if offered is not before:
+                self.running = restore_running(before, offered, self.running)
 
     def _update_after_schedule(self, scheduler_output: SchedulerOutput) -> None:
         """Count the batch while its requests still hold their state from before it, then let vLLM advance them.
@@ -426,12 +452,12 @@ class EbplusScheduler(GovernorScheduler):
         self.scheduler_mode = EbplusMode.EB
         if kind is StepKind.PREFILL:
             output = self.schedule_only(
-                prefilling, decoding, admit_seqs=step.action.admit_seqs, throttle_prefills=throttle_prefills
+                prefilling, admit_seqs=step.action.admit_seqs, throttle_prefills=throttle_prefills
             )
             self._prefill_was_empty = output.total_num_scheduled_tokens == 0
             return output
         self._prefill_was_empty = False
-        return self.schedule_only(decoding, prefilling, admit_seqs=0, throttle_prefills=throttle_prefills)
+        return self.schedule_only(decoding, admit_seqs=0, throttle_prefills=throttle_prefills)
 
     def _mixed(self, payload: EbplusPayload | None, now_s: float, throttle_prefills: bool) -> SchedulerOutput:
         """A mixed step: stock vLLM, under the payload's MB step budget when it sets one (EB+'s TBT guard)."""
@@ -442,7 +468,6 @@ class EbplusScheduler(GovernorScheduler):
         else:
             output = self.schedule_only(
                 self.running,
-                [],
                 admit_seqs=self.max_num_running_reqs - len(self.running),
                 throttle_prefills=throttle_prefills,
                 token_budget=budget,
@@ -520,12 +545,10 @@ class SlaiScheduler(GovernorScheduler):
             (kept if keep(request) else hidden).append(request)
         self.deferred_decodes += len(hidden)
         return self.schedule_only(
-            kept,
-            hidden,
+            by_deadline(kept),
             admit_seqs=max(0, slots),
             throttle_prefills=throttle_prefills,
             token_budget=payload.token_budget_tokens,
-            order=by_deadline,
         )
 
     def after_step(self, now_s: float, duration_s: float, produced: list[Produced]) -> None:

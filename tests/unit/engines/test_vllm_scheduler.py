@@ -39,6 +39,7 @@ with warnings.catch_warnings():
         report_arrival,
         report_outputs,
         report_scheduled,
+        restore_running,
         schedulable_until_s,
         scheduler_class_for,
         split_decoding,
@@ -138,6 +139,42 @@ class TestSplitDecoding:
         decoding, prefilling = split_decoding(requests)
         assert decoding == [r for r in requests if is_decoding(r)]
         assert prefilling == [r for r in requests if not is_decoding(r)]
+
+
+def _stock_schedule(offered: list[object], *, preempt: int, admit: list[object]) -> list[object]:
+    """What vLLM's ``schedule`` does to the list it is given: the last ``preempt`` go, ``admit`` come after."""
+    return [*offered[: len(offered) - preempt], *admit]
+
+
+class TestRestoreRunning:
+    @given(
+        st.integers(min_value=0, max_value=30),
+        st.data(),
+    )
+    def test_running_is_the_old_order_less_the_preempted_then_the_admitted(
+        self, size: int, data: st.DataObject
+    ) -> None:
+        before = [object() for _ in range(size)]
+        shown = data.draw(st.lists(st.booleans(), min_size=size, max_size=size))
+        offered = [r for r, show in zip(before, shown, strict=True) if show]
+        offered = data.draw(st.permutations(offered))
+        preempt = data.draw(st.integers(min_value=0, max_value=len(offered)))
+        admitted = [object() for _ in range(data.draw(st.integers(min_value=0, max_value=5)))]
+        after = _stock_schedule(list(offered), preempt=preempt, admit=admitted)
+        preempted = offered[len(offered) - preempt :]
+        expected = [r for r in before if all(r is not p for p in preempted)] + admitted
+        assert restore_running(before, offered, after) == expected
+
+    def test_a_request_that_was_not_offered_keeps_its_place(self) -> None:
+        """SLAI offers at most beta decodes: the critical decodes past beta stay running for the next step."""
+        first, second, third, new = object(), object(), object(), object()
+        after = _stock_schedule([third, first], preempt=0, admit=[new])
+        assert restore_running([first, second, third], [third, first], after) == [first, second, third, new]
+
+    def test_a_preempted_request_leaves_running(self) -> None:
+        first, second, third = object(), object(), object()
+        after = _stock_schedule([first, third], preempt=1, admit=[])
+        assert restore_running([first, second, third], [first, third], after) == [first, second]
 
 
 class TestSchedulableUntil:
