@@ -23,7 +23,8 @@ from __future__ import annotations
 
 import enum
 import math
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from schemas.errors import InvalidInputError
 from schemas.policy_docs.ebplus import EbplusMode, EbplusPayload, EbplusPolicy, KvGate
@@ -110,9 +111,11 @@ class EngineView:
         return self.decoding_seqs + self.prefilling_seqs
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PhaseState:
+class PhaseState(NamedTuple):
     """The phase machine's memory between iterations (engine-local, never published).
+
+    This and the other records ``advance`` builds every iteration are named tuples: as immutable as
+    frozen dataclasses and built in half the time, which an engine's step path pays on every step.
 
     Attributes:
         phase: current phase.
@@ -129,8 +132,7 @@ class PhaseState:
     last_n_update_s: float | None = None
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PhaseAction:
+class PhaseAction(NamedTuple):
     """What the engine does this iteration.
 
     Attributes:
@@ -152,8 +154,7 @@ class PhaseAction:
     fallback: bool
 
 
-@dataclass(frozen=True, slots=True, kw_only=True)
-class PhaseStep:
+class PhaseStep(NamedTuple):
     """One step's action and the state to pass to the next step."""
 
     action: PhaseAction
@@ -177,6 +178,10 @@ def kv_gate_passes(*, gate: KvGate, n_seqs: int, mu_o_tokens: float, view: Engin
     """Eq. 23: free_blocks >= f_KV * total_blocks."""
     fraction = kv_gate_fraction(gate=gate, n_seqs=n_seqs, mu_o_tokens=mu_o_tokens, view=view)
     return view.kv_free_blocks >= fraction * view.kv_total_blocks
+
+
+def _gate_ok(payload: EbplusPayload, n_seqs: int, view: EngineView) -> bool:
+    return kv_gate_passes(gate=payload.kv_gate, n_seqs=n_seqs, mu_o_tokens=payload.mu_o_tokens, view=view)
 
 
 def _k(theta: float, n_seqs: int) -> int:
@@ -262,14 +267,11 @@ def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload |
     if current.phase is Phase.MIXED:
         current = _enter_eb(view, cap)
     elif current.n_seqs > cap:
-        current = replace(current, n_seqs=cap)
-
-    def gate_ok(n_seqs: int) -> bool:
-        return kv_gate_passes(gate=payload.kv_gate, n_seqs=n_seqs, mu_o_tokens=payload.mu_o_tokens, view=view)
+        current = current._replace(n_seqs=cap)
 
     for _ in range(_MAX_TRANSITIONS_PER_STEP):
         if current.phase is Phase.INITIAL_PREFILL:
-            if view.decoding_seqs > 0 and not gate_ok(current.n_seqs):
+            if view.decoding_seqs > 0 and not _gate_ok(payload, current.n_seqs, view):
                 reserve = kv_gate_fraction(
                     gate=payload.kv_gate, n_seqs=current.n_seqs, mu_o_tokens=payload.mu_o_tokens, view=view
                 )
@@ -277,12 +279,12 @@ def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload |
                 adaptive = math.floor(capacity_tokens / (payload.mu_l_tokens + 0.5 * payload.mu_o_tokens))
                 floor_seqs = min(cap, max(_ESCAPE_FLOOR_SEQS, view.max_num_seqs // 10))
                 n_seqs = max(floor_seqs, min(adaptive, view.decoding_seqs))
-                current = replace(current, phase=Phase.DECODE, n_seqs=n_seqs, last_n_update_s=view.now_s)
+                current = current._replace(phase=Phase.DECODE, n_seqs=n_seqs, last_n_update_s=view.now_s)
                 return _action(StepKind.DECODE, current, theta, preempt=view.prefilling_seqs > 0)
             filled = view.decoding_seqs >= current.n_seqs and view.prefilling_seqs == 0
             drained = view.waiting_seqs == 0 and view.prefilling_seqs == 0 and view.decoding_seqs > 0
             if filled or drained:
-                current = replace(current, phase=Phase.DECODE)
+                current = current._replace(phase=Phase.DECODE)
                 continue
             if view.waiting_seqs == 0 and view.running_seqs == 0:
                 return _action(StepKind.IDLE, current, theta)
@@ -291,20 +293,19 @@ def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload |
         if current.phase is Phase.DECODE:
             if view.decoding_seqs == 0:
                 if view.waiting_seqs > 0 or view.prefilling_seqs > 0:
-                    current = replace(current, phase=Phase.INITIAL_PREFILL, n_seqs=cap, decoding_at_phase_start=0)
+                    current = current._replace(phase=Phase.INITIAL_PREFILL, n_seqs=cap, decoding_at_phase_start=0)
                     continue
                 return _action(StepKind.IDLE, current, theta)
             recovery_due = (
                 current.last_n_update_s is None or view.now_s - current.last_n_update_s >= N_UPDATE_COOLDOWN_S
             )
             if current.n_seqs < cap and 2 * view.waiting_seqs >= view.max_num_seqs and recovery_due:
-                current = replace(current, n_seqs=cap, last_n_update_s=view.now_s)
+                current = current._replace(n_seqs=cap, last_n_update_s=view.now_s)
             k_seqs = _k(theta, current.n_seqs)
             fillable = max(0, min(view.waiting_seqs + view.prefilling_seqs, current.n_seqs - view.decoding_seqs))
             ratio_ok = fillable > 0 and fillable * (current.n_seqs - k_seqs) >= view.decoding_seqs * k_seqs
-            if ratio_ok and gate_ok(current.n_seqs):
-                current = replace(
-                    current,
+            if ratio_ok and _gate_ok(payload, current.n_seqs, view):
+                current = current._replace(
                     phase=Phase.REFILL,
                     refill_target_seqs=fillable,
                     decoding_at_phase_start=view.decoding_seqs,
@@ -313,12 +314,12 @@ def advance(view: EngineView, state: PhaseState | None, payload: EbplusPayload |
             return _action(StepKind.DECODE, current, theta)
         # Phase.REFILL
         prefilled = view.decoding_seqs - current.decoding_at_phase_start
-        kv_short = not gate_ok(current.n_seqs)
+        kv_short = not _gate_ok(payload, current.n_seqs, view)
         done = prefilled >= current.refill_target_seqs
         drained = view.waiting_seqs == 0 and view.prefilling_seqs == 0 and view.decoding_seqs > 0
         full = view.running_seqs >= view.max_num_seqs and view.decoding_seqs > 0
         if done or drained or full or kv_short:
-            current = replace(current, phase=Phase.DECODE)
+            current = current._replace(phase=Phase.DECODE)
             return _action(StepKind.DECODE, current, theta, preempt=kv_short and view.prefilling_seqs > 0)
         admit = current.refill_target_seqs - prefilled - view.prefilling_seqs
         return _action(StepKind.PREFILL, current, theta, admit=min(admit, view.waiting_seqs))
