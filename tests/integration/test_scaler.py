@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 import subprocess
 import sys
 import threading
@@ -225,9 +226,7 @@ def local_config(
         "GOVERNOR_KAFKA_BOOTSTRAP": stack.kafka_bootstrap,
         "REDIS_URL": stack.redis_url,
     }
-    first_port = free_port()
-    while not all(free(first_port + i) for i in range(2)):
-        first_port = free_port()
+    first_port = free_block(2)
     pool = {
         "min_replicas": 1,
         "max_replicas": 2,
@@ -252,6 +251,32 @@ def local_config(
 def free(port: int) -> bool:
     """Nothing listens on ``port`` here."""
     return not port_open("127.0.0.1", port)
+
+
+def bindable(port: int) -> bool:
+    """A server could listen on ``port`` now: nothing listens there and no connection has it as its local end."""
+    with socket.socket() as probe:
+        try:
+            probe.bind(("127.0.0.1", port))
+        except OSError:
+            return False
+    return True
+
+
+def free_block(count: int) -> int:
+    """The first of ``count`` consecutive ports that bind now, below the ephemeral range (32768 and up on Linux).
+
+    The replicas bind ``first_port + slot`` one scaler pass apart. Taken from the ephemeral range, that
+    second port was the local end of some Kafka or Redis client's connection by then (a replica exited
+    with "Address already in use"); below it only a server told its port binds one. The scan starts at
+    a place of this process's own, so xdist's workers look in different blocks.
+    """
+    start = 20_000 + 10 * (os.getpid() % 1_000)
+    for first in range(start, 32_768 - count, count):
+        if all(bindable(first + i) for i in range(count)):
+            return first
+    msg = f"no {count} consecutive ports bind between {start} and 32767"
+    raise RuntimeError(msg)
 
 
 def local_scaler(
