@@ -78,8 +78,8 @@ from services.sdk.step_counts import StepCounts
 from services.settings import EngineSettings
 
 SLAI_MODE = "slai"
-_Running = TypeVar("_Running")  # a running request (vLLM's ``Request``)
 STOCK_MODE = "stock"
+_Running = TypeVar("_Running")  # a running request (vLLM's ``Request``)
 
 
 # Batches a scheduler remembers at most: vLLM keeps max_concurrent_batches (2 under async scheduling,
@@ -102,23 +102,11 @@ def is_decoding(request: Request) -> bool:
 
 
 def split_decoding(requests: Iterable[Request]) -> tuple[list[Request], list[Request]]:
-    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass.
-
-    ``is_decoding`` is written out in the loop: EB's every step splits all running requests, and the
-    call per request was a third of the pass.
-    """
+    """The decoding and the prefilling ``requests`` (``is_decoding``), each in their order, in one pass."""
     decoding: list[Request] = []
     prefilling: list[Request] = []
-    to_decoding, to_prefilling = decoding.append, prefilling.append
     for request in requests:
-        placeholders = request.num_output_placeholders
-        if (
-            request.num_output_tokens + placeholders > 0
-            and request.num_computed_tokens >= request.num_tokens + placeholders - 1
-        ):
-            to_decoding(request)
-        else:
-            to_prefilling(request)
+        (decoding if is_decoding(request) else prefilling).append(request)
     return decoding, prefilling
 
 
@@ -539,11 +527,8 @@ class SlaiScheduler(GovernorScheduler):
             prompts = [r for r in kept if not is_decoding(r)]
             return decodes[: payload.max_decodes] + prompts
 
-        kept: list[Request] = []
-        hidden: list[Request] = []
-        for request in self.running:
-            (kept if keep(request) else hidden).append(request)
-        self.deferred_decodes += len(hidden)
+        kept = [request for request in self.running if keep(request)]
+        self.deferred_decodes += len(self.running) - len(kept)
         return self.schedule_only(
             by_deadline(kept),
             admit_seqs=max(0, slots),
